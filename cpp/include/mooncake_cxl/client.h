@@ -1,0 +1,136 @@
+// Client: one process's handle on the store: maps the pool, attaches to the
+// master, writes values into the pool and reads them one-sidedly.
+//
+// Contract (DESIGN.md §2):
+//   * A put costs one master round trip for any number of keys (PutStart),
+//     then a copy straight into the pool and a CAS that publishes each entry.
+//     A key that already exists is not overwritten and counts as success;
+//     Upsert replaces it.
+//   * Get, IsExist, GetSize cost no master round trip: a seqlock-validated
+//     probe of the index in the pool, a copy, a re-check; a copy that raced
+//     with a remove or an eviction is retried, never returned.
+//   * Every method after Close (or on a client whose Connect failed) returns
+//     UNAVAILABLE_IN_CURRENT_STATUS.
+//   * A lost master connection is re-established on the next call; if the
+//     master restarted, the client re-attaches and a put is retried once.
+//
+// Thread safety: every method may be called from any thread concurrently;
+// Close waits for calls in flight.
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <shared_mutex>
+#include <string>
+#include <string_view>
+#include <thread>
+#include <vector>
+
+#include "mooncake_cxl/error_code.h"
+#include "mooncake_cxl/object_index.h"
+#include "mooncake_cxl/pool.h"
+#include "mooncake_cxl/rpc_client.h"
+
+namespace mcxl {
+
+struct ClientOptions {
+  std::string local_hostname;
+  std::string master_addr;          // "host:port"
+  std::string pool_path_override;   // MC_CXL_DEV_PATH: this host's name for the pool
+  uint64_t pool_size_override = 0;  // MC_CXL_DEV_SIZE
+  int connect_timeout_ms = 3000;
+  int rpc_timeout_ms = 10000;
+  int heartbeat_interval_ms = 1000;
+};
+
+struct PutOptions {
+  uint32_t flags = 0;  // EntryFlags: kFlagHardPin, kFlagSoftPin
+  uint64_t soft_pin_ttl_ms = 0;
+  std::string group_id;
+};
+
+struct ConstSlice {
+  const void* data;
+  uint64_t size;
+};
+struct MutSlice {
+  void* data;
+  uint64_t size;
+};
+
+// The parts of one value to put: concatenated in order.
+using PutParts = std::vector<ConstSlice>;
+
+class Client {
+ public:
+  static Result<std::shared_ptr<Client>> Connect(const ClientOptions& options);
+  ~Client();
+
+  Status Close();
+  // 0 healthy, 1 closed, 2 master unreachable.
+  int HealthCheck();
+  bool closed() const;
+
+  // Per-key results (OK or an error), one master round trip for all keys.
+  std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys,
+                             const std::vector<PutParts>& values, const PutOptions& options,
+                             bool upsert);
+
+  // One-sided reads. Locate finds the newest COMPLETE entry; CopyValidated
+  // copies its value (scattered over `dsts`, which must hold value_size bytes
+  // in total) and reports whether the entry stayed unchanged meanwhile (if not,
+  // Locate again). A successful copy extends the object's lease.
+  Result<EntrySnapshot> Locate(std::string_view key);
+  Result<bool> CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
+                             size_t ndsts);
+  // Locate + copy with retries: bytes read, INVALID_PARAMS when the value does
+  // not fit `capacity`, OBJECT_NOT_FOUND.
+  Result<uint64_t> GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts);
+  // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
+  int IsExist(std::string_view key);
+  Result<uint64_t> GetSize(std::string_view key);
+
+  ErrorCode Remove(std::string_view key, bool force);
+  std::vector<int32_t> BatchRemove(const std::vector<std::string_view>& keys, bool force);
+  Result<uint64_t> RemoveByRegex(const std::string& pattern, bool force);
+  Result<uint64_t> RemoveAll(bool force);
+
+  const std::string& local_hostname() const { return options_.local_hostname; }
+  std::shared_ptr<Pool> pool() const { return pool_; }
+
+ private:
+  explicit Client(const ClientOptions& options);
+  Status Attach(bool initial);
+  // One master call; re-attaches after a lost connection or a reclaimed slot
+  // and retries once when that is safe (idempotent, or the master restarted).
+  Result<std::string> MasterCall(MessageType type, const std::function<std::string()>& build,
+                                 bool idempotent);
+  void HeartbeatLoop();
+  bool ValidKey(std::string_view key, const char* op) const;
+  uint64_t LeaseTtlNs() const;
+
+  ClientOptions options_;
+  std::shared_ptr<Pool> pool_;
+  std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<RpcClient> rpc_;
+  std::mutex attach_mu_;
+  // Relaxed: read together with attach_mu_-protected updates; a stale pair
+  // only yields ILLEGAL_CLIENT from the master, which triggers a re-attach.
+  std::atomic<uint32_t> slot_{0};
+  std::atomic<uint64_t> slot_generation_{0};
+  std::atomic<uint64_t> incarnation_{0};
+  uint8_t uuid_[16] = {};
+
+  mutable std::shared_mutex life_mu_;  // shared: calls in flight; unique: Close
+  bool closed_ = false;
+  std::mutex hb_mu_;
+  std::condition_variable hb_cv_;
+  bool hb_stop_ = false;
+  std::thread hb_thread_;
+};
+
+}  // namespace mcxl

@@ -1,0 +1,148 @@
+// The pool layout: every structure that lives in the shared CXL pool.
+//
+// Contract: the pool is mapped at a different address in every process, so no
+// structure here holds a pointer; everything is a byte offset from the pool's
+// start. Each field says who writes it. All multi-process fields are
+// std::atomic of a lock-free width (same layout as the plain integer on every
+// supported ABI). A change to anything in this file is a new kLayoutVersion.
+//
+//   [Superblock 4 KiB][client table][control rings][object index][data region]
+//
+// Invariants:
+//   * Superblock::magic is written last by Format, so a crash while formatting
+//     leaves an unformatted pool, never a half-formatted one that attaches.
+//   * Only the master changes an IndexEntry's structure (all fields but
+//     `lease_until_ns`, and the WRITING->COMPLETE/ABORTED transitions of
+//     `state_gen` that the putting client makes with a CAS that names the
+//     generation, so a stale client can never touch a reused entry).
+//   * A value's bytes are stable while its entry's version is unchanged and
+//     even: the master bumps the version before it frees or reuses an extent.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+namespace mcxl {
+
+constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
+constexpr uint32_t kLayoutVersion = 1;
+constexpr uint64_t kCacheLine = 64;
+constexpr uint64_t kSuperblockSize = 4096;
+constexpr uint32_t kMaxKeyLength = 4096;
+constexpr uint64_t kObjectMagic = 0x4A424F4C5843434DULL;  // "MCCXLOBJ"
+
+constexpr uint64_t RoundUp(uint64_t v, uint64_t align) {
+  return (v + align - 1) / align * align;
+}
+
+enum class CoherenceMode : uint32_t {
+  kCoherent = 0,     // one host, or CXL 3.x back-invalidate: atomics suffice
+  kNonCoherent = 1,  // CXL 2.0 multi-host: flush + fence around publishes
+};
+
+struct Superblock {
+  // Written once by Format (before `magic`), read-only afterwards.
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t coherence_mode;
+  uint8_t uuid[16];
+  uint64_t pool_size;
+  uint64_t format_time_ns;
+  uint64_t client_table_offset;
+  uint32_t client_slot_count;
+  uint32_t client_slot_size;
+  uint64_t ring_region_offset;
+  uint64_t ring_region_size;
+  uint64_t index_offset;
+  uint64_t index_capacity;  // entries, a power of two
+  uint64_t data_offset;
+  uint64_t data_size;
+
+  // Written by the running master only (one writer per line).
+  alignas(kCacheLine) std::atomic<uint64_t> master_incarnation;  // +1 per start
+  std::atomic<uint64_t> master_heartbeat_ns;
+  std::atomic<uint64_t> lease_ttl_ns;  // granted by readers on get/exist
+  // Longest probe distance any insert has used; readers stop probing after it.
+  std::atomic<uint64_t> max_probe;
+  std::atomic<uint64_t> master_pid;
+};
+static_assert(sizeof(Superblock) <= kSuperblockSize);
+
+// One attached client. Line 0 is the master's, line 1 the client's.
+struct ClientSlot {
+  std::atomic<uint64_t> generation;  // master: 0 = free, else bumped per attach
+  std::atomic<uint64_t> pid;         // master: the attached process
+  std::atomic<uint64_t> machine_hash;  // master: KeyHash(gethostname()) of it
+  char host[40];                     // master: local_hostname, NUL-terminated
+  alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // client: liveness
+  std::atomic<uint64_t> heartbeat_generation;  // client: slot generation it holds
+};
+static_assert(sizeof(ClientSlot) == 2 * kCacheLine);
+
+enum class EntryState : uint8_t {
+  kEmpty = 0,      // never used: ends a probe sequence
+  kTombstone = 1,  // removed: probing continues past it
+  kWriting = 2,    // put in progress, invisible to readers
+  kComplete = 3,   // readable
+  kAborted = 4,    // put given up by its client; the master reclaims it
+};
+
+constexpr uint64_t PackStateGen(uint64_t generation, EntryState s) {
+  return (generation << 8) | uint64_t(s);
+}
+constexpr EntryState StateOf(uint64_t state_gen) {
+  return EntryState(state_gen & 0xff);
+}
+constexpr uint64_t GenOf(uint64_t state_gen) { return state_gen >> 8; }
+
+enum EntryFlags : uint32_t {
+  kFlagHardPin = 1u << 0,
+  kFlagSoftPin = 1u << 1,
+  // An upsert of this key is in flight: a newer COMPLETE entry may follow in
+  // the probe sequence, so readers keep probing and take the newest.
+  kFlagSuperseded = 1u << 2,
+};
+
+// One object in the index: exactly one cache line.
+struct alignas(kCacheLine) IndexEntry {
+  std::atomic<uint64_t> version;    // master: seqlock, odd while rewriting
+  std::atomic<uint64_t> state_gen;  // master; client CAS WRITING->COMPLETE
+  std::atomic<uint64_t> key_hash;   // master
+  std::atomic<uint64_t> object_offset;  // master: ObjectHeader's pool offset
+  std::atomic<uint64_t> value_size;     // master
+  std::atomic<uint64_t> lease_until_ns;  // readers: atomic max (not seqlocked)
+  std::atomic<uint32_t> flags;           // master: EntryFlags
+  std::atomic<uint32_t> owner_slot;      // master: client slot of the putter
+  std::atomic<uint64_t> put_time_ns;     // master
+};
+static_assert(sizeof(IndexEntry) == kCacheLine);
+
+// Start of every extent in the data region; written by the master at
+// PutStart, before the entry that points at it is inserted. The key follows
+// the header, the value starts at the next 64-byte boundary.
+struct ObjectHeader {
+  uint64_t magic;
+  uint64_t key_hash;
+  uint64_t generation;
+  uint64_t value_size;
+  uint64_t extent_size;
+  uint64_t put_time_ns;
+  uint64_t group_hash;       // 0 = no group
+  uint64_t soft_pin_ttl_ms;  // meaningful with kFlagSoftPin
+  uint32_t key_len;
+  uint32_t flags;            // EntryFlags at put time
+  uint32_t header_checksum;  // over the fields above and the key
+  uint32_t reserved;
+  // char key[key_len] follows.
+};
+static_assert(sizeof(ObjectHeader) == 80);
+
+constexpr uint64_t ObjectHeaderBytes(uint64_t key_len) {
+  return RoundUp(sizeof(ObjectHeader) + key_len, kCacheLine);
+}
+constexpr uint64_t ExtentBytes(uint64_t key_len, uint64_t value_size) {
+  return ObjectHeaderBytes(key_len) + RoundUp(value_size, kCacheLine);
+}
+
+}  // namespace mcxl

@@ -1,0 +1,147 @@
+// Master: the only structural writer of a pool. Allocates extents, inserts
+// and unlinks index entries, tracks clients and unfinished puts, and
+// recovers a pool after a restart. Transport-independent: a transport hands
+// it decoded frames (Handle) and calls Tick() periodically.
+//
+// Object life as the master sees it (DESIGN.md §2):
+//   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
+//             remember it as pending. The client copies the value and CASes the
+//             entry COMPLETE itself; Tick notices and accounts for it.
+//   Remove:   tombstone (seqlock), then free the extent.
+//   Pending puts whose client died or that outlived
+//   --put_start_discard_timeout_sec are revoked; their extent is freed at once
+//   when the client is known dead, else after --put_start_release_timeout_sec
+//   (a stalled but live client may still be writing into it).
+//
+// Recovery (a master started on a formatted pool without --format): every
+// COMPLETE entry whose header checks out is kept and its extent reserved;
+// unfinished puts are revoked; client slots are cleared (clients re-attach).
+//
+// Thread safety: none. One thread calls Create, Handle, Tick and OnDisconnect.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mooncake_cxl/error_code.h"
+#include "mooncake_cxl/extent_allocator.h"
+#include "mooncake_cxl/object_index.h"
+#include "mooncake_cxl/pool.h"
+#include "mooncake_cxl/rpc_protocol.h"
+
+namespace mcxl {
+
+struct MasterConfig {
+  std::string rpc_address = "0.0.0.0";
+  int64_t rpc_port = 50051;
+  int64_t metrics_port = 9003;
+  bool enable_cxl = true;
+  std::string cxl_path = "/dev/dax0.0";
+  uint64_t cxl_size = 0;  // 0 = the device's size
+  bool format = false;
+  uint64_t index_capacity = 0;  // 0 = DefaultIndexCapacity(pool size)
+  uint64_t client_slots = 64;
+  uint64_t default_kv_lease_ttl_ms = 10000;
+  uint64_t default_kv_soft_pin_ttl_ms = 30 * 60 * 1000;
+  double eviction_high_watermark_ratio = 0.90;
+  double eviction_ratio = 0.05;
+  bool allow_evict_soft_pinned_objects = true;
+  uint64_t client_ttl_s = 10;
+  uint64_t put_start_discard_timeout_sec = 30;
+  uint64_t put_start_release_timeout_sec = 600;
+};
+
+struct MasterStats {
+  uint64_t complete_keys = 0;   // COMPLETE entries
+  uint64_t pending_puts = 0;    // WRITING entries
+  uint64_t attached_clients = 0;
+  uint64_t allocated_bytes = 0;
+  uint64_t capacity_bytes = 0;
+  uint64_t put_requests = 0, put_failures = 0;
+  uint64_t remove_requests = 0, remove_failures = 0;
+  uint64_t revoked_puts = 0;
+  uint64_t recovered_objects = 0, dropped_on_recovery = 0;
+};
+
+class Master {
+ public:
+  static Result<std::unique_ptr<Master>> Create(const MasterConfig& config);
+
+  // Answers one request; the reply payload (status first) is always valid,
+  // also for a malformed request. `conn_slot` is the client slot bound to the
+  // calling connection (updated by Attach), or kNoSlot.
+  static constexpr uint32_t kNoSlot = 0xffffffffu;
+  std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot);
+  // The connection that attached `slot` is gone.
+  void OnDisconnect(uint32_t slot);
+  // Periodic work; returns how long the caller may sleep before the next call.
+  uint64_t Tick();
+
+  MasterStats stats() const;
+  const Pool& pool() const { return *pool_; }
+  const MasterConfig& config() const { return config_; }
+
+ private:
+  struct PendingPut {
+    uint64_t entry_slot, generation;
+    uint32_t owner;
+    uint64_t start_mono_ns;
+    bool upsert;
+  };
+  struct DeferredFree {
+    uint32_t handle;
+    uint64_t release_mono_ns;
+  };
+  struct ClientInfo {
+    bool attached = false;
+    uint64_t generation = 0;
+    uint64_t pid = 0;
+    bool local = false;      // same machine: pid liveness can be checked
+    bool connected = false;
+    uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
+  };
+
+  explicit Master(const MasterConfig& config) : config_(config) {}
+  Status Open();
+  void Recover();
+
+  std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
+  std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
+  std::string HandleHeartbeat(Decoder* d);
+  std::string HandlePutStart(Decoder* d);
+  std::string HandleRemove(Decoder* d, bool batch);
+  std::string HandleRemoveMatching(Decoder* d, bool all);
+
+  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
+  ErrorCode RemoveKey(std::string_view key, bool force);
+  // Live (WRITING or COMPLETE) entries of `key`, in probe order.
+  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
+  std::string_view KeyOf(uint64_t entry_slot) const;
+  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
+  void FinishPending(const PendingPut& p, EntryState state);
+  void RevokePending(const PendingPut& p, bool owner_dead);
+  void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
+  bool ClientValid(const ClientRef& ref) const;
+  void ReclaimClient(uint32_t slot, const char* why);
+  void CheckClients();
+  void CheckPending();
+
+  MasterConfig config_;
+  std::unique_ptr<Pool> pool_;
+  std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<ExtentAllocator> alloc_;
+  std::vector<uint32_t> extent_of_entry_;  // allocator handle per index slot
+  std::vector<PendingPut> pending_;
+  std::vector<DeferredFree> deferred_;
+  std::vector<ClientInfo> clients_;
+  std::string machine_;
+  uint64_t next_generation_ = 1;
+  uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
+  uint64_t last_client_check_mono_ = 0;
+  MasterStats stats_;
+};
+
+}  // namespace mcxl

@@ -1,0 +1,125 @@
+// The master's requests and replies: types and their payload codecs.
+//
+// Contract: every request payload is decoded by one Decode* function that
+// returns false on any malformed input; every reply begins with an i32
+// ErrorCode. Adding a field to a message is a new kProtocolVersion.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "mooncake_cxl/error_code.h"
+#include "mooncake_cxl/message.h"
+
+namespace mcxl {
+
+enum class MessageType : uint16_t {
+  kError = 0,  // reply to a frame the master could not decode
+  kPing = 1,
+  kAttach = 2,
+  kDetach = 3,
+  kPutStart = 4,
+  kRemove = 5,
+  kBatchRemove = 6,
+  kRemoveByRegex = 7,
+  kRemoveAll = 8,
+  kHeartbeat = 9,
+};
+const char* MessageTypeName(uint16_t type);
+
+struct AttachRequest {
+  std::string local_hostname;  // the client's host:port identity
+  std::string machine;         // gethostname(): tells the master a pid is local
+  uint64_t pid = 0;
+  uint32_t prev_slot = 0;      // re-attach: keep the slot if still ours
+  uint64_t prev_generation = 0;
+};
+struct AttachReply {
+  ErrorCode status = ErrorCode::OK;
+  uint32_t slot = 0;
+  uint64_t slot_generation = 0;
+  uint64_t incarnation = 0;
+  std::string pool_path;
+  uint64_t pool_size = 0;
+  uint8_t uuid[16] = {};
+  uint64_t lease_ttl_ms = 0;
+};
+
+struct ClientRef {
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+};
+
+struct PutConfigWire {
+  uint32_t flags = 0;  // EntryFlags: hard/soft pin
+  uint64_t soft_pin_ttl_ms = 0;
+  std::string group_id;  // "" = no group
+};
+struct PutStartRequest {
+  ClientRef client;
+  bool upsert = false;
+  PutConfigWire config;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> sizes;
+};
+struct PutStartItem {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t entry_slot = 0;
+  uint64_t generation = 0;
+  uint64_t value_offset = 0;
+};
+struct PutStartReply {
+  ErrorCode status = ErrorCode::OK;  // of the request as a whole
+  std::vector<PutStartItem> items;
+};
+
+struct RemoveRequest {
+  std::vector<std::string> keys;  // kRemove carries one
+  bool force = false;
+};
+struct RemoveReply {
+  ErrorCode status = ErrorCode::OK;
+  std::vector<int32_t> results;  // kBatchRemove: per key
+};
+struct RemoveByRegexRequest {
+  std::string pattern;  // empty for kRemoveAll
+  bool force = false;
+};
+struct CountReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t count = 0;
+};
+struct PingReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t incarnation = 0;
+};
+
+// Frame = header + payload.
+std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
+
+void Encode(const AttachRequest& m, Encoder* e);
+bool Decode(Decoder* d, AttachRequest* m);
+void Encode(const AttachReply& m, Encoder* e);
+bool Decode(Decoder* d, AttachReply* m);
+void Encode(const ClientRef& m, Encoder* e);
+bool Decode(Decoder* d, ClientRef* m);
+void Encode(const PutStartRequest& m, Encoder* e);
+bool Decode(Decoder* d, PutStartRequest* m);
+void Encode(const PutStartReply& m, Encoder* e);
+bool Decode(Decoder* d, PutStartReply* m);
+void Encode(const RemoveRequest& m, Encoder* e);
+bool Decode(Decoder* d, RemoveRequest* m);
+void Encode(const RemoveReply& m, Encoder* e);
+bool Decode(Decoder* d, RemoveReply* m);
+void Encode(const RemoveByRegexRequest& m, Encoder* e);
+bool Decode(Decoder* d, RemoveByRegexRequest* m);
+void Encode(const CountReply& m, Encoder* e);
+bool Decode(Decoder* d, CountReply* m);
+void Encode(const PingReply& m, Encoder* e);
+bool Decode(Decoder* d, PingReply* m);
+// Reply carrying only a status (Detach, Heartbeat, kError).
+void EncodeStatus(ErrorCode status, Encoder* e);
+bool DecodeStatus(Decoder* d, ErrorCode* status);
+
+}  // namespace mcxl

@@ -1,0 +1,403 @@
+#include "mooncake_cxl/client.h"
+
+#include <immintrin.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <functional>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/publish.h"
+
+namespace mcxl {
+namespace {
+
+constexpr int kCopyRetries = 1000;
+
+ErrorCode StatusOfReply(const std::string& reply) {
+  Decoder d(reply);
+  ErrorCode st = ErrorCode::RPC_FAIL;
+  DecodeStatus(&d, &st);
+  return st;
+}
+
+uint64_t TotalSize(const MutSlice* s, size_t n) {
+  uint64_t t = 0;
+  for (size_t i = 0; i < n; ++i) t += s[i].size;
+  return t;
+}
+
+}  // namespace
+
+Client::Client(const ClientOptions& options) : options_(options) {}
+
+Client::~Client() { (void)Close(); }
+
+Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  std::string host;
+  int port = 0;
+  if (!SplitHostPort(options.master_addr, &host, &port)) {
+    MCXL_LOG(kError, "client", "master_server_addr '%s' is not host:port", options.master_addr.c_str());
+    return ErrorCode::INVALID_PARAMS;
+  }
+  std::shared_ptr<Client> c(new Client(options));
+  c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
+  Status s = c->Attach(true);
+  if (!s.ok()) {
+    std::unique_lock<std::shared_mutex> lock(c->life_mu_);
+    c->closed_ = true;
+    return s.error();
+  }
+  c->hb_thread_ = std::thread([raw = c.get()] { raw->HeartbeatLoop(); });
+  return c;
+}
+
+Status Client::Attach(bool initial) {
+  std::lock_guard<std::mutex> lock(attach_mu_);
+  AttachRequest req;
+  req.local_hostname = options_.local_hostname;
+  char machine[256] = {};
+  gethostname(machine, sizeof(machine) - 1);
+  req.machine = machine;
+  req.pid = uint64_t(getpid());
+  req.prev_slot = slot_.load(std::memory_order_relaxed);
+  req.prev_generation = slot_generation_.load(std::memory_order_relaxed);
+  Encoder e;
+  Encode(req, &e);
+  auto r = rpc_->Call(MessageType::kAttach, e.data());
+  if (!r) return r.error();
+  Decoder d(*r);
+  AttachReply reply;
+  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+  if (reply.status != ErrorCode::OK) {
+    MCXL_LOG(kError, "client", "the master refused to attach %s: %s", options_.local_hostname.c_str(),
+             ErrorCodeName(reply.status));
+    return reply.status;
+  }
+  if (initial) {
+    std::string path = options_.pool_path_override.empty() ? reply.pool_path : options_.pool_path_override;
+    uint64_t size = options_.pool_size_override ? options_.pool_size_override : reply.pool_size;
+    auto pool = Pool::Open(path, size, false);
+    if (!pool) return pool.error();
+    Status v = (*pool)->Verify(reply.uuid);
+    if (!v.ok()) return v;
+    pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
+    SetCoherenceMode(CoherenceMode(pool_->superblock()->coherence_mode));
+    index_ = std::make_unique<ObjectIndex>(pool_.get());
+    memcpy(uuid_, reply.uuid, 16);
+  } else if (memcmp(uuid_, reply.uuid, 16) != 0) {
+    MCXL_LOG(kError, "client", "the master now serves pool %s, not the mapped pool %s",
+             UuidToString(reply.uuid).c_str(), UuidToString(uuid_).c_str());
+    return ErrorCode::INVALID_PARAMS;
+  }
+  // Relaxed: ordered by attach_mu_ for writers; see the member comment.
+  slot_.store(reply.slot, std::memory_order_relaxed);
+  slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
+  incarnation_.store(reply.incarnation, std::memory_order_relaxed);
+  ClientSlot* cs = pool_->client_slot(reply.slot);
+  cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
+  cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+  PublishRange(&cs->heartbeat_ns, kCacheLine);
+  if (!initial)
+    MCXL_LOG(kInfo, "client", "re-attached to the master (incarnation %llu) as slot %u",
+             (unsigned long long)reply.incarnation, reply.slot);
+  return ErrorCode::OK;
+}
+
+Result<std::string> Client::MasterCall(MessageType type, const std::function<std::string()>& build,
+                                       bool idempotent) {
+  uint64_t inc_before = incarnation_.load(std::memory_order_relaxed);
+  auto r = rpc_->Call(type, build());
+  if (r.ok() && StatusOfReply(*r) != ErrorCode::ILLEGAL_CLIENT) return r;
+  if (!r.ok() && r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT) return r;
+  // The connection broke, or the master no longer knows our slot (restarted
+  // or reclaimed us): re-attach, then retry once if it cannot duplicate work.
+  bool lost_slot = r.ok();
+  Status a = Attach(false);
+  if (!a.ok()) return r.ok() ? ErrorCode::RPC_FAIL : r.error();
+  bool restarted = incarnation_.load(std::memory_order_relaxed) != inc_before;
+  if (!idempotent && !lost_slot && !restarted) return r.error();
+  return rpc_->Call(type, build());
+}
+
+void Client::HeartbeatLoop() {
+  std::unique_lock<std::mutex> lock(hb_mu_);
+  while (!hb_stop_) {
+    uint32_t slot = slot_.load(std::memory_order_relaxed);
+    uint64_t gen = slot_generation_.load(std::memory_order_relaxed);
+    ClientSlot* cs = pool_->client_slot(slot);
+    // Relaxed + publish: the master compares it with its clock, nothing more.
+    cs->heartbeat_generation.store(gen, std::memory_order_relaxed);
+    cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+    PublishRange(&cs->heartbeat_ns, kCacheLine);
+    bool lost = cs->generation.load(std::memory_order_acquire) != gen;
+    lock.unlock();
+    if (lost) {
+      // The master restarted or reclaimed us: take a slot again so that the
+      // master can see us alive (readers never talk to it otherwise).
+      (void)Attach(false);
+    }
+    lock.lock();
+    hb_cv_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_interval_ms),
+                    [this] { return hb_stop_; });
+  }
+}
+
+Status Client::Close() {
+  std::unique_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::OK;
+  closed_ = true;
+  {
+    std::lock_guard<std::mutex> hb(hb_mu_);
+    hb_stop_ = true;
+  }
+  hb_cv_.notify_all();
+  if (hb_thread_.joinable()) hb_thread_.join();
+  ClientRef ref{slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
+  Encoder e;
+  Encode(ref, &e);
+  (void)rpc_->Call(MessageType::kDetach, e.data());
+  rpc_->Disconnect();
+  return ErrorCode::OK;
+}
+
+bool Client::closed() const {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  return closed_;
+}
+
+int Client::HealthCheck() {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return 1;
+  auto r = rpc_->Call(MessageType::kPing, "");
+  return r.ok() ? 0 : 2;
+}
+
+bool Client::ValidKey(std::string_view key, const char* op) const {
+  if (key.empty()) {
+    MCXL_LOG(kWarn, "client", "%s: empty key", op);
+    return false;
+  }
+  if (key.size() > kMaxKeyLength) {
+    MCXL_LOG(kWarn, "client", "%s: key of %zu bytes is longer than the limit of %u", op, key.size(),
+             kMaxKeyLength);
+    return false;
+  }
+  return true;
+}
+
+uint64_t Client::LeaseTtlNs() const {
+  // Relaxed: the master sets it at start; any recent value is fine.
+  return pool_->superblock()->lease_ttl_ns.load(std::memory_order_relaxed);
+}
+
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
+                                   const std::vector<PutParts>& values, const PutOptions& options,
+                                   bool upsert) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  if (closed_) {
+    out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+    return out;
+  }
+  if (values.size() != keys.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", keys.size(), values.size());
+    out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
+    return out;
+  }
+  PutStartRequest req;
+  req.upsert = upsert;
+  req.config.flags = options.flags;
+  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  req.config.group_id = options.group_id;
+  std::vector<size_t> sent;  // request item -> key index
+  std::vector<uint64_t> sizes(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (const ConstSlice& s : values[i]) sizes[i] += s.size;
+    if (!ValidKey(keys[i], "put")) {
+      out[i] = ErrorCode::INVALID_PARAMS;
+      continue;
+    }
+    if (sizes[i] == 0) {
+      MCXL_LOG(kWarn, "client", "put of '%.*s': empty value", int(keys[i].size()), keys[i].data());
+      out[i] = ErrorCode::INVALID_PARAMS;
+      continue;
+    }
+    req.keys.emplace_back(keys[i]);
+    req.sizes.push_back(sizes[i]);
+    sent.push_back(i);
+  }
+  if (sent.empty()) return out;
+  auto build = [&] {
+    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
+    Encoder e;
+    Encode(req, &e);
+    return e.data();
+  };
+  auto r = MasterCall(MessageType::kPutStart, build, false);
+  PutStartReply reply;
+  Decoder d(r.ok() ? *r : std::string());
+  ErrorCode whole = !r.ok() ? r.error()
+                    : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
+                    : reply.status != ErrorCode::OK ? reply.status
+                    : reply.items.size() != sent.size() ? ErrorCode::RPC_FAIL
+                                                        : ErrorCode::OK;
+  if (whole != ErrorCode::OK) {
+    for (size_t i : sent) out[i] = whole;
+    return out;
+  }
+  for (size_t j = 0; j < sent.size(); ++j) {
+    size_t i = sent[j];
+    const PutStartItem& it = reply.items[j];
+    if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) continue;  // first value kept: success
+    if (it.status != ErrorCode::OK) {
+      out[i] = it.status;
+      continue;
+    }
+    if (!pool_->InDataRegion(it.value_offset, sizes[i])) {
+      MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
+      (void)index_->Abort(it.entry_slot, it.generation);
+      out[i] = ErrorCode::INTERNAL_ERROR;
+      continue;
+    }
+    char* dst = pool_->base() + it.value_offset;
+    char* p = dst;
+    for (const ConstSlice& s : values[i]) {
+      memcpy(p, s.data, s.size);
+      p += s.size;
+    }
+    PublishRange(dst, sizes[i]);
+    if (!index_->PublishComplete(it.entry_slot, it.generation)) {
+      MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
+               int(keys[i].size()), keys[i].data());
+      out[i] = ErrorCode::TRANSFER_FAIL;
+    }
+  }
+  return out;
+}
+
+Result<EntrySnapshot> Client::Locate(std::string_view key) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (!ValidKey(key, "get")) return ErrorCode::INVALID_PARAMS;
+  return index_->FindComplete(key, KeyHash(key));
+}
+
+Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
+                                   size_t ndsts) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (TotalSize(dsts, ndsts) < snap.value_size) return ErrorCode::INVALID_PARAMS;
+  const char* src = index_->ValuePtr(snap, key);
+  if (src == nullptr) return false;  // geometry of a stale snapshot: retry
+  ObserveRange(src, snap.value_size);
+  uint64_t left = snap.value_size;
+  for (size_t i = 0; i < ndsts && left > 0; ++i) {
+    uint64_t n = dsts[i].size < left ? dsts[i].size : left;
+    memcpy(dsts[i].data, src, n);
+    src += n;
+    left -= n;
+  }
+  if (!index_->StillValid(snap)) return false;
+  index_->ExtendLease(snap.slot, NowNs() + LeaseTtlNs());
+  return true;
+}
+
+Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {
+  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
+    auto snap = Locate(key);
+    if (!snap) return snap.error();
+    if (TotalSize(dsts, ndsts) < snap->value_size) {
+      MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
+               int(key.size()), key.data(), (unsigned long long)TotalSize(dsts, ndsts),
+               (unsigned long long)snap->value_size);
+      return ErrorCode::INVALID_PARAMS;
+    }
+    auto ok = CopyValidated(*snap, key, dsts, ndsts);
+    if (!ok) return ok.error();
+    if (*ok) return snap->value_size;
+    _mm_pause();
+  }
+  return ErrorCode::OBJECT_NOT_FOUND;  // rewritten on every attempt: treat as gone
+}
+
+int Client::IsExist(std::string_view key) {
+  auto snap = Locate(key);
+  if (snap.ok()) {
+    index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+    return 1;
+  }
+  return snap.error() == ErrorCode::OBJECT_NOT_FOUND ? 0 : ToInt(snap.error());
+}
+
+Result<uint64_t> Client::GetSize(std::string_view key) {
+  auto snap = Locate(key);
+  if (!snap) return snap.error();
+  return snap->value_size;
+}
+
+ErrorCode Client::Remove(std::string_view key, bool force) {
+  auto r = BatchRemove({key}, force);
+  return ErrorCode(r[0]);
+}
+
+std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& keys, bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  std::vector<int32_t> out(keys.size(), 0);
+  RemoveRequest req;
+  req.force = force;
+  std::vector<size_t> sent;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!ValidKey(keys[i], "remove")) {
+      out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+      continue;
+    }
+    req.keys.emplace_back(keys[i]);
+    sent.push_back(i);
+  }
+  if (sent.empty()) return out;
+  Encoder e;
+  Encode(req, &e);
+  auto r = MasterCall(MessageType::kBatchRemove, [&] { return e.data(); }, true);
+  RemoveReply reply;
+  Decoder d(r.ok() ? *r : std::string());
+  ErrorCode whole = !r.ok() ? r.error()
+                    : !Decode(&d, &reply) || reply.results.size() != sent.size() ? ErrorCode::RPC_FAIL
+                                                                                  : reply.status;
+  for (size_t j = 0; j < sent.size(); ++j)
+    out[sent[j]] = whole != ErrorCode::OK ? ToInt(whole) : reply.results[j];
+  return out;
+}
+
+Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  Encoder e;
+  Encode(RemoveByRegexRequest{pattern, force}, &e);
+  auto r = MasterCall(MessageType::kRemoveByRegex, [&] { return e.data(); }, true);
+  if (!r) return r.error();
+  CountReply reply;
+  Decoder d(*r);
+  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+  if (reply.status != ErrorCode::OK) return reply.status;
+  return reply.count;
+}
+
+Result<uint64_t> Client::RemoveAll(bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  Encoder e;
+  Encode(RemoveByRegexRequest{"", force}, &e);
+  auto r = MasterCall(MessageType::kRemoveAll, [&] { return e.data(); }, true);
+  if (!r) return r.error();
+  CountReply reply;
+  Decoder d(*r);
+  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+  if (reply.status != ErrorCode::OK) return reply.status;
+  return reply.count;
+}
+
+}  // namespace mcxl

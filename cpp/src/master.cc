@@ -1,0 +1,677 @@
+#include "mooncake_cxl/master.h"
+
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <regex>
+#include <unordered_map>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/publish.h"
+
+namespace mcxl {
+namespace {
+
+constexpr uint64_t kNsPerSec = 1000000000ull;
+constexpr uint64_t kClientCheckIntervalNs = 500 * 1000000ull;
+
+std::string ThisMachine() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+// True when `pid` is gone or a zombie (a killed child not yet reaped).
+bool LocalPidDead(uint64_t pid) {
+  if (pid == 0) return false;
+  if (kill(pid_t(pid), 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)pid);
+  FILE* f = fopen(path, "r");
+  if (f == nullptr) return true;
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  const char* rp = static_cast<const char*>(memrchr(buf, ')', n));
+  return rp != nullptr && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+std::string StatusReply(ErrorCode status) {
+  Encoder e;
+  EncodeStatus(status, &e);
+  return e.data();
+}
+
+}  // namespace
+
+Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
+  std::unique_ptr<Master> m(new Master(config));
+  Status s = m->Open();
+  if (!s.ok()) return s.error();
+  return m;
+}
+
+Status Master::Open() {
+  machine_ = ThisMachine();
+  if (!config_.enable_cxl)
+    MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",
+             config_.cxl_path.c_str());
+  if (config_.client_slots == 0 || config_.client_slots > 4096) {
+    MCXL_LOG(kError, "master", "--client_slots must be 1..4096, got %llu",
+             (unsigned long long)config_.client_slots);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, config_.format);
+  if (!pool) return pool.error();
+  pool_ = std::move(pool.value());
+  bool fresh = config_.format || !pool_->IsFormatted();
+  if (fresh) {
+    FormatOptions fo;
+    fo.index_capacity = config_.index_capacity;
+    fo.client_slots = uint32_t(config_.client_slots);
+    Status s = pool_->Format(fo);
+    if (!s.ok()) return s;
+  } else {
+    Status s = pool_->Verify(nullptr);
+    if (!s.ok()) return s;
+  }
+  Superblock* sb = pool_->superblock();
+  SetCoherenceMode(CoherenceMode(sb->coherence_mode));
+  index_ = std::make_unique<ObjectIndex>(pool_.get());
+  alloc_ = std::make_unique<ExtentAllocator>(sb->data_offset, sb->data_size,
+                                             2 * sb->index_capacity + 2);
+  extent_of_entry_.assign(sb->index_capacity, 0);
+  clients_.assign(sb->client_slot_count, ClientInfo{});
+  stats_.capacity_bytes = alloc_->capacity();
+  // Relaxed stores + one publish: readers only use these as hints.
+  sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
+  sb->master_pid.store(uint64_t(getpid()), std::memory_order_relaxed);
+  sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+  uint64_t inc = sb->master_incarnation.load(std::memory_order_relaxed) + 1;
+  sb->master_incarnation.store(inc, std::memory_order_release);
+  PublishRange(&sb->master_incarnation, kCacheLine);
+  if (!fresh) Recover();
+  MCXL_LOG(kInfo, "master", "pool %s uuid %s incarnation %llu: %llu objects, %llu/%llu bytes used",
+           pool_->path().c_str(), pool_->UuidString().c_str(), (unsigned long long)inc,
+           (unsigned long long)stats_.complete_keys, (unsigned long long)alloc_->used_bytes(),
+           (unsigned long long)alloc_->capacity());
+  return ErrorCode::OK;
+}
+
+void Master::Recover() {
+  // Pids of the previous incarnation's clients, to free their unfinished
+  // extents at once when they are dead.
+  std::vector<uint64_t> old_pid(clients_.size(), 0);
+  for (uint32_t i = 0; i < clients_.size(); ++i) {
+    ClientSlot* cs = pool_->client_slot(i);
+    // Only a client of this machine can be known dead by its pid.
+    if (cs->generation.load(std::memory_order_relaxed) != 0 &&
+        cs->machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_))
+      old_pid[i] = cs->pid.load(std::memory_order_relaxed);
+    cs->generation.store(0, std::memory_order_relaxed);  // every client re-attaches
+  }
+  PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
+
+  struct Found {
+    uint64_t slot, offset, extent, generation;
+  };
+  std::vector<Found> complete;
+  std::vector<uint64_t> unfinished;
+  uint64_t capacity = index_->capacity();
+  for (uint64_t slot = 0; slot < capacity; ++slot) {
+    IndexEntry& e = index_->entry(slot);
+    index_->RepairVersion(slot);
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    next_generation_ = std::max(next_generation_, GenOf(sg) + 1);
+    EntryState st = StateOf(sg);
+    if (st == EntryState::kEmpty || st == EntryState::kTombstone) continue;
+    uint64_t off = e.object_offset.load(std::memory_order_relaxed);
+    const ObjectHeader* h = CheckedObjectHeader(*pool_, off);
+    bool ok = h != nullptr && h->key_hash == e.key_hash.load(std::memory_order_relaxed) &&
+              h->value_size == e.value_size.load(std::memory_order_relaxed) &&
+              h->generation == GenOf(sg);
+    if (st == EntryState::kComplete && ok) {
+      complete.push_back({slot, off, h->extent_size, GenOf(sg)});
+    } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
+      unfinished.push_back(slot);
+    } else {
+      MCXL_LOG(kWarn, "master", "recovery: entry %llu (state %d) has no valid object header; dropped",
+               (unsigned long long)slot, int(st));
+      index_->Tombstone(slot);
+      ++stats_.dropped_on_recovery;
+    }
+  }
+  // Reserve in address order (the allocator's fast path for recovery).
+  auto by_offset = [](const Found& a, const Found& b) { return a.offset < b.offset; };
+  std::sort(complete.begin(), complete.end(), by_offset);
+  std::unordered_map<uint64_t, std::vector<uint64_t>> by_hash;
+  for (const Found& f : complete) {
+    auto ext = alloc_->Reserve(f.offset, f.extent);
+    if (!ext) {
+      MCXL_LOG(kWarn, "master", "recovery: entry %llu overlaps another object; dropped",
+               (unsigned long long)f.slot);
+      index_->Tombstone(f.slot);
+      ++stats_.dropped_on_recovery;
+      continue;
+    }
+    extent_of_entry_[f.slot] = ext->handle;
+    ++live_entries_;
+    ++stats_.complete_keys;
+    by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
+  }
+  // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
+  // the newest.
+  for (auto& [hash, slots] : by_hash) {
+    if (slots.size() < 2) {
+      uint32_t fl = index_->entry(slots[0]).flags.load(std::memory_order_relaxed);
+      if (fl & kFlagSuperseded) index_->SetFlags(slots[0], fl & ~kFlagSuperseded);
+      continue;
+    }
+    for (uint64_t s : slots) {
+      if (index_->entry(s).state_gen.load(std::memory_order_relaxed) == 0) continue;
+      ClearSupersededIfSettled(KeyOf(s), hash);
+    }
+  }
+  // Unfinished puts: revoke. Their extents are reserved (a live client of the
+  // old incarnation might still write) and released later unless the owner is
+  // known dead.
+  uint64_t release_at = MonoNs() + config_.put_start_release_timeout_sec * kNsPerSec;
+  std::vector<std::pair<uint64_t, uint64_t>> unfinished_ext;
+  for (uint64_t slot : unfinished) {
+    IndexEntry& e = index_->entry(slot);
+    const ObjectHeader* h = pool_->At<const ObjectHeader>(e.object_offset.load(std::memory_order_relaxed));
+    unfinished_ext.emplace_back(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
+    uint32_t owner = e.owner_slot.load(std::memory_order_relaxed);
+    bool dead = owner < old_pid.size() && old_pid[owner] != 0 && LocalPidDead(old_pid[owner]);
+    auto ext = alloc_->Reserve(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
+    index_->Tombstone(slot);
+    ++stats_.revoked_puts;
+    if (!ext) continue;  // overlapped a kept object: it was never ours to free
+    if (dead) (void)alloc_->Free(ext->handle);
+    else deferred_.push_back({ext->handle, release_at});
+  }
+  stats_.recovered_objects = stats_.complete_keys;
+  MCXL_LOG(kInfo, "master", "recovery: kept %llu objects, revoked %zu unfinished puts, dropped %llu",
+           (unsigned long long)stats_.complete_keys, unfinished.size(),
+           (unsigned long long)stats_.dropped_on_recovery);
+}
+
+std::string_view Master::KeyOf(uint64_t entry_slot) const {
+  // The master wrote this header itself; it is trusted.
+  const auto* h = pool_->At<const ObjectHeader>(
+      index_->entry(entry_slot).object_offset.load(std::memory_order_relaxed));
+  return std::string_view(reinterpret_cast<const char*>(h + 1), h->key_len);
+}
+
+void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
+  out->clear();
+  uint64_t cap = index_->capacity();
+  uint64_t max_probe = std::min(pool_->superblock()->max_probe.load(std::memory_order_relaxed), cap - 1);
+  uint64_t home = index_->HomeSlot(hash);
+  for (uint64_t i = 0; i <= max_probe; ++i) {
+    uint64_t slot = (home + i) & (cap - 1);
+    const IndexEntry& e = index_->entry(slot);
+    // Acquire: a client's COMPLETE CAS published the value before it.
+    EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
+    if (st == EntryState::kEmpty) break;
+    if (st != EntryState::kWriting && st != EntryState::kComplete) continue;
+    if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
+    if (KeyOf(slot) == key) out->push_back(slot);
+  }
+}
+
+bool Master::ClientValid(const ClientRef& ref) const {
+  return ref.slot < clients_.size() && clients_[ref.slot].attached &&
+         clients_[ref.slot].generation == ref.generation;
+}
+
+std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  Decoder d(payload);
+  switch (MessageType(type)) {
+    case MessageType::kPing: {
+      Encoder e;
+      Encode(PingReply{ErrorCode::OK, pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)}, &e);
+      return e.data();
+    }
+    case MessageType::kAttach: return HandleAttach(&d, conn_slot);
+    case MessageType::kDetach: return HandleDetach(&d, conn_slot);
+    case MessageType::kHeartbeat: return HandleHeartbeat(&d);
+    case MessageType::kPutStart: return HandlePutStart(&d);
+    case MessageType::kRemove: return HandleRemove(&d, false);
+    case MessageType::kBatchRemove: return HandleRemove(&d, true);
+    case MessageType::kRemoveByRegex: return HandleRemoveMatching(&d, false);
+    case MessageType::kRemoveAll: return HandleRemoveMatching(&d, true);
+    default:
+      MCXL_LOG(kWarn, "master", "request of unknown type %u (%zu bytes) rejected", type, payload.size());
+      return StatusReply(ErrorCode::INVALID_PARAMS);
+  }
+}
+
+std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
+  AttachRequest req;
+  AttachReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else {
+    uint32_t slot = kNoSlot;
+    if (ClientValid({req.prev_slot, req.prev_generation})) {
+      slot = req.prev_slot;  // a reconnect of a live client keeps its slot
+    } else {
+      for (uint32_t i = 0; i < clients_.size(); ++i)
+        if (!clients_[i].attached) {
+          slot = i;
+          break;
+        }
+    }
+    if (slot == kNoSlot) {
+      MCXL_LOG(kWarn, "master", "attach of %s refused: all %zu client slots are taken",
+               req.local_hostname.c_str(), clients_.size());
+      reply.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    } else {
+      ClientInfo& c = clients_[slot];
+      ClientSlot* cs = pool_->client_slot(slot);
+      if (!c.attached || c.generation != req.prev_generation) {
+        c = ClientInfo{};
+        c.attached = true;
+        c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
+                       next_generation_++;
+        c.pid = req.pid;
+        c.local = req.machine == machine_;
+        c.attach_ns = NowNs();
+        cs->pid.store(req.pid, std::memory_order_relaxed);
+        cs->machine_hash.store(KeyHash(req.machine), std::memory_order_relaxed);
+        snprintf(cs->host, sizeof(cs->host), "%s", req.local_hostname.c_str());
+        // Release: pid and host are visible before the generation that
+        // marks the slot assigned.
+        cs->generation.store(c.generation, std::memory_order_release);
+        PublishRange(cs, kCacheLine);
+        MCXL_LOG(kInfo, "master", "client %s (pid %llu) attached as slot %u",
+                 req.local_hostname.c_str(), (unsigned long long)req.pid, slot);
+      }
+      c.connected = true;
+      *conn_slot = slot;
+      const Superblock* sb = pool_->superblock();
+      reply.slot = slot;
+      reply.slot_generation = c.generation;
+      reply.incarnation = sb->master_incarnation.load(std::memory_order_relaxed);
+      reply.pool_path = pool_->path();
+      reply.pool_size = sb->pool_size;
+      memcpy(reply.uuid, sb->uuid, 16);
+      reply.lease_ttl_ms = config_.default_kv_lease_ttl_ms;
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+std::string Master::HandleDetach(Decoder* d, uint32_t* conn_slot) {
+  ClientRef ref;
+  if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
+  if (!ClientValid(ref)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
+  ReclaimClient(ref.slot, "detached");
+  *conn_slot = kNoSlot;
+  return StatusReply(ErrorCode::OK);
+}
+
+std::string Master::HandleHeartbeat(Decoder* d) {
+  ClientRef ref;
+  if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
+  return StatusReply(ClientValid(ref) ? ErrorCode::OK : ErrorCode::ILLEGAL_CLIENT);
+}
+
+PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
+  PutStartItem item;
+  const std::string& key = req.keys[i];
+  uint64_t size = req.sizes[i];
+  if (key.empty() || key.size() > kMaxKeyLength) {
+    MCXL_LOG(kWarn, "master", "put refused: key length %zu is outside 1..%u", key.size(), kMaxKeyLength);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  if (size == 0) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: empty value", key.c_str());
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  uint64_t hash = KeyHash(key);
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  if (!live.empty() && !req.upsert) {
+    item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
+    return item;
+  }
+  uint64_t extent_bytes = ExtentBytes(key.size(), size);
+  if (extent_bytes < size || extent_bytes > alloc_->capacity()) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
+             key.c_str(), (unsigned long long)size, (unsigned long long)alloc_->capacity());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  if (live_entries_ + 1 > index_->capacity() / 8 * 7) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: object index full (%llu of %llu entries)",
+             key.c_str(), (unsigned long long)live_entries_, (unsigned long long)index_->capacity());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  auto ext = alloc_->Allocate(extent_bytes);
+  if (!ext) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: no free extent of %llu bytes (%llu of %llu used)",
+             key.c_str(), (unsigned long long)extent_bytes, (unsigned long long)alloc_->used_bytes(),
+             (unsigned long long)alloc_->capacity());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  uint64_t gen = next_generation_++;
+  uint64_t now = NowNs();
+  ObjectHeaderFields f;
+  f.key_hash = hash;
+  f.generation = gen;
+  f.value_size = size;
+  f.extent_size = ext->size;
+  f.put_time_ns = now;
+  f.group_hash = req.config.group_id.empty() ? 0 : KeyHash(req.config.group_id);
+  f.soft_pin_ttl_ms = req.config.soft_pin_ttl_ms;
+  f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
+  WriteObjectHeader(*pool_, ext->offset, f, key);
+  auto slot = index_->Insert({hash, ext->offset, size, gen, now, f.flags, req.client.slot});
+  if (!slot) {
+    (void)alloc_->Free(ext->handle);
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: no index slot in its probe sequence", key.c_str());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  if (req.upsert) {
+    for (uint64_t s : live) {
+      const IndexEntry& e = index_->entry(s);
+      uint32_t fl = e.flags.load(std::memory_order_relaxed);
+      if (StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kComplete &&
+          !(fl & kFlagSuperseded))
+        index_->SetFlags(s, fl | kFlagSuperseded);
+    }
+  }
+  extent_of_entry_[*slot] = ext->handle;
+  ++live_entries_;
+  pending_.push_back({*slot, gen, req.client.slot, MonoNs(), req.upsert});
+  item.entry_slot = *slot;
+  item.generation = gen;
+  item.value_offset = index_->ValueOffset(ext->offset, key.size());
+  return item;
+}
+
+std::string Master::HandlePutStart(Decoder* d) {
+  PutStartRequest req;
+  PutStartReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;  // the client re-attaches and retries
+  } else {
+    reply.items.reserve(req.keys.size());
+    for (size_t i = 0; i < req.keys.size(); ++i) {
+      ++stats_.put_requests;
+      reply.items.push_back(PutStartOne(req, i));
+      ErrorCode st = reply.items.back().status;
+      if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns) {
+  index_->Tombstone(entry_slot);
+  --live_entries_;
+  if (free_now) {
+    Status s = alloc_->Free(extent_of_entry_[entry_slot]);
+    if (!s.ok())
+      MCXL_LOG(kError, "master", "extent of entry %llu was already free", (unsigned long long)entry_slot);
+  } else {
+    deferred_.push_back({extent_of_entry_[entry_slot], release_mono_ns});
+  }
+}
+
+ErrorCode Master::RemoveKey(std::string_view key, bool force) {
+  if (key.empty() || key.size() > kMaxKeyLength) return ErrorCode::INVALID_PARAMS;
+  std::vector<uint64_t> live;
+  FindLive(key, KeyHash(key), &live);
+  uint64_t now = NowNs();
+  bool any_complete = false;
+  for (uint64_t s : live) {
+    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+      continue;
+    any_complete = true;
+    if (!force && index_->LeaseUntil(s) > now) return ErrorCode::OBJECT_HAS_LEASE;
+  }
+  if (!any_complete) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
+  for (uint64_t s : live) {
+    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+      continue;
+    Unlink(s, true, 0);
+    --stats_.complete_keys;
+  }
+  return ErrorCode::OK;
+}
+
+std::string Master::HandleRemove(Decoder* d, bool batch) {
+  RemoveRequest req;
+  RemoveReply reply;
+  if (!Decode(d, &req) || (!batch && req.keys.size() != 1)) {
+    MCXL_LOG(kWarn, "master", "malformed Remove request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else {
+    for (const auto& k : req.keys) {
+      ++stats_.remove_requests;
+      ErrorCode r = RemoveKey(k, req.force);
+      if (r != ErrorCode::OK) ++stats_.remove_failures;
+      reply.results.push_back(ToInt(r));
+    }
+    if (!batch) reply.status = ErrorCode(reply.results[0]);
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
+  RemoveByRegexRequest req;
+  CountReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed RemoveByRegex/RemoveAll request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+    Encoder e;
+    Encode(reply, &e);
+    return e.data();
+  }
+  std::regex re;
+  if (!all) {
+    try {
+      re = std::regex(req.pattern, std::regex::ECMAScript);
+    } catch (const std::regex_error& ex) {
+      MCXL_LOG(kWarn, "master", "remove_by_regex: invalid pattern '%s': %s", req.pattern.c_str(), ex.what());
+      reply.status = ErrorCode::INVALID_PARAMS;
+      Encoder e;
+      Encode(reply, &e);
+      return e.data();
+    }
+  }
+  uint64_t now = NowNs();
+  for (uint64_t s = 0; s < index_->capacity(); ++s) {
+    const IndexEntry& e = index_->entry(s);
+    if (StateOf(e.state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    if (!req.force && index_->LeaseUntil(s) > now) continue;
+    if (!all) {
+      std::string_view k = KeyOf(s);
+      if (!std::regex_search(k.begin(), k.end(), re)) continue;
+    }
+    Unlink(s, true, 0);
+    --stats_.complete_keys;
+    ++reply.count;
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  uint64_t newest_gen = 0, newest = 0;
+  bool pending_upsert = false;
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) == EntryState::kWriting) pending_upsert = true;
+    else if (GenOf(sg) > newest_gen) newest_gen = GenOf(sg), newest = s;
+  }
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    if (s != newest) {  // an older value of an upserted key
+      Unlink(s, true, 0);
+      --stats_.complete_keys;
+      continue;
+    }
+    uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+    if (!pending_upsert && (fl & kFlagSuperseded)) index_->SetFlags(s, fl & ~kFlagSuperseded);
+  }
+}
+
+void Master::FinishPending(const PendingPut& p, EntryState state) {
+  if (state == EntryState::kComplete) {
+    ++stats_.complete_keys;
+    if (p.upsert) {
+      std::string key(KeyOf(p.entry_slot));
+      ClearSupersededIfSettled(key, KeyHash(key));
+    }
+    return;
+  }
+  // ABORTED by its client: reclaim now (the client stopped writing first).
+  std::string key(KeyOf(p.entry_slot));
+  Unlink(p.entry_slot, true, 0);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::RevokePending(const PendingPut& p, bool owner_dead) {
+  std::string key(KeyOf(p.entry_slot));
+  if (!index_->Abort(p.entry_slot, p.generation)) {
+    // The client published it meanwhile: it is a normal object now.
+    FinishPending(p, StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire)));
+    return;
+  }
+  ++stats_.revoked_puts;
+  MCXL_LOG(kInfo, "master", "revoked unfinished put of '%s' (client slot %u %s)", key.c_str(), p.owner,
+           owner_dead ? "exited" : "unresponsive or too slow");
+  Unlink(p.entry_slot, owner_dead,
+         p.start_mono_ns + config_.put_start_release_timeout_sec * kNsPerSec);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::CheckPending() {
+  // Completion and the discard timeout only; dead clients are found by
+  // CheckClients, which revokes their puts with the slot.
+  uint64_t now = MonoNs();
+  uint64_t discard_ns = config_.put_start_discard_timeout_sec * kNsPerSec;
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    EntryState st = StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire));
+    if (st == EntryState::kComplete || st == EntryState::kAborted) {
+      FinishPending(p, st);
+      continue;
+    }
+    if (now - p.start_mono_ns > discard_ns) {
+      RevokePending(p, false);
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+  size_t dkeep = 0;
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    if (now >= deferred_[i].release_mono_ns) (void)alloc_->Free(deferred_[i].handle);
+    else deferred_[dkeep++] = deferred_[i];
+  }
+  deferred_.resize(dkeep);
+}
+
+void Master::ReclaimClient(uint32_t slot, const char* why) {
+  ClientInfo& c = clients_[slot];
+  if (!c.attached) return;
+  bool dead = c.local && LocalPidDead(c.pid);
+  // Revoke this client's unfinished puts before the slot can be reused.
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    if (p.owner != slot) {
+      pending_[keep++] = p;
+      continue;
+    }
+    EntryState st = StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire));
+    if (st == EntryState::kComplete || st == EntryState::kAborted) FinishPending(p, st);
+    else RevokePending(p, dead);
+  }
+  pending_.resize(keep);
+  c = ClientInfo{};
+  ClientSlot* cs = pool_->client_slot(slot);
+  cs->generation.store(0, std::memory_order_release);
+  PublishRange(cs, kCacheLine);
+  MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
+}
+
+void Master::OnDisconnect(uint32_t slot) {
+  if (slot >= clients_.size() || !clients_[slot].attached) return;
+  clients_[slot].connected = false;
+  if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");
+}
+
+void Master::CheckClients() {
+  uint64_t now = NowNs();
+  uint64_t ttl = config_.client_ttl_s * kNsPerSec;
+  for (uint32_t i = 0; i < clients_.size(); ++i) {
+    ClientInfo& c = clients_[i];
+    if (!c.attached) continue;
+    if (c.local && LocalPidDead(c.pid)) {
+      ReclaimClient(i, "process exited");
+      continue;
+    }
+    ClientSlot* cs = pool_->client_slot(i);
+    ObserveRange(&cs->heartbeat_ns, kCacheLine);
+    uint64_t hb = cs->heartbeat_ns.load(std::memory_order_relaxed);
+    if (cs->heartbeat_generation.load(std::memory_order_relaxed) != c.generation) hb = 0;
+    uint64_t last = std::max(hb, c.attach_ns);
+    if (now > last && now - last > ttl) ReclaimClient(i, "heartbeat expired");
+  }
+}
+
+uint64_t Master::Tick() {
+  Superblock* sb = pool_->superblock();
+  sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);  // a hint only
+  if (!pending_.empty() || !deferred_.empty()) CheckPending();
+  uint64_t now = MonoNs();
+  if (now - last_client_check_mono_ > kClientCheckIntervalNs) {
+    last_client_check_mono_ = now;
+    CheckClients();
+  }
+  return pending_.empty() ? 100 : 1;
+}
+
+MasterStats Master::stats() const {
+  MasterStats s = stats_;
+  s.pending_puts = pending_.size();
+  s.allocated_bytes = alloc_->used_bytes();
+  s.attached_clients = 0;
+  for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
+  return s;
+}
+
+}  // namespace mcxl

@@ -1,0 +1,193 @@
+#include "mooncake_cxl/rpc_protocol.h"
+
+namespace mcxl {
+namespace {
+ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
+}  // namespace
+
+const char* MessageTypeName(uint16_t type) {
+  switch (MessageType(type)) {
+    case MessageType::kError: return "Error";
+    case MessageType::kPing: return "Ping";
+    case MessageType::kAttach: return "Attach";
+    case MessageType::kDetach: return "Detach";
+    case MessageType::kPutStart: return "PutStart";
+    case MessageType::kRemove: return "Remove";
+    case MessageType::kBatchRemove: return "BatchRemove";
+    case MessageType::kRemoveByRegex: return "RemoveByRegex";
+    case MessageType::kRemoveAll: return "RemoveAll";
+    case MessageType::kHeartbeat: return "Heartbeat";
+  }
+  return "Unknown";
+}
+
+std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload) {
+  FrameHeader h{kFrameMagic, kProtocolVersion, uint16_t(type), uint32_t(payload.size()), 0,
+                request_id};
+  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  out += payload;
+  return out;
+}
+
+void Encode(const AttachRequest& m, Encoder* e) {
+  e->Str(m.local_hostname);
+  e->Str(m.machine);
+  e->U64(m.pid);
+  e->U32(m.prev_slot);
+  e->U64(m.prev_generation);
+}
+bool Decode(Decoder* d, AttachRequest* m) {
+  m->local_hostname = d->Str();
+  m->machine = d->Str();
+  m->pid = d->U64();
+  m->prev_slot = d->U32();
+  m->prev_generation = d->U64();
+  return !d->failed() && d->done();
+}
+
+void Encode(const AttachReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U32(m.slot);
+  e->U64(m.slot_generation);
+  e->U64(m.incarnation);
+  e->Str(m.pool_path);
+  e->U64(m.pool_size);
+  e->Raw(m.uuid, 16);
+  e->U64(m.lease_ttl_ms);
+}
+bool Decode(Decoder* d, AttachReply* m) {
+  m->status = ReadStatus(d);
+  m->slot = d->U32();
+  m->slot_generation = d->U64();
+  m->incarnation = d->U64();
+  m->pool_path = d->Str();
+  m->pool_size = d->U64();
+  d->Raw(m->uuid, 16);
+  m->lease_ttl_ms = d->U64();
+  return !d->failed();
+}
+
+void Encode(const ClientRef& m, Encoder* e) {
+  e->U32(m.slot);
+  e->U64(m.generation);
+}
+bool Decode(Decoder* d, ClientRef* m) {
+  m->slot = d->U32();
+  m->generation = d->U64();
+  return !d->failed();
+}
+
+void Encode(const PutStartRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U8(m.upsert ? 1 : 0);
+  e->U32(m.config.flags);
+  e->U64(m.config.soft_pin_ttl_ms);
+  e->Str(m.config.group_id);
+  e->U32(uint32_t(m.keys.size()));
+  for (size_t i = 0; i < m.keys.size(); ++i) {
+    e->Str(m.keys[i]);
+    e->U64(m.sizes[i]);
+  }
+}
+bool Decode(Decoder* d, PutStartRequest* m) {
+  Decode(d, &m->client);
+  m->upsert = d->U8() != 0;
+  m->config.flags = d->U32();
+  m->config.soft_pin_ttl_ms = d->U64();
+  m->config.group_id = d->Str();
+  uint32_t n = d->Count(4 + 8);
+  m->keys.reserve(n);
+  m->sizes.reserve(n);
+  for (uint32_t i = 0; i < n && !d->failed(); ++i) {
+    m->keys.emplace_back(d->Str());
+    m->sizes.push_back(d->U64());
+  }
+  return !d->failed() && d->done();
+}
+
+void Encode(const PutStartReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U32(uint32_t(m.items.size()));
+  for (const auto& it : m.items) {
+    e->I32(ToInt(it.status));
+    e->U64(it.entry_slot);
+    e->U64(it.generation);
+    e->U64(it.value_offset);
+  }
+}
+bool Decode(Decoder* d, PutStartReply* m) {
+  m->status = ReadStatus(d);
+  uint32_t n = d->Count(4 + 24);
+  m->items.resize(n);
+  for (auto& it : m->items) {
+    it.status = ReadStatus(d);
+    it.entry_slot = d->U64();
+    it.generation = d->U64();
+    it.value_offset = d->U64();
+  }
+  return !d->failed();
+}
+
+void Encode(const RemoveRequest& m, Encoder* e) {
+  e->U8(m.force ? 1 : 0);
+  e->U32(uint32_t(m.keys.size()));
+  for (const auto& k : m.keys) e->Str(k);
+}
+bool Decode(Decoder* d, RemoveRequest* m) {
+  m->force = d->U8() != 0;
+  uint32_t n = d->Count(4);
+  m->keys.reserve(n);
+  for (uint32_t i = 0; i < n && !d->failed(); ++i) m->keys.emplace_back(d->Str());
+  return !d->failed() && d->done();
+}
+
+void Encode(const RemoveReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U32(uint32_t(m.results.size()));
+  for (int32_t r : m.results) e->I32(r);
+}
+bool Decode(Decoder* d, RemoveReply* m) {
+  m->status = ReadStatus(d);
+  uint32_t n = d->Count(4);
+  m->results.resize(n);
+  for (auto& r : m->results) r = d->I32();
+  return !d->failed();
+}
+
+void Encode(const RemoveByRegexRequest& m, Encoder* e) {
+  e->U8(m.force ? 1 : 0);
+  e->Str(m.pattern);
+}
+bool Decode(Decoder* d, RemoveByRegexRequest* m) {
+  m->force = d->U8() != 0;
+  m->pattern = d->Str();
+  return !d->failed() && d->done();
+}
+
+void Encode(const CountReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U64(m.count);
+}
+bool Decode(Decoder* d, CountReply* m) {
+  m->status = ReadStatus(d);
+  m->count = d->U64();
+  return !d->failed();
+}
+
+void Encode(const PingReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U64(m.incarnation);
+}
+bool Decode(Decoder* d, PingReply* m) {
+  m->status = ReadStatus(d);
+  m->incarnation = d->U64();
+  return !d->failed();
+}
+
+void EncodeStatus(ErrorCode status, Encoder* e) { e->I32(ToInt(status)); }
+bool DecodeStatus(Decoder* d, ErrorCode* status) {
+  *status = ReadStatus(d);
+  return !d->failed();
+}
+
+}  // namespace mcxl

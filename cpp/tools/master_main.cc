@@ -1,0 +1,85 @@
+// mooncake_cxl_master: the master of a CXL pool. Flags follow mooncake_master.
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "mooncake_cxl/flags.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/tcp_server.h"
+
+namespace {
+std::atomic<bool> g_stop{false};
+void OnSignal(int) { g_stop.store(true, std::memory_order_relaxed); }  // polled by Run
+}  // namespace
+
+int main(int argc, char** argv) {
+  mcxl::InitLogLevelFromEnv(mcxl::LogLevel::kInfo);
+  mcxl::MasterConfig cfg;
+  if (const char* p = getenv("MC_CXL_DEV_PATH")) cfg.cxl_path = p;
+  if (const char* s = getenv("MC_CXL_DEV_SIZE")) cfg.cxl_size = strtoull(s, nullptr, 10);
+  mcxl::FlagSet flags;
+  flags.Add("rpc_address", &cfg.rpc_address, "address the RPC server binds");
+  flags.Add("rpc_port", &cfg.rpc_port, "RPC server port (0 = any free port)");
+  flags.Add("metrics_port", &cfg.metrics_port, "HTTP metrics port");
+  flags.Add("enable_cxl", &cfg.enable_cxl, "serve a CXL pool (always on here)");
+  flags.Add("cxl_path", &cfg.cxl_path, "pool: device-DAX node, regular file or /dev/shm file");
+  flags.Add("cxl_size", &cfg.cxl_size, "pool size in bytes; 0 = the device's size");
+  flags.Add("format", &cfg.format, "format the pool (erases it); an unformatted pool is always formatted");
+  flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format; 0 = one per 4 KiB of pool");
+  flags.Add("client_slots", &cfg.client_slots, "client slots at format");
+  flags.Add("default_kv_lease_ttl", &cfg.default_kv_lease_ttl_ms, "lease granted by get/exist, ms");
+  flags.Add("default_kv_soft_pin_ttl", &cfg.default_kv_soft_pin_ttl_ms, "soft pin duration, ms");
+  flags.Add("eviction_high_watermark_ratio", &cfg.eviction_high_watermark_ratio, "evict above this used ratio");
+  flags.Add("eviction_ratio", &cfg.eviction_ratio, "fraction of capacity one eviction round frees");
+  flags.Add("allow_evict_soft_pinned_objects", &cfg.allow_evict_soft_pinned_objects,
+            "soft-pinned objects may be evicted last");
+  flags.Add("client_ttl", &cfg.client_ttl_s, "seconds without heartbeat before a client is reclaimed");
+  flags.Add("put_start_discard_timeout_sec", &cfg.put_start_discard_timeout_sec,
+            "an unfinished put is revoked after this many seconds");
+  flags.Add("put_start_release_timeout_sec", &cfg.put_start_release_timeout_sec,
+            "a revoked put's space is freed after this many seconds (at once if its client died)");
+  for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
+                        "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
+                        "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
+                        "memory_allocator", "root_fs_dir", "global_file_segment_size",
+                        "enable_offload", "rpc_conn_timeout_seconds", "rpc_interface",
+                        "max_total_finished_tasks", "max_total_pending_tasks", "max_total_processing_tasks"})
+    flags.Ignore(n);
+  std::string error;
+  bool help = false;
+  if (!flags.Parse(argc, argv, &error, &help)) {
+    fprintf(stderr, "mooncake_cxl_master: %s\n", error.c_str());
+    return 2;
+  }
+  if (help) {
+    fputs(flags.Usage("mooncake_cxl_master").c_str(), stdout);
+    return 0;
+  }
+  for (const auto& n : flags.ignored_seen())
+    MCXL_LOG(kInfo, "master", "--%s accepted for Mooncake compatibility; it has no effect here", n.c_str());
+  if (cfg.rpc_port < 0 || cfg.rpc_port > 65535) {
+    fprintf(stderr, "mooncake_cxl_master: --rpc_port must be 0..65535\n");
+    return 2;
+  }
+  auto master = mcxl::Master::Create(cfg);
+  if (!master) {
+    fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",
+            mcxl::ErrorCodeName(master.error()));
+    return 1;
+  }
+  mcxl::TcpServer server(master->get());
+  if (!server.Listen(cfg.rpc_address, int(cfg.rpc_port)).ok()) return 1;
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  // One machine-readable line for scripts and tests.
+  printf("mooncake_cxl_master ready rpc=%s:%d pool=%s uuid=%s\n", cfg.rpc_address.c_str(), server.port(),
+         (*master)->pool().path().c_str(), (*master)->pool().UuidString().c_str());
+  fflush(stdout);
+  server.Run(g_stop);
+  MCXL_LOG(kInfo, "master", "stopped");
+  return 0;
+}
