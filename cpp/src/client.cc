@@ -211,7 +211,6 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   req.upsert = upsert;
   req.config.flags = options.flags;
   req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
-  req.config.group_id = options.group_id;
   std::vector<size_t> sent;  // request item -> key index
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -227,6 +226,8 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
     }
     req.keys.emplace_back(keys[i]);
     req.sizes.push_back(sizes[i]);
+    const auto& g = options.group_ids;
+    req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
     sent.push_back(i);
   }
   if (sent.empty()) return out;
@@ -238,7 +239,8 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   };
   auto r = MasterCall(MessageType::kPutStart, build, false);
   PutStartReply reply;
-  Decoder d(r.ok() ? *r : std::string());
+  const std::string reply_bytes = r.ok() ? *r : std::string();
+  Decoder d(reply_bytes);
   ErrorCode whole = !r.ok() ? r.error()
                     : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
                     : reply.status != ErrorCode::OK ? reply.status
@@ -363,7 +365,8 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
   Encode(req, &e);
   auto r = MasterCall(MessageType::kBatchRemove, [&] { return e.data(); }, true);
   RemoveReply reply;
-  Decoder d(r.ok() ? *r : std::string());
+  const std::string reply_bytes = r.ok() ? *r : std::string();
+  Decoder d(reply_bytes);
   ErrorCode whole = !r.ok() ? r.error()
                     : !Decode(&d, &reply) || reply.results.size() != sent.size() ? ErrorCode::RPC_FAIL
                                                                                   : reply.status;

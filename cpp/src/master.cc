@@ -378,7 +378,7 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
   f.value_size = size;
   f.extent_size = ext->size;
   f.put_time_ns = now;
-  f.group_hash = req.config.group_id.empty() ? 0 : KeyHash(req.config.group_id);
+  f.group_hash = req.groups[i].empty() ? 0 : KeyHash(req.groups[i]);
   f.soft_pin_ttl_ms = req.config.soft_pin_ttl_ms;
   f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
   WriteObjectHeader(*pool_, ext->offset, f, key);

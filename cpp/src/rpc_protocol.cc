@@ -82,11 +82,11 @@ void Encode(const PutStartRequest& m, Encoder* e) {
   e->U8(m.upsert ? 1 : 0);
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
-  e->Str(m.config.group_id);
   e->U32(uint32_t(m.keys.size()));
   for (size_t i = 0; i < m.keys.size(); ++i) {
     e->Str(m.keys[i]);
     e->U64(m.sizes[i]);
+    e->Str(i < m.groups.size() ? m.groups[i] : std::string());
   }
 }
 bool Decode(Decoder* d, PutStartRequest* m) {
@@ -94,13 +94,14 @@ bool Decode(Decoder* d, PutStartRequest* m) {
   m->upsert = d->U8() != 0;
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();
-  m->config.group_id = d->Str();
-  uint32_t n = d->Count(4 + 8);
+  uint32_t n = d->Count(4 + 8 + 4);
   m->keys.reserve(n);
   m->sizes.reserve(n);
+  m->groups.reserve(n);
   for (uint32_t i = 0; i < n && !d->failed(); ++i) {
     m->keys.emplace_back(d->Str());
     m->sizes.push_back(d->U64());
+    m->groups.emplace_back(d->Str());
   }
   return !d->failed() && d->done();
 }

@@ -49,8 +49,9 @@ struct ClientOptions {
 
 struct PutOptions {
   uint32_t flags = 0;  // EntryFlags: kFlagHardPin, kFlagSoftPin
-  uint64_t soft_pin_ttl_ms = 0;
-  std::string group_id;
+  uint64_t soft_pin_ttl_ms = 0;  // 0 = the master's default
+  // Eviction groups: one per key, or one for every key, or none.
+  std::vector<std::string> group_ids;
 };
 
 struct ConstSlice {

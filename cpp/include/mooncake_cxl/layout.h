@@ -29,7 +29,7 @@ constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 constexpr uint32_t kLayoutVersion = 1;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
-constexpr uint32_t kMaxKeyLength = 4096;
+constexpr uint32_t kMaxKeyLength = 65535;
 constexpr uint64_t kObjectMagic = 0x4A424F4C5843434DULL;  // "MCCXLOBJ"
 
 constexpr uint64_t RoundUp(uint64_t v, uint64_t align) {

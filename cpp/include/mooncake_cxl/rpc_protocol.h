@@ -54,7 +54,6 @@ struct ClientRef {
 struct PutConfigWire {
   uint32_t flags = 0;  // EntryFlags: hard/soft pin
   uint64_t soft_pin_ttl_ms = 0;
-  std::string group_id;  // "" = no group
 };
 struct PutStartRequest {
   ClientRef client;
@@ -62,6 +61,7 @@ struct PutStartRequest {
   PutConfigWire config;
   std::vector<std::string> keys;
   std::vector<uint64_t> sizes;
+  std::vector<std::string> groups;  // per key; "" = no group
 };
 struct PutStartItem {
   ErrorCode status = ErrorCode::OK;

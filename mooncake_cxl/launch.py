@@ -1,0 +1,108 @@
+"""Start and stop a mooncake_cxl master from Python: used by the demo, the
+benchmark and the tests, so that all three start it the same way.
+
+    with MasterProcess(pool_path="/dev/shm/pool", pool_size=256 << 20) as m:
+        store.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", m.address)
+"""
+import os
+import re
+import select
+import signal
+import subprocess
+import tempfile
+import time
+
+from ._master import binary_path
+
+_READY = re.compile(r"mooncake_cxl_master ready rpc=([\d.]+):(\d+) pool=(\S+) uuid=(\S+)")
+
+
+class MasterError(RuntimeError):
+    pass
+
+
+class MasterProcess:
+    """A master on 127.0.0.1 with a free port. The pool file is created (sparse)
+    when missing; `format=True` erases an existing one."""
+
+    def __init__(self, pool_path, pool_size=256 << 20, format=False, extra_flags=(),
+                 log_path=None, start_timeout=20.0):
+        self.pool_path = pool_path
+        self.pool_size = pool_size
+        self.format = format
+        self.extra_flags = list(extra_flags)
+        self.log_path = log_path or tempfile.mktemp(prefix="mcxl_master_", suffix=".log")
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.port = None
+        self.uuid = None
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        if not os.path.exists(self.pool_path):
+            with open(self.pool_path, "wb") as f:
+                f.truncate(self.pool_size)
+        args = [binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0",
+                "--enable_cxl=true", f"--cxl_path={self.pool_path}",
+                f"--cxl_size={self.pool_size}"]
+        if self.format:
+            args.append("--format=true")
+        args += self.extra_flags
+        self._log = open(self.log_path, "ab")
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log)
+        deadline = time.monotonic() + self.start_timeout
+        line = b""
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                line = self.proc.stdout.readline()
+                m = _READY.search(line.decode(errors="replace"))
+                if m:
+                    self.port, self.uuid = int(m.group(2)), m.group(4)
+                    return self
+            if self.proc.poll() is not None:
+                break
+        self.kill()
+        raise MasterError(f"master did not start (exit {self.proc.returncode}); "
+                          f"log: {self.log_path}: {self.log_tail()}")
+
+    def log_tail(self, n=2000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout=10.0):
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close()
+
+    def kill(self):
+        """SIGKILL: a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close()
+
+    def _close(self):
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+        if getattr(self, "_log", None):
+            self._log.close()
+            self._log = None
+
+    def __enter__(self):
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc):
+        self.stop()

@@ -1,0 +1,92 @@
+"""The drop-in façade: mooncake_cxl.MooncakeDistributedStore.
+
+Everything but setup() is the C++ binding itself (mooncake_cxl._core), so a
+get or is_exist goes straight from Python into C++ with no Python frame in
+between. setup() lives here because its two call forms (seven positional
+arguments plus keywords, or one dict with size strings) are easier to keep
+identical to Mooncake's in Python.
+"""
+import logging
+import os
+
+from . import _core
+from .errors import ErrorCode
+from .sizes import parse_size
+
+log = logging.getLogger("mooncake_cxl")
+
+_PROTOCOLS = ("tcp", "rdma", "cxl", "")
+_REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
+             "protocol", "rdma_devices", "master_server_addr")
+
+
+def _env_int(name, default):
+    value = os.environ.get(name, "")
+    return int(value) if value.isdigit() else default
+
+
+class MooncakeDistributedStore(_core.StoreCore):
+    """A client of a mooncake_cxl pool, with the API of Mooncake's store."""
+
+    def setup(self, local_hostname, metadata_server=None, global_segment_size=None,
+              local_buffer_size=None, protocol=None, rdma_devices=None,
+              master_server_addr=None, engine=None, enable_ssd_offload=False,
+              ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
+              client_http_port=9300):
+        """Attach to the master and map the pool. Returns 0 or a negative ErrorCode.
+
+        setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
+              protocol, rdma_devices, master_server_addr, ...) or setup(config: dict).
+        global_segment_size, local_buffer_size and metadata_server are accepted for
+        compatibility: a CXL pool needs no per-client segment or metadata service.
+        """
+        if isinstance(local_hostname, dict):
+            if metadata_server is not None:
+                raise TypeError("setup(config: dict) takes no other arguments")
+            return self._setup_from_dict(local_hostname)
+        given = (local_hostname, metadata_server, global_segment_size, local_buffer_size,
+                 protocol, rdma_devices, master_server_addr)
+        missing = [n for n, v in zip(_REQUIRED, given) if v is None]
+        if missing:
+            raise TypeError(f"setup() missing required arguments: {', '.join(missing)}")
+        for name, v in (("local_hostname", local_hostname), ("metadata_server", metadata_server),
+                        ("protocol", protocol), ("rdma_devices", rdma_devices),
+                        ("master_server_addr", master_server_addr)):
+            if not isinstance(v, str):
+                raise TypeError(f"setup(): {name} must be str, not {type(v).__name__}")
+        for name, v in (("global_segment_size", global_segment_size),
+                        ("local_buffer_size", local_buffer_size)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
+        return self._setup(local_hostname, protocol, master_server_addr)
+
+    def _setup_from_dict(self, config):
+        for key in ("local_hostname", "master_server_addr"):
+            if not isinstance(config.get(key), str) or not config.get(key):
+                log.error("setup(config): missing required config: %s", key)
+                return int(ErrorCode.INVALID_PARAMS)
+        for key in ("global_segment_size", "local_buffer_size"):
+            if key in config and parse_size(config[key]) is None:
+                log.error("setup(config): invalid size value for %s: %r", key, config[key])
+                return int(ErrorCode.INVALID_PARAMS)
+        return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
+                           config["master_server_addr"])
+
+    def _setup(self, local_hostname, protocol, master_server_addr):
+        if protocol.lower() not in _PROTOCOLS:
+            log.error("setup(): unsupported protocol %r (use 'cxl', 'tcp' or 'rdma': "
+                      "all of them read and write the CXL pool directly)", protocol)
+            return int(ErrorCode.INVALID_PARAMS)
+        if self.health_check() != 1:
+            self.close()  # a second setup() replaces the first, as in Mooncake
+        return self._setup_core(
+            local_hostname, master_server_addr,
+            os.environ.get("MC_CXL_DEV_PATH", "") if protocol.lower() == "cxl" else "",
+            _env_int("MC_CXL_DEV_SIZE", 0) if protocol.lower() == "cxl" else 0,
+            _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
+            _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000))
+
+    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
+        """Mooncake's thin client of a local real client; not needed with a CXL pool."""
+        log.error("setup_dummy() is not supported: every process maps the pool itself; use setup()")
+        return int(ErrorCode.NOT_SUPPORTED)

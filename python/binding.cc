@@ -1,0 +1,387 @@
+// mooncake_cxl._core: the pybind11 binding of the C++ client.
+//
+// One flat file of small shims in the manner of RE2's binding: Python
+// buffers are acquired with the GIL held, the C++ work runs with the GIL
+// released, and ErrorCode becomes Mooncake's negative integers here and
+// nowhere else. Signatures, defaults and return types follow
+// mooncake.store.MooncakeDistributedStore 0.3.13 (see MOONCAKE_API.md);
+// setup() is completed by the Python façade (dict form, size strings).
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include <cstdlib>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "mooncake_cxl/client.h"
+#include "mooncake_cxl/log.h"
+
+namespace py = pybind11;
+using namespace mcxl;
+
+namespace {
+
+enum class SoftPinAction : int { PRESERVE = 0, ENABLE = 1, DISABLE = 2 };
+enum class ReplicaStatus : int { UNDEFINED = 0, INITIALIZED, PROCESSING, COMPLETE, REMOVED, FAILED };
+enum class ObjectDataType : int {
+  UNKNOWN = 0, KVCACHE, TENSOR, WEIGHT, SAMPLE, ACTIVATION, GRADIENT, OPTIMIZER_STATE, METADATA, GENERAL
+};
+const char* kDataTypeNames[] = {"UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION",
+                                "GRADIENT", "OPTIMIZER_STATE", "METADATA", "GENERAL"};
+const char* kSoftPinNames[] = {"PRESERVE", "ENABLE", "DISABLE"};
+
+struct ReplicateConfig {
+  size_t replica_num = 1;  // accepted; a CXL pool holds one copy
+  size_t nof_replica_num = 0;
+  size_t dfs_replica_num = 0;
+  SoftPinAction soft_pin_action = SoftPinAction::PRESERVE;
+  std::optional<uint64_t> soft_pin_ttl_ms;
+  bool with_hard_pin = false;
+  std::vector<std::string> preferred_segments;
+  std::vector<std::string> preferred_nof_segments;
+  std::string preferred_segment;
+  bool prefer_alloc_in_same_node = false;
+  ObjectDataType data_type = ObjectDataType::UNKNOWN;
+  std::optional<std::vector<std::string>> group_ids;
+};
+
+std::string Join(const std::vector<std::string>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + v[i];
+  return s + "]";
+}
+
+// Same text as the reference's str(ReplicateConfig).
+std::string ConfigString(const ReplicateConfig& c) {
+  std::ostringstream os;
+  os << "ReplicateConfig: { replica_num: " << c.replica_num << ", nof_replica_num: " << c.nof_replica_num
+     << ", dfs_replica_num: " << c.dfs_replica_num
+     << ", soft_pin_action: " << kSoftPinNames[int(c.soft_pin_action)] << ", soft_pin_ttl_ms: "
+     << (c.soft_pin_ttl_ms ? std::to_string(*c.soft_pin_ttl_ms) : std::string("default"))
+     << ", with_hard_pin: " << c.with_hard_pin << ", preferred_segments: " << Join(c.preferred_segments);
+  if (!c.preferred_segment.empty()) os << ", preferred_segment (deprecated): " << c.preferred_segment;
+  os << ", preferred_nof_segments: " << Join(c.preferred_nof_segments)
+     << ", prefer_alloc_in_same_node: " << c.prefer_alloc_in_same_node
+     << ", data_type: " << kDataTypeNames[int(c.data_type)];
+  if (c.group_ids) os << ", group_ids: " << Join(*c.group_ids);
+  os << " }";
+  return os.str();
+}
+
+PutOptions ToPutOptions(const ReplicateConfig& c) {
+  PutOptions o;
+  if (c.with_hard_pin) o.flags |= kFlagHardPin;
+  if (c.soft_pin_action == SoftPinAction::ENABLE) o.flags |= kFlagSoftPin;
+  o.soft_pin_ttl_ms = c.soft_pin_ttl_ms.value_or(0);
+  if (c.group_ids) o.group_ids = *c.group_ids;
+  return o;
+}
+
+constexpr int kNotReady = int(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+
+// A Python buffer held for the duration of a put. Non-contiguous arrays are
+// copied to C order first (as the reference does); everything else is used
+// in place.
+class HeldBuffer {
+ public:
+  explicit HeldBuffer(const py::handle& obj) {
+    if (PyObject_GetBuffer(obj.ptr(), &view_, PyBUF_C_CONTIGUOUS) == 0) {
+      held_ = true;
+      return;
+    }
+    PyErr_Clear();
+    if (!PyObject_CheckBuffer(obj.ptr()))
+      throw py::type_error(std::string("a bytes-like object is required, not '") +
+                           Py_TYPE(obj.ptr())->tp_name + "'");
+    copy_ = py::bytes(py::memoryview(py::reinterpret_borrow<py::object>(obj)).attr("tobytes")());
+    char* p = nullptr;
+    Py_ssize_t n = 0;
+    PyBytes_AsStringAndSize(copy_.ptr(), &p, &n);
+    view_.buf = p;
+    view_.len = n;
+  }
+  ~HeldBuffer() {
+    if (held_) PyBuffer_Release(&view_);
+  }
+  HeldBuffer(const HeldBuffer&) = delete;
+  ConstSlice slice() const { return {view_.buf, uint64_t(view_.len)}; }
+
+ private:
+  Py_buffer view_{};
+  bool held_ = false;
+  py::object copy_;
+};
+
+class Store {
+ public:
+  ~Store() {
+    if (client_) {
+      py::gil_scoped_release nogil;
+      (void)client_->Close();
+    }
+  }
+
+  int SetupCore(const std::string& local_hostname, const std::string& master_addr,
+                const std::string& pool_path, uint64_t pool_size, int connect_timeout_ms,
+                int rpc_timeout_ms) {
+    if (client_ && !client_->closed()) {
+      MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
+      return kNotReady;
+    }
+    ClientOptions o;
+    o.local_hostname = local_hostname;
+    o.master_addr = master_addr;
+    o.pool_path_override = pool_path;
+    o.pool_size_override = pool_size;
+    o.connect_timeout_ms = connect_timeout_ms;
+    o.rpc_timeout_ms = rpc_timeout_ms;
+    std::optional<Result<std::shared_ptr<Client>>> r;
+    {
+      py::gil_scoped_release nogil;
+      r.emplace(Client::Connect(o));
+    }
+    if (!*r) return ToInt(r->error());
+    client_ = r->value();
+    hostname_ = local_hostname;
+    return 0;
+  }
+
+  int Close() {
+    std::shared_ptr<Client> c = std::move(client_);
+    if (c) {
+      py::gil_scoped_release nogil;
+      (void)c->Close();
+    }
+    return 0;
+  }
+
+  int HealthCheck() {
+    auto c = client_;
+    if (!c) return 1;
+    py::gil_scoped_release nogil;
+    return c->HealthCheck();
+  }
+
+  std::string GetHostname() const { return hostname_; }
+
+  // ---- puts ----
+  std::vector<int> PutMany(const std::vector<std::string>& keys, const std::vector<std::vector<py::handle>>& values,
+                           const ReplicateConfig& config, bool upsert, const char* op) {
+    auto c = Ready(op);
+    if (!c) return std::vector<int>(keys.size(), kNotReady);
+    std::vector<std::unique_ptr<HeldBuffer>> held;
+    std::vector<mcxl::PutParts> parts(values.size());
+    for (size_t i = 0; i < values.size(); ++i)
+      for (const auto& v : values[i]) {
+        held.push_back(std::make_unique<HeldBuffer>(v));
+        parts[i].push_back(held.back()->slice());
+      }
+    std::vector<std::string_view> kv(keys.begin(), keys.end());
+    PutOptions opts = ToPutOptions(config);
+    std::vector<ErrorCode> r;
+    {
+      py::gil_scoped_release nogil;
+      r = c->Put(kv, parts, opts, upsert);
+    }
+    std::vector<int> out(r.size());
+    for (size_t i = 0; i < r.size(); ++i) out[i] = ToInt(r[i]);
+    return out;
+  }
+
+  int Put(const std::string& key, py::buffer value, const ReplicateConfig& config, bool upsert) {
+    return PutMany({key}, {{value}}, config, upsert, upsert ? "upsert" : "put")[0];
+  }
+
+  int PutJoined(const std::string& key, py::args parts, const ReplicateConfig& config, bool upsert) {
+    std::vector<py::handle> v(parts.begin(), parts.end());
+    return PutMany({key}, {v}, config, upsert, upsert ? "upsert_parts" : "put_parts")[0];
+  }
+
+  int PutBatch(const std::vector<std::string>& keys, const std::vector<py::buffer>& values,
+               const ReplicateConfig& config, bool upsert) {
+    if (keys.size() != values.size()) {
+      MCXL_LOG(kWarn, "store", "put_batch: %zu keys but %zu values", keys.size(), values.size());
+      return int(ErrorCode::INVALID_PARAMS);
+    }
+    std::vector<std::vector<py::handle>> v;
+    for (const auto& b : values) v.push_back({b});
+    for (int r : PutMany(keys, v, config, upsert, upsert ? "upsert_batch" : "put_batch"))
+      if (r != 0) return r;
+    return 0;
+  }
+
+  // ---- one-sided reads ----
+  py::bytes Get(const std::string& key) {
+    auto c = Ready("get");
+    if (!c) return py::bytes("");
+    for (int attempt = 0; attempt < 1000; ++attempt) {
+      std::optional<Result<EntrySnapshot>> snap;
+      {
+        py::gil_scoped_release nogil;
+        snap.emplace(c->Locate(key));
+      }
+      if (!*snap) return py::bytes("");
+      const EntrySnapshot& s = snap->value();
+      py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(s.value_size)));
+      if (!out) throw py::error_already_set();
+      MutSlice dst{PyBytes_AS_STRING(out.ptr()), s.value_size};
+      std::optional<Result<bool>> ok;
+      {
+        py::gil_scoped_release nogil;
+        ok.emplace(c->CopyValidated(s, key, &dst, 1));
+      }
+      if (!*ok) return py::bytes("");
+      if (ok->value()) return py::reinterpret_steal<py::bytes>(out.release());
+    }
+    return py::bytes("");
+  }
+
+  std::vector<py::bytes> GetBatch(const std::vector<std::string>& keys) {
+    std::vector<py::bytes> out;
+    out.reserve(keys.size());
+    for (const auto& k : keys) out.push_back(Get(k));
+    return out;
+  }
+
+  int IsExist(const std::string& key) {
+    auto c = Ready("is_exist");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    return c->IsExist(key);
+  }
+
+  std::vector<int> BatchIsExist(const std::vector<std::string>& keys) {
+    auto c = Ready("batch_is_exist");
+    if (!c) return std::vector<int>(keys.size(), kNotReady);
+    py::gil_scoped_release nogil;
+    std::vector<int> out(keys.size());
+    for (size_t i = 0; i < keys.size(); ++i) out[i] = c->IsExist(keys[i]);
+    return out;
+  }
+
+  int64_t GetSize(const std::string& key) {
+    auto c = Ready("get_size");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    auto r = c->GetSize(key);
+    return r ? int64_t(*r) : int64_t(ToInt(r.error()));
+  }
+
+  // ---- master operations ----
+  int Remove(const std::string& key, bool force) {
+    auto c = Ready("remove");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    return ToInt(c->Remove(key, force));
+  }
+
+  std::vector<int> BatchRemove(const std::vector<std::string>& keys, bool force) {
+    auto c = Ready("batch_remove");
+    if (!c) return std::vector<int>(keys.size(), kNotReady);
+    std::vector<std::string_view> kv(keys.begin(), keys.end());
+    py::gil_scoped_release nogil;
+    auto r = c->BatchRemove(kv, force);
+    return std::vector<int>(r.begin(), r.end());
+  }
+
+  int64_t RemoveByRegex(const std::string& pattern, bool force) {
+    auto c = Ready("remove_by_regex");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    auto r = c->RemoveByRegex(pattern, force);
+    return r ? int64_t(*r) : int64_t(ToInt(r.error()));
+  }
+
+  int64_t RemoveAll(bool force) {
+    auto c = Ready("remove_all");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    auto r = c->RemoveAll(force);
+    return r ? int64_t(*r) : int64_t(ToInt(r.error()));
+  }
+
+ private:
+  // The client if set up and open; else logs why the call is refused.
+  std::shared_ptr<Client> Ready(const char* op) const {
+    if (client_ && !client_->closed()) return client_;
+    MCXL_LOG(kWarn, "store", "%s() called before setup() or after close(): returns %d", op, kNotReady);
+    return nullptr;
+  }
+
+  std::shared_ptr<Client> client_;
+  std::string hostname_;
+};
+
+}  // namespace
+
+PYBIND11_MODULE(_core, m) {
+  m.doc() = "mooncake_cxl core: a KV-cache store in a CXL memory pool";
+  InitLogLevelFromEnv(LogLevel::kWarn);
+
+  py::enum_<SoftPinAction>(m, "SoftPinAction")
+      .value("PRESERVE", SoftPinAction::PRESERVE)
+      .value("ENABLE", SoftPinAction::ENABLE)
+      .value("DISABLE", SoftPinAction::DISABLE);
+  py::enum_<ReplicaStatus>(m, "ReplicaStatus")
+      .value("UNDEFINED", ReplicaStatus::UNDEFINED)
+      .value("INITIALIZED", ReplicaStatus::INITIALIZED)
+      .value("PROCESSING", ReplicaStatus::PROCESSING)
+      .value("COMPLETE", ReplicaStatus::COMPLETE)
+      .value("REMOVED", ReplicaStatus::REMOVED)
+      .value("FAILED", ReplicaStatus::FAILED);
+  py::enum_<ObjectDataType> dt(m, "ObjectDataType");
+  for (int i = 0; i < 10; ++i) dt.value(kDataTypeNames[i], ObjectDataType(i));
+
+  py::class_<ReplicateConfig>(m, "ReplicateConfig")
+      .def(py::init<>())
+      .def_readwrite("replica_num", &ReplicateConfig::replica_num)
+      .def_readwrite("nof_replica_num", &ReplicateConfig::nof_replica_num)
+      .def_readwrite("dfs_replica_num", &ReplicateConfig::dfs_replica_num)
+      .def_readwrite("soft_pin_action", &ReplicateConfig::soft_pin_action)
+      .def_readwrite("soft_pin_ttl_ms", &ReplicateConfig::soft_pin_ttl_ms)
+      .def_readwrite("with_hard_pin", &ReplicateConfig::with_hard_pin)
+      .def_readwrite("preferred_segments", &ReplicateConfig::preferred_segments)
+      .def_readwrite("preferred_nof_segments", &ReplicateConfig::preferred_nof_segments)
+      .def_readwrite("preferred_segment", &ReplicateConfig::preferred_segment)
+      .def_readwrite("prefer_alloc_in_same_node", &ReplicateConfig::prefer_alloc_in_same_node)
+      .def_readwrite("data_type", &ReplicateConfig::data_type)
+      .def_readwrite("group_ids", &ReplicateConfig::group_ids)
+      // Mooncake 0.3.12's name for soft_pin_action=ENABLE.
+      .def_property(
+          "with_soft_pin", [](const ReplicateConfig& c) { return c.soft_pin_action == SoftPinAction::ENABLE; },
+          [](ReplicateConfig& c, bool v) { c.soft_pin_action = v ? SoftPinAction::ENABLE : SoftPinAction::PRESERVE; })
+      .def("__str__", &ConfigString);
+
+  using C = ReplicateConfig;
+  py::class_<Store>(m, "StoreCore")
+      .def(py::init<>())
+      .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
+           py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"))
+      .def("close", &Store::Close)
+      .def("health_check", &Store::HealthCheck)
+      .def("get_hostname", &Store::GetHostname)
+      .def("put", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, false); },
+           py::arg("key"), py::arg("value"), py::arg("config") = C())
+      .def("upsert", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, true); },
+           py::arg("key"), py::arg("value"), py::arg("config") = C())
+      .def("put_parts", [](Store& s, const std::string& key, py::args parts, const C& config) { return s.PutJoined(key, parts, config, false); },
+           py::arg("key"), py::arg("config") = C())
+      .def("upsert_parts", [](Store& s, const std::string& key, py::args parts, const C& config) { return s.PutJoined(key, parts, config, true); },
+           py::arg("key"), py::arg("config") = C())
+      .def("put_batch", [](Store& s, const std::vector<std::string>& keys, const std::vector<py::buffer>& values, const C& config) { return s.PutBatch(keys, values, config, false); },
+           py::arg("keys"), py::arg("values"), py::arg("config") = C())
+      .def("upsert_batch", [](Store& s, const std::vector<std::string>& keys, const std::vector<py::buffer>& values, const C& config) { return s.PutBatch(keys, values, config, true); },
+           py::arg("keys"), py::arg("values"), py::arg("config") = C())
+      .def("get", &Store::Get, py::arg("key"))
+      .def("get_batch", &Store::GetBatch, py::arg("keys"))
+      .def("is_exist", &Store::IsExist, py::arg("key"))
+      .def("batch_is_exist", &Store::BatchIsExist, py::arg("keys"))
+      .def("get_size", &Store::GetSize, py::arg("key"))
+      .def("remove", &Store::Remove, py::arg("key"), py::arg("force") = false)
+      .def("batch_remove", &Store::BatchRemove, py::arg("keys"), py::arg("force") = false)
+      .def("remove_by_regex", &Store::RemoveByRegex, py::arg("regex_pattern"), py::arg("force") = false)
+      .def("remove_all", &Store::RemoveAll, py::arg("force") = false);
+}

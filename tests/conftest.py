@@ -1,0 +1,59 @@
+"""Fixtures: a master on 127.0.0.1 over a pool file in /dev/shm, and stores
+attached to it. Every pool file is removed afterwards."""
+import os
+import uuid
+
+import pytest
+
+from mooncake_cxl import MooncakeDistributedStore
+from mooncake_cxl.launch import MasterProcess
+
+POOL_SIZE = 64 << 20
+
+
+def _pool_dir():
+    return "/dev/shm" if os.path.isdir("/dev/shm") else None
+
+
+@pytest.fixture
+def pool_path():
+    path = os.path.join(_pool_dir() or "/tmp", f"mcxl_test_{uuid.uuid4().hex}")
+    yield path
+    if os.path.exists(path):
+        os.unlink(path)
+
+
+@pytest.fixture
+def master_factory(pool_path, tmp_path):
+    """Starts masters on `pool_path`; all are stopped at teardown."""
+    started = []
+
+    def start(pool_size=POOL_SIZE, format=True, extra_flags=(), path=None):
+        m = MasterProcess(path or pool_path, pool_size, format=format, extra_flags=extra_flags,
+                          log_path=str(tmp_path / f"master{len(started)}.log"))
+        started.append(m)
+        return m.start()
+
+    yield start
+    for m in started:
+        m.stop()
+
+
+@pytest.fixture
+def master(master_factory):
+    return master_factory()
+
+
+def connect(master, hostname="127.0.0.1:0", protocol="cxl"):
+    """A store set up against `master`; asserts setup succeeded."""
+    s = MooncakeDistributedStore()
+    rc = s.setup(hostname, "P2PHANDSHAKE", 0, 0, protocol, "", master.address)
+    assert rc == 0, f"setup failed with {rc}; master log: {master.log_tail()}"
+    return s
+
+
+@pytest.fixture
+def store(master):
+    s = connect(master)
+    yield s
+    s.close()
