@@ -80,6 +80,14 @@ PutOptions ToPutOptions(const ReplicateConfig& c) {
   return o;
 }
 
+// Combinations the reference also rejects with INVALID_PARAMS.
+const char* InvalidConfig(const ReplicateConfig& c) {
+  if (c.replica_num == 0) return "replica_num must be at least 1";
+  if (c.soft_pin_ttl_ms && c.soft_pin_action != SoftPinAction::ENABLE)
+    return "soft_pin_ttl_ms is set but soft_pin_action is not ENABLE";
+  return nullptr;
+}
+
 constexpr int kNotReady = int(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
 
 // A Python buffer held for the duration of a put. Non-contiguous arrays are
@@ -172,6 +180,10 @@ class Store {
                            const ReplicateConfig& config, bool upsert, const char* op) {
     auto c = Ready(op);
     if (!c) return std::vector<int>(keys.size(), kNotReady);
+    if (const char* why = InvalidConfig(config)) {
+      MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
+      return std::vector<int>(keys.size(), int(ErrorCode::INVALID_PARAMS));
+    }
     std::vector<std::unique_ptr<HeldBuffer>> held;
     std::vector<mcxl::PutParts> parts(values.size());
     for (size_t i = 0; i < values.size(); ++i)

@@ -1,9 +1,15 @@
 """Fixtures: a master on 127.0.0.1 over a pool file in /dev/shm, and stores
 attached to it. Every pool file is removed afterwards."""
 import os
+import sys
 import uuid
 
 import pytest
+
+# Test the installed package, not the source tree (which has no built _core):
+# `python -m pytest` puts the repository root on sys.path.
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _ROOT]
 
 from mooncake_cxl import MooncakeDistributedStore
 from mooncake_cxl.launch import MasterProcess

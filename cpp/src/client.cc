@@ -46,6 +46,13 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
   Status s = c->Attach(true);
   if (!s.ok()) {
+    if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
+      // Attached but could not use the pool: give the slot back at once.
+      Encoder e;
+      Encode(ClientRef{c->slot_.load(std::memory_order_relaxed),
+                       c->slot_generation_.load(std::memory_order_relaxed)}, &e);
+      (void)c->rpc_->Call(MessageType::kDetach, e.data());
+    }
     std::unique_lock<std::shared_mutex> lock(c->life_mu_);
     c->closed_ = true;
     return s.error();
@@ -77,6 +84,8 @@ Status Client::Attach(bool initial) {
     return reply.status;
   }
   if (initial) {
+    slot_.store(reply.slot, std::memory_order_relaxed);
+    slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
     std::string path = options_.pool_path_override.empty() ? reply.pool_path : options_.pool_path_override;
     uint64_t size = options_.pool_size_override ? options_.pool_size_override : reply.pool_size;
     auto pool = Pool::Open(path, size, false);
@@ -337,6 +346,7 @@ int Client::IsExist(std::string_view key) {
 Result<uint64_t> Client::GetSize(std::string_view key) {
   auto snap = Locate(key);
   if (!snap) return snap.error();
+  index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());  // as the reference does
   return snap->value_size;
 }
 
