@@ -1,0 +1,364 @@
+// Message codec: Encoder/Decoder primitives, a round trip of every message
+// of rpc_protocol.h, every truncation (each prefix length) of each valid
+// payload is rejected without reading out of bounds, huge counts are
+// rejected before anything is reserved, and CheckFrameHeader / MakeFrame.
+#include "mooncake_cxl/message.h"
+
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mooncake_cxl/rpc_protocol.h"
+
+namespace mcxl {
+namespace {
+
+template <typename M>
+std::string Enc(const M& m) {
+  Encoder e;
+  Encode(m, &e);
+  return e.data();
+}
+
+template <typename M>
+bool Dec(std::string_view bytes, M* m) {
+  Decoder d(bytes);
+  return Decode(&d, m);
+}
+
+// Decodes every strict prefix of `payload` from an exactly-sized heap copy
+// (so a read past the end would touch unowned memory) and expects failure.
+template <typename M>
+void ExpectEveryTruncationFails(const std::string& payload) {
+  for (size_t n = 0; n < payload.size(); ++n) {
+    std::unique_ptr<char[]> copy(new char[n + 1]);
+    memcpy(copy.get(), payload.data(), n);
+    Decoder d(copy.get(), n);
+    M m;
+    bool ok = Decode(&d, &m);
+    EXPECT_TRUE(!ok && d.failed()) << "prefix of " << n << " of " << payload.size() << " bytes";
+  }
+}
+
+TEST(DecoderTest, PrimitivesRoundTrip) {
+  Encoder e;
+  e.U8(0xab);
+  e.U32(0xdeadbeef);
+  e.I32(-706);
+  e.U64(0x0123456789abcdefull);
+  e.Str("");
+  e.Str(std::string("a\0b", 3));
+  e.Raw("xyz", 3);
+  EXPECT_EQ(e.data().size(), 1u + 4 + 4 + 8 + 4 + 7 + 3);
+  Decoder d(e.data());
+  EXPECT_EQ(d.U8(), 0xab);
+  EXPECT_EQ(d.U32(), 0xdeadbeefu);
+  EXPECT_EQ(d.I32(), -706);
+  EXPECT_EQ(d.U64(), 0x0123456789abcdefull);
+  EXPECT_EQ(d.Str(), "");
+  EXPECT_EQ(d.Str(), std::string_view("a\0b", 3));
+  char raw[3];
+  EXPECT_TRUE(d.Raw(raw, 3));
+  EXPECT_EQ(std::string(raw, 3), "xyz");
+  EXPECT_FALSE(d.failed());
+  EXPECT_TRUE(d.done());
+  // Little-endian on the wire.
+  EXPECT_EQ(uint8_t(e.data()[1]), 0xef);
+}
+
+TEST(DecoderTest, FailureIsStickyAndYieldsZeros) {
+  Encoder e;
+  e.U32(100);  // a string length with no bytes behind it
+  e.U64(42);
+  Decoder d(e.data());
+  EXPECT_EQ(d.Str(), "");
+  EXPECT_TRUE(d.failed());
+  EXPECT_TRUE(d.done());
+  EXPECT_EQ(d.U64(), 0u);  // later reads yield zero, never the 42
+  EXPECT_EQ(d.U8(), 0u);
+  char c = 'q';
+  EXPECT_FALSE(d.Raw(&c, 1));
+  EXPECT_EQ(c, 'q');
+  EXPECT_EQ(d.Count(1), 0u);
+  EXPECT_TRUE(d.failed());
+
+  Decoder empty(nullptr, 0);
+  EXPECT_EQ(empty.U32(), 0u);
+  EXPECT_TRUE(empty.failed());
+}
+
+TEST(DecoderTest, CountRejectsWhatTheInputCannotHold) {
+  Encoder e;
+  e.U32(3);
+  e.Raw("abcdefghijkl", 12);
+  {
+    Decoder d(e.data());
+    EXPECT_EQ(d.Count(4), 3u);  // exactly fits
+    EXPECT_FALSE(d.failed());
+  }
+  {
+    Decoder d(e.data());
+    EXPECT_EQ(d.Count(5), 0u);  // 15 bytes needed, 12 left
+    EXPECT_TRUE(d.failed());
+  }
+  Encoder huge;
+  huge.U32(0xffffffffu);
+  Decoder d(huge.data());
+  EXPECT_EQ(d.Count(1), 0u);
+  EXPECT_TRUE(d.failed());
+}
+
+AttachRequest SampleAttach() {
+  AttachRequest m;
+  m.local_hostname = "10.0.0.1:12345";
+  m.machine = "host-a";
+  m.pid = 4242;
+  m.prev_slot = 3;
+  m.prev_generation = 0x100000007ull;
+  return m;
+}
+AttachReply SampleAttachReply() {
+  AttachReply m;
+  m.status = ErrorCode::OK;
+  m.slot = 5;
+  m.slot_generation = 77;
+  m.incarnation = 2;
+  m.pool_path = "/dev/shm/pool";
+  m.pool_size = 64ull << 20;
+  for (int i = 0; i < 16; ++i) m.uuid[i] = uint8_t(i * 17);
+  m.lease_ttl_ms = 10000;
+  return m;
+}
+PutStartRequest SamplePutStart() {
+  PutStartRequest m;
+  m.client = {9, 123456789};
+  m.upsert = true;
+  m.config.flags = 3;
+  m.config.soft_pin_ttl_ms = 60000;
+  m.keys = {"k1", "", std::string(300, 'x')};
+  m.sizes = {1, 0, ~uint64_t(0)};
+  m.groups = {"group", "", "g3"};
+  return m;
+}
+PutStartReply SamplePutStartReply() {
+  PutStartReply m;
+  m.items.push_back({ErrorCode::OK, 11, 22, 33});
+  m.items.push_back({ErrorCode::OBJECT_ALREADY_EXISTS, 0, 0, 0});
+  return m;
+}
+RemoveRequest SampleRemove() {
+  RemoveRequest m;
+  m.keys = {"a", "bb", ""};
+  m.force = true;
+  return m;
+}
+RemoveReply SampleRemoveReply() {
+  RemoveReply m;
+  m.status = ErrorCode::OBJECT_HAS_LEASE;
+  m.results = {0, -704, -706};
+  return m;
+}
+
+TEST(RpcProtocolTest, AttachRoundTrip) {
+  AttachRequest in = SampleAttach(), out;
+  ASSERT_TRUE(Dec(Enc(in), &out));
+  EXPECT_EQ(out.local_hostname, in.local_hostname);
+  EXPECT_EQ(out.machine, in.machine);
+  EXPECT_EQ(out.pid, in.pid);
+  EXPECT_EQ(out.prev_slot, in.prev_slot);
+  EXPECT_EQ(out.prev_generation, in.prev_generation);
+
+  AttachReply rin = SampleAttachReply(), rout;
+  ASSERT_TRUE(Dec(Enc(rin), &rout));
+  EXPECT_EQ(rout.status, rin.status);
+  EXPECT_EQ(rout.slot, rin.slot);
+  EXPECT_EQ(rout.slot_generation, rin.slot_generation);
+  EXPECT_EQ(rout.incarnation, rin.incarnation);
+  EXPECT_EQ(rout.pool_path, rin.pool_path);
+  EXPECT_EQ(rout.pool_size, rin.pool_size);
+  EXPECT_EQ(memcmp(rout.uuid, rin.uuid, 16), 0);
+  EXPECT_EQ(rout.lease_ttl_ms, rin.lease_ttl_ms);
+}
+
+TEST(RpcProtocolTest, ClientRefRoundTrip) {
+  ClientRef in{7, 0xfedcba9876543210ull}, out;
+  ASSERT_TRUE(Dec(Enc(in), &out));
+  EXPECT_EQ(out.slot, 7u);
+  EXPECT_EQ(out.generation, in.generation);
+}
+
+TEST(RpcProtocolTest, PutStartRoundTrip) {
+  PutStartRequest in = SamplePutStart(), out;
+  ASSERT_TRUE(Dec(Enc(in), &out));
+  EXPECT_EQ(out.client.slot, in.client.slot);
+  EXPECT_EQ(out.client.generation, in.client.generation);
+  EXPECT_EQ(out.upsert, in.upsert);
+  EXPECT_EQ(out.config.flags, in.config.flags);
+  EXPECT_EQ(out.config.soft_pin_ttl_ms, in.config.soft_pin_ttl_ms);
+  EXPECT_EQ(out.keys, in.keys);
+  EXPECT_EQ(out.sizes, in.sizes);
+  EXPECT_EQ(out.groups, in.groups);
+
+  PutStartRequest empty_in, empty_out;
+  ASSERT_TRUE(Dec(Enc(empty_in), &empty_out));
+  EXPECT_FALSE(empty_out.upsert);
+  EXPECT_TRUE(empty_out.keys.empty());
+
+  PutStartReply rin = SamplePutStartReply(), rout;
+  ASSERT_TRUE(Dec(Enc(rin), &rout));
+  EXPECT_EQ(rout.status, ErrorCode::OK);
+  ASSERT_EQ(rout.items.size(), 2u);
+  EXPECT_EQ(rout.items[0].entry_slot, 11u);
+  EXPECT_EQ(rout.items[0].generation, 22u);
+  EXPECT_EQ(rout.items[0].value_offset, 33u);
+  EXPECT_EQ(rout.items[1].status, ErrorCode::OBJECT_ALREADY_EXISTS);
+}
+
+TEST(RpcProtocolTest, RemoveRoundTrip) {
+  RemoveRequest in = SampleRemove(), out;
+  ASSERT_TRUE(Dec(Enc(in), &out));
+  EXPECT_EQ(out.keys, in.keys);
+  EXPECT_TRUE(out.force);
+
+  RemoveReply rin = SampleRemoveReply(), rout;
+  ASSERT_TRUE(Dec(Enc(rin), &rout));
+  EXPECT_EQ(rout.status, ErrorCode::OBJECT_HAS_LEASE);
+  EXPECT_EQ(rout.results, rin.results);
+
+  RemoveByRegexRequest xin{"^prefix/.*$", true}, xout;
+  ASSERT_TRUE(Dec(Enc(xin), &xout));
+  EXPECT_EQ(xout.pattern, xin.pattern);
+  EXPECT_TRUE(xout.force);
+}
+
+TEST(RpcProtocolTest, SmallRepliesRoundTrip) {
+  CountReply cin{ErrorCode::INVALID_PARAMS, 99}, cout_;
+  ASSERT_TRUE(Dec(Enc(cin), &cout_));
+  EXPECT_EQ(cout_.status, ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(cout_.count, 99u);
+
+  PingReply pin{ErrorCode::OK, 12}, pout;
+  ASSERT_TRUE(Dec(Enc(pin), &pout));
+  EXPECT_EQ(pout.incarnation, 12u);
+
+  Encoder e;
+  EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
+  ErrorCode st = ErrorCode::OK;
+  Decoder d(e.data());
+  ASSERT_TRUE(DecodeStatus(&d, &st));
+  EXPECT_EQ(st, ErrorCode::ILLEGAL_CLIENT);
+}
+
+TEST(RpcProtocolTest, RequestsRejectTrailingBytes) {
+  std::string a = Enc(SampleAttach()) + "x";
+  AttachRequest am;
+  EXPECT_FALSE(Dec(a, &am));
+  std::string p = Enc(SamplePutStart()) + "x";
+  PutStartRequest pm;
+  EXPECT_FALSE(Dec(p, &pm));
+  std::string r = Enc(SampleRemove()) + "x";
+  RemoveRequest rm;
+  EXPECT_FALSE(Dec(r, &rm));
+  std::string x = Enc(RemoveByRegexRequest{"a", false}) + "x";
+  RemoveByRegexRequest xm;
+  EXPECT_FALSE(Dec(x, &xm));
+}
+
+TEST(RpcProtocolTest, EveryTruncationIsRejected) {
+  ExpectEveryTruncationFails<AttachRequest>(Enc(SampleAttach()));
+  ExpectEveryTruncationFails<AttachReply>(Enc(SampleAttachReply()));
+  ExpectEveryTruncationFails<ClientRef>(Enc(ClientRef{1, 2}));
+  ExpectEveryTruncationFails<PutStartRequest>(Enc(SamplePutStart()));
+  ExpectEveryTruncationFails<PutStartReply>(Enc(SamplePutStartReply()));
+  ExpectEveryTruncationFails<RemoveRequest>(Enc(SampleRemove()));
+  ExpectEveryTruncationFails<RemoveReply>(Enc(SampleRemoveReply()));
+  ExpectEveryTruncationFails<RemoveByRegexRequest>(Enc(RemoveByRegexRequest{"abc", true}));
+  ExpectEveryTruncationFails<CountReply>(Enc(CountReply{ErrorCode::OK, 5}));
+  ExpectEveryTruncationFails<PingReply>(Enc(PingReply{ErrorCode::OK, 5}));
+}
+
+TEST(RpcProtocolTest, HugeCountsAreRejected) {
+  {
+    Encoder e;  // PutStart header, then 4 billion keys and nothing behind them
+    Encode(ClientRef{0, 1}, &e);
+    e.U8(0);
+    e.U32(0);
+    e.U64(0);
+    e.U32(0xffffffffu);
+    PutStartRequest m;
+    EXPECT_FALSE(Dec(e.data(), &m));
+    EXPECT_LT(m.keys.capacity(), 16u);
+  }
+  {
+    Encoder e;
+    e.U8(1);
+    e.U32(0x40000000u);
+    e.Str("one");
+    RemoveRequest m;
+    EXPECT_FALSE(Dec(e.data(), &m));
+  }
+  {
+    Encoder e;
+    e.I32(0);
+    e.U32(0xffffffffu);
+    PutStartReply m;
+    EXPECT_FALSE(Dec(e.data(), &m));
+    EXPECT_TRUE(m.items.empty());
+  }
+  {
+    Encoder e;
+    e.I32(0);
+    e.U32(0xffffffffu);
+    e.I32(5);
+    RemoveReply m;
+    EXPECT_FALSE(Dec(e.data(), &m));
+    EXPECT_TRUE(m.results.empty());
+  }
+}
+
+TEST(FrameTest, MakeFrameAndCheckHeader) {
+  std::string payload = Enc(SampleRemove());
+  std::string frame = MakeFrame(MessageType::kBatchRemove, 77, payload);
+  ASSERT_EQ(frame.size(), sizeof(FrameHeader) + payload.size());
+  FrameHeader h;
+  memcpy(&h, frame.data(), sizeof(h));
+  EXPECT_EQ(CheckFrameHeader(h), FrameCheck::kOk);
+  EXPECT_EQ(h.magic, kFrameMagic);
+  EXPECT_EQ(h.version, kProtocolVersion);
+  EXPECT_EQ(h.type, uint16_t(MessageType::kBatchRemove));
+  EXPECT_EQ(h.payload_bytes, payload.size());
+  EXPECT_EQ(h.request_id, 77u);
+  EXPECT_EQ(frame.substr(sizeof(h)), payload);
+
+  FrameHeader bad = h;
+  bad.magic ^= 1;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kBadMagic);
+  bad = h;
+  bad.version = kProtocolVersion + 1;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kBadVersion);
+  bad.version = 0;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kBadVersion);
+  bad = h;
+  bad.payload_bytes = kMaxPayloadBytes;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kOk);
+  bad.payload_bytes = kMaxPayloadBytes + 1;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kTooLarge);
+  bad.payload_bytes = 0xffffffffu;
+  EXPECT_EQ(CheckFrameHeader(bad), FrameCheck::kTooLarge);
+  for (FrameCheck c : {FrameCheck::kOk, FrameCheck::kBadMagic, FrameCheck::kBadVersion,
+                       FrameCheck::kTooLarge})
+    EXPECT_STRNE(FrameCheckName(c), "?");
+}
+
+TEST(FrameTest, MessageTypeNames) {
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kPutStart)), "PutStart");
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kRemoveAll)), "RemoveAll");
+  EXPECT_STREQ(MessageTypeName(999), "Unknown");
+}
+
+}  // namespace
+}  // namespace mcxl
