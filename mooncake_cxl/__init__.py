@@ -3,11 +3,11 @@ Mooncake's ``mooncake.store.MooncakeDistributedStore``.
 
     from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 """
-from ._core import ObjectDataType, ReplicaStatus, ReplicateConfig, SoftPinAction
+from ._core import BufferHandle, ObjectDataType, ReplicaStatus, ReplicateConfig, SoftPinAction
 from .errors import ErrorCode
 from .store import MooncakeDistributedStore
 
 __all__ = [
     "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
-    "ObjectDataType", "ErrorCode",
+    "ObjectDataType", "ErrorCode", "BufferHandle",
 ]

@@ -126,6 +126,25 @@ class HeldBuffer {
   py::object copy_;
 };
 
+// A read-only view straight into the pool. Holds a pin (see
+// Client::PinValue) until it is garbage-collected, and the client (and so the
+// pool mapping) alive, so it stays readable after close().
+class BufferHandle {
+ public:
+  BufferHandle(std::shared_ptr<Client> c, PinnedView v) : client_(std::move(c)), view_(v) {}
+  ~BufferHandle() { client_->Unpin(view_); }
+  BufferHandle(const BufferHandle&) = delete;
+  uintptr_t ptr() const { return reinterpret_cast<uintptr_t>(view_.data); }
+  uint64_t size() const { return view_.size; }
+  const char* data() const { return view_.data; }
+
+ private:
+  std::shared_ptr<Client> client_;
+  PinnedView view_;
+};
+
+constexpr int kInvalid = int(ErrorCode::INVALID_PARAMS);
+
 class Store {
  public:
   ~Store() {
@@ -226,6 +245,158 @@ class Store {
     for (int r : PutMany(keys, v, config, upsert, upsert ? "upsert_batch" : "put_batch"))
       if (r != 0) return r;
     return 0;
+  }
+
+  // ---- zero-copy ----
+  int RegisterBuffer(uintptr_t ptr, uint64_t size) {
+    auto c = Ready("register_buffer");
+    if (!c) return kNotReady;
+    py::gil_scoped_release nogil;
+    return ToInt(c->RegisterBuffer(ptr, size).error());
+  }
+
+  int UnregisterBuffer(uintptr_t ptr) {
+    auto c = Ready("unregister_buffer");
+    if (!c) return kNotReady;
+    return ToInt(c->UnregisterBuffer(ptr).error());
+  }
+
+  // Puts each key's value gathered from caller memory: one master round trip
+  // for the batch, one copy per byte.
+  std::vector<int> PutFromRanges(const std::vector<std::string>& keys,
+                                 const std::vector<std::vector<uintptr_t>>& ptrs,
+                                 const std::vector<std::vector<uint64_t>>& sizes, const ReplicateConfig& config,
+                                 bool upsert, const char* op) {
+    auto c = Ready(op);
+    if (!c) return std::vector<int>(keys.size(), kNotReady);
+    if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+      MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffer lists, %zu size lists", op, keys.size(), ptrs.size(),
+               sizes.size());
+      return std::vector<int>(keys.size(), kInvalid);
+    }
+    if (const char* why = InvalidConfig(config)) {
+      MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
+      return std::vector<int>(keys.size(), kInvalid);
+    }
+    PutOptions opts = ToPutOptions(config);
+    py::gil_scoped_release nogil;
+    std::vector<int> out(keys.size(), 0);
+    std::vector<std::string_view> send_keys;
+    std::vector<mcxl::PutParts> send_parts;
+    std::vector<size_t> sent;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (ptrs[i].size() != sizes[i].size()) {
+        MCXL_LOG(kWarn, "store", "%s: key %zu has %zu buffers but %zu sizes", op, i, ptrs[i].size(), sizes[i].size());
+        out[i] = kInvalid;
+        continue;
+      }
+      mcxl::PutParts parts;
+      for (size_t j = 0; j < ptrs[i].size() && out[i] == 0; ++j) {
+        out[i] = ToInt(c->CheckRange(ptrs[i][j], sizes[i][j], op).error());
+        parts.push_back({reinterpret_cast<const void*>(ptrs[i][j]), sizes[i][j]});
+      }
+      if (out[i] != 0) continue;
+      send_keys.emplace_back(keys[i]);
+      send_parts.push_back(std::move(parts));
+      sent.push_back(i);
+    }
+    if (!sent.empty()) {
+      auto r = c->Put(send_keys, send_parts, opts, upsert);
+      for (size_t j = 0; j < sent.size(); ++j) out[sent[j]] = ToInt(r[j]);
+    }
+    return out;
+  }
+
+  // Reads each key's value scattered into caller memory: bytes read or an error.
+  std::vector<int64_t> GetIntoRanges(const std::vector<std::string>& keys,
+                                     const std::vector<std::vector<uintptr_t>>& ptrs,
+                                     const std::vector<std::vector<uint64_t>>& sizes, const char* op) {
+    auto c = Ready(op);
+    if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
+    if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+      MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffer lists, %zu size lists", op, keys.size(), ptrs.size(),
+               sizes.size());
+      return std::vector<int64_t>(keys.size(), kInvalid);
+    }
+    py::gil_scoped_release nogil;
+    std::vector<int64_t> out(keys.size(), 0);
+    std::vector<MutSlice> dsts;
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (ptrs[i].size() != sizes[i].size()) {
+        out[i] = kInvalid;
+        continue;
+      }
+      dsts.clear();
+      for (size_t j = 0; j < ptrs[i].size() && out[i] == 0; ++j) {
+        out[i] = ToInt(c->CheckRange(ptrs[i][j], sizes[i][j], op).error());
+        dsts.push_back({reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]});
+      }
+      if (out[i] != 0) continue;
+      auto r = c->GetInto(keys[i], dsts.data(), dsts.size());
+      out[i] = r ? int64_t(*r) : int64_t(ToInt(r.error()));
+    }
+    return out;
+  }
+
+  std::vector<std::vector<std::vector<int64_t>>> GetIntoKeyRanges(
+      const std::vector<uintptr_t>& buffers, const std::vector<std::vector<std::string>>& all_keys,
+      const std::vector<std::vector<std::vector<uint64_t>>>& dst_offsets,
+      const std::vector<std::vector<std::vector<uint64_t>>>& src_offsets,
+      const std::vector<std::vector<std::vector<uint64_t>>>& sizes) {
+    using Out = std::vector<std::vector<std::vector<int64_t>>>;
+    Out out(all_keys.size());
+    auto c = Ready("get_into_ranges");
+    bool shape_ok = all_keys.size() == buffers.size() && dst_offsets.size() == buffers.size() &&
+                    src_offsets.size() == buffers.size() && sizes.size() == buffers.size();
+    for (size_t b = 0; shape_ok && b < buffers.size(); ++b) {
+      shape_ok = dst_offsets[b].size() == all_keys[b].size() && src_offsets[b].size() == all_keys[b].size() &&
+                 sizes[b].size() == all_keys[b].size();
+      for (size_t k = 0; shape_ok && k < all_keys[b].size(); ++k)
+        shape_ok = dst_offsets[b][k].size() == sizes[b][k].size() && src_offsets[b][k].size() == sizes[b][k].size();
+    }
+    for (size_t b = 0; b < all_keys.size(); ++b) {
+      out[b].resize(all_keys[b].size());
+      for (size_t k = 0; k < all_keys[b].size(); ++k) {
+        size_t n = shape_ok ? sizes[b][k].size() : 1;
+        out[b][k].assign(n, !c ? kNotReady : kInvalid);
+      }
+    }
+    if (!c || !shape_ok) {
+      if (c) MCXL_LOG(kWarn, "store", "get_into_ranges: the nested lists do not have matching lengths");
+      return out;
+    }
+    py::gil_scoped_release nogil;
+    std::vector<RangeCopy> ranges;
+    for (size_t b = 0; b < buffers.size(); ++b)
+      for (size_t k = 0; k < all_keys[b].size(); ++k) {
+        ranges.clear();
+        bool ok = true;
+        for (size_t r = 0; r < sizes[b][k].size() && ok; ++r) {
+          uintptr_t dst = buffers[b] + dst_offsets[b][k][r];
+          ok = c->CheckRange(dst, sizes[b][k][r], "get_into_ranges").ok();
+          ranges.push_back({src_offsets[b][k][r], reinterpret_cast<void*>(dst), sizes[b][k][r]});
+        }
+        if (ok) out[b][k] = c->GetRanges(all_keys[b][k], ranges);
+      }
+    return out;
+  }
+
+  py::object GetBuffer(const std::string& key) {
+    auto c = Ready("get_buffer");
+    if (!c) return py::none();
+    std::optional<Result<PinnedView>> v;
+    {
+      py::gil_scoped_release nogil;
+      v.emplace(c->PinValue(key));
+    }
+    if (!*v) return py::none();
+    return py::cast(std::make_unique<BufferHandle>(c, v->value()));
+  }
+
+  std::vector<py::object> BatchGetBuffer(const std::vector<std::string>& keys) {
+    std::vector<py::object> out;
+    for (const auto& k : keys) out.push_back(GetBuffer(k));
+    return out;
   }
 
   // ---- one-sided reads ----
@@ -351,6 +522,16 @@ std::vector<double> BenchMemcpy(uint64_t size, uint64_t working_set, int iterati
 
 }  // namespace
 
+// Single-buffer forms of the zero-copy calls, lifted to the batch shapes.
+// (uintptr_t and uint64_t are one type here: pointers and sizes share it.)
+static_assert(std::is_same_v<uintptr_t, uint64_t>);
+std::vector<std::vector<uint64_t>> Nest(const std::vector<uint64_t>& v) {
+  std::vector<std::vector<uint64_t>> out;
+  out.reserve(v.size());
+  for (auto x : v) out.push_back({x});
+  return out;
+}
+
 PYBIND11_MODULE(_core, m) {
   m.doc() = "mooncake_cxl core: a KV-cache store in a CXL memory pool";
   InitLogLevelFromEnv(LogLevel::kWarn);
@@ -419,5 +600,61 @@ PYBIND11_MODULE(_core, m) {
       .def("remove", &Store::Remove, py::arg("key"), py::arg("force") = false)
       .def("batch_remove", &Store::BatchRemove, py::arg("keys"), py::arg("force") = false)
       .def("remove_by_regex", &Store::RemoveByRegex, py::arg("regex_pattern"), py::arg("force") = false)
-      .def("remove_all", &Store::RemoveAll, py::arg("force") = false);
+      .def("remove_all", &Store::RemoveAll, py::arg("force") = false)
+      .def("register_buffer", &Store::RegisterBuffer, py::arg("buffer_ptr"), py::arg("size"))
+      .def("unregister_buffer", &Store::UnregisterBuffer, py::arg("buffer_ptr"))
+      .def("put_from", [](Store& s, const std::string& key, uintptr_t p, uint64_t n, const C& config) {
+             return s.PutFromRanges({key}, {{p}}, {{n}}, config, false, "put_from")[0]; },
+           py::arg("key"), py::arg("buffer_ptr"), py::arg("size"), py::arg("config") = C())
+      .def("upsert_from", [](Store& s, const std::string& key, uintptr_t p, uint64_t n, const C& config) {
+             return s.PutFromRanges({key}, {{p}}, {{n}}, config, true, "upsert_from")[0]; },
+           py::arg("key"), py::arg("buffer_ptr"), py::arg("size"), py::arg("config") = C())
+      .def("put_from_with_metadata",
+           [](Store& s, const std::string& key, uintptr_t p, uintptr_t meta, uint64_t n, uint64_t meta_n, const C& config) {
+             // Metadata first, then data: the reference's object layout.
+             return s.PutFromRanges({key}, {{meta, p}}, {{meta_n, n}}, config, false, "put_from_with_metadata")[0]; },
+           py::arg("key"), py::arg("buffer_ptr"), py::arg("metadata_buffer_ptr"), py::arg("size"),
+           py::arg("metadata_size"), py::arg("config") = C())
+      .def("batch_put_from", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
+                                const std::vector<uint64_t>& sizes, const C& config) {
+             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int>(keys.size(), kInvalid);
+             return s.PutFromRanges(keys, Nest(ptrs), Nest(sizes), config, false, "batch_put_from"); },
+           py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
+      .def("batch_upsert_from", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
+                                   const std::vector<uint64_t>& sizes, const C& config) {
+             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int>(keys.size(), kInvalid);
+             return s.PutFromRanges(keys, Nest(ptrs), Nest(sizes), config, true, "batch_upsert_from"); },
+           py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
+      .def("batch_put_from_multi_buffers",
+           [](Store& s, const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
+              const std::vector<std::vector<uint64_t>>& sizes, const C& config) {
+             return s.PutFromRanges(keys, ptrs, sizes, config, false, "batch_put_from_multi_buffers"); },
+           py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = C())
+      .def("get_into", [](Store& s, const std::string& key, uintptr_t p, uint64_t n) {
+             return s.GetIntoRanges({key}, {{p}}, {{n}}, "get_into")[0]; },
+           py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
+      .def("batch_get_into", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
+                                const std::vector<uint64_t>& sizes) {
+             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int64_t>(keys.size(), kInvalid);
+             return s.GetIntoRanges(keys, Nest(ptrs), Nest(sizes), "batch_get_into"); },
+           py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"))
+      .def("batch_get_into_multi_buffers",
+           [](Store& s, const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
+              const std::vector<std::vector<uint64_t>>& sizes, bool) {
+             return s.GetIntoRanges(keys, ptrs, sizes, "batch_get_into_multi_buffers"); },
+           py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("prefer_alloc_in_same_node") = false)
+      .def("get_into_ranges", &Store::GetIntoKeyRanges, py::arg("buffer_ptrs"), py::arg("all_keys"),
+           py::arg("all_dst_offsets"), py::arg("all_src_offsets"), py::arg("all_sizes"))
+      .def("get_buffer", &Store::GetBuffer, py::arg("key"))
+      .def("batch_get_buffer", &Store::BatchGetBuffer, py::arg("keys"));
+
+  py::class_<BufferHandle>(m, "BufferHandle", py::buffer_protocol())
+      .def_buffer([](BufferHandle& h) {
+        // Read-only bytes, format 'b' as in the reference.
+        return py::buffer_info(const_cast<char*>(h.data()), 1, "b", 1, {py::ssize_t(h.size())}, {py::ssize_t(1)},
+                               /*readonly=*/true);
+      })
+      .def("ptr", &BufferHandle::ptr)
+      .def("size", &BufferHandle::size)
+      .def("__len__", &BufferHandle::size);
 }

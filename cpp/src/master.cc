@@ -116,6 +116,13 @@ void Master::Recover() {
         cs->machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_))
       old_pid[i] = cs->pid.load(std::memory_order_relaxed);
     cs->generation.store(0, std::memory_order_relaxed);  // every client re-attaches
+    // Pins of the previous incarnation's clients are void: they re-attach
+    // with empty tables.
+    PinRecord* t = pool_->pin_table(i);
+    for (uint32_t r = 0; r < pool_->superblock()->pins_per_client; ++r)
+      t[r].entry_plus1.store(0, std::memory_order_relaxed);
+    cs->pins_in_use.store(0, std::memory_order_relaxed);
+    cs->pin_high_water.store(0, std::memory_order_relaxed);
   }
   PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
 
@@ -429,10 +436,44 @@ std::string Master::HandlePutStart(Decoder* d) {
   return e.data();
 }
 
+bool Master::IsPinned(uint64_t entry_slot, uint64_t generation) const {
+  // seq_cst fence: the tombstone (or lease check) before it and the pin loads
+  // after it form a Dekker pair with the client's pin store, fence, version
+  // re-check: either we see its pin or it sees our version change.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  uint32_t per = pool_->superblock()->pins_per_client;
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    ClientSlot* cs = pool_->client_slot(c);
+    ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
+    if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
+    uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
+    PinRecord* t = pool_->pin_table(c);
+    ObserveRange(t, hwm * sizeof(PinRecord));
+    for (uint64_t i = 0; i < hwm; ++i)
+      if (t[i].entry_plus1.load(std::memory_order_relaxed) == entry_slot + 1 &&
+          t[i].generation.load(std::memory_order_relaxed) == generation)
+        return true;
+  }
+  return false;
+}
+
+void Master::ReleaseUnpinned() {
+  size_t keep = 0;
+  for (const PinnedFree& p : pinned_) {
+    if (IsPinned(p.entry_slot, p.generation)) pinned_[keep++] = p;
+    else (void)alloc_->Free(p.handle);
+  }
+  pinned_.resize(keep);
+}
+
 void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns) {
+  uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   index_->Tombstone(entry_slot);
   --live_entries_;
-  if (free_now) {
+  if (free_now && IsPinned(entry_slot, gen)) {
+    pinned_.push_back({extent_of_entry_[entry_slot], entry_slot, gen});
+  } else if (free_now) {
     Status s = alloc_->Free(extent_of_entry_[entry_slot]);
     if (!s.ok())
       MCXL_LOG(kError, "master", "extent of entry %llu was already free", (unsigned long long)entry_slot);
@@ -451,7 +492,9 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
     if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
       continue;
     any_complete = true;
-    if (!force && index_->LeaseUntil(s) > now) return ErrorCode::OBJECT_HAS_LEASE;
+    if (!force && (index_->LeaseUntil(s) > now ||
+                   IsPinned(s, GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)))))
+      return ErrorCode::OBJECT_HAS_LEASE;
   }
   if (!any_complete) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
   for (uint64_t s : live) {
@@ -508,8 +551,9 @@ std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
   uint64_t now = NowNs();
   for (uint64_t s = 0; s < index_->capacity(); ++s) {
     const IndexEntry& e = index_->entry(s);
-    if (StateOf(e.state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    if (!req.force && index_->LeaseUntil(s) > now) continue;
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) continue;
     if (!all) {
       std::string_view k = KeyOf(s);
       if (!std::regex_search(k.begin(), k.end(), re)) continue;
@@ -625,6 +669,14 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   ClientSlot* cs = pool_->client_slot(slot);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
+  // Its pins die with it (DESIGN.md §2): clear the table for the next owner.
+  uint32_t per = pool_->superblock()->pins_per_client;
+  PinRecord* t = pool_->pin_table(slot);
+  for (uint32_t i = 0; i < per; ++i) t[i].entry_plus1.store(0, std::memory_order_relaxed);
+  cs->pins_in_use.store(0, std::memory_order_relaxed);
+  cs->pin_high_water.store(0, std::memory_order_relaxed);
+  PublishRange(t, per * sizeof(PinRecord));
+  PublishRange(&cs->heartbeat_ns, kCacheLine);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 
@@ -658,11 +710,15 @@ uint64_t Master::Tick() {
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);  // a hint only
   if (!pending_.empty() || !deferred_.empty()) CheckPending();
   uint64_t now = MonoNs();
+  if (!pinned_.empty() && now - last_pin_scan_mono_ > 5 * 1000000ull) {
+    last_pin_scan_mono_ = now;
+    ReleaseUnpinned();
+  }
   if (now - last_client_check_mono_ > kClientCheckIntervalNs) {
     last_client_check_mono_ = now;
     CheckClients();
   }
-  return pending_.empty() ? 100 : 1;
+  return !pending_.empty() ? 1 : !pinned_.empty() ? 5 : 100;
 }
 
 MasterStats Master::stats() const {

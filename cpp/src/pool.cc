@@ -130,6 +130,8 @@ Status Pool::Format(const FormatOptions& options) {
   uint64_t off = kSuperblockSize;
   uint64_t client_table = off;
   off = RoundUp(off + uint64_t(options.client_slots) * sizeof(ClientSlot), kPage);
+  uint64_t pins = off;
+  off = RoundUp(off + uint64_t(options.client_slots) * options.pins_per_client * sizeof(PinRecord), kPage);
   uint64_t rings = off;
   uint64_t ring_size = uint64_t(options.client_slots) * 2 * options.ring_bytes_per_client;
   off = RoundUp(off + ring_size, kPage);
@@ -157,6 +159,8 @@ Status Pool::Format(const FormatOptions& options) {
   sb->client_table_offset = client_table;
   sb->client_slot_count = options.client_slots;
   sb->client_slot_size = sizeof(ClientSlot);
+  sb->pin_table_offset = pins;
+  sb->pins_per_client = options.pins_per_client;
   sb->ring_region_offset = rings;
   sb->ring_region_size = ring_size;
   sb->index_offset = index;
@@ -194,7 +198,9 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   bool sane = sb->client_table_offset >= kSuperblockSize &&
               sb->client_slot_size == sizeof(ClientSlot) &&
               sb->client_table_offset + uint64_t(sb->client_slot_count) * sizeof(ClientSlot) <=
-                  sb->ring_region_offset &&
+                  sb->pin_table_offset &&
+              sb->pin_table_offset + uint64_t(sb->client_slot_count) * sb->pins_per_client *
+                      sizeof(PinRecord) <= sb->ring_region_offset &&
               sb->ring_region_offset + sb->ring_region_size <= sb->index_offset && cap != 0 &&
               (cap & (cap - 1)) == 0 && sb->index_offset + cap * sizeof(IndexEntry) <= sb->data_offset &&
               sb->data_offset + sb->data_size <= sb->pool_size;

@@ -22,6 +22,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <shared_mutex>
@@ -66,6 +67,23 @@ struct MutSlice {
 // The parts of one value to put: concatenated in order.
 using PutParts = std::vector<ConstSlice>;
 
+// One range of get_into_ranges: `size` bytes at `src_offset` of the value.
+struct RangeCopy {
+  uint64_t src_offset;
+  void* dst;
+  uint64_t size;
+};
+
+// A zero-copy view of a value in the pool, pinned: the master keeps its
+// extent (and refuses unforced removes) until Unpin.
+struct PinnedView {
+  const char* data = nullptr;
+  uint64_t size = 0;
+  uint32_t record = 0;           // index in this client's pin table
+  uint32_t slot = 0;             // client slot that owns the record
+  uint64_t slot_generation = 0;  // ... while it still has this generation
+};
+
 class Client {
  public:
   static Result<std::shared_ptr<Client>> Connect(const ClientOptions& options);
@@ -94,6 +112,22 @@ class Client {
   // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
   int IsExist(std::string_view key);
   Result<uint64_t> GetSize(std::string_view key);
+  // Per range: bytes copied, INVALID_PARAMS (range outside the value) or the
+  // lookup's error; the ranges are copied from one consistent version.
+  std::vector<int64_t> GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges);
+
+  // Zero-copy views. PinValue costs no master round trip: it writes a record
+  // in this client's pin table and re-validates the entry.
+  Result<PinnedView> PinValue(std::string_view key);
+  void Unpin(const PinnedView& view);
+
+  // Registered caller memory (register_buffer). Registration validates
+  // ranges and pre-faults pages; unregistered memory works too.
+  Status RegisterBuffer(uintptr_t ptr, uint64_t size);
+  Status UnregisterBuffer(uintptr_t ptr);
+  // INVALID_PARAMS (logged) when [ptr, ptr+size) is null, wraps, or overlaps a
+  // registered buffer without lying inside it.
+  Status CheckRange(uintptr_t ptr, uint64_t size, const char* op) const;
 
   ErrorCode Remove(std::string_view key, bool force);
   std::vector<int32_t> BatchRemove(const std::vector<std::string_view>& keys, bool force);
@@ -125,6 +159,16 @@ class Client {
   std::atomic<uint64_t> slot_generation_{0};
   std::atomic<uint64_t> incarnation_{0};
   uint8_t uuid_[16] = {};
+
+  // Pin records of the current slot: free list and high-water mark.
+  std::mutex pin_mu_;
+  std::vector<uint32_t> free_pins_;
+  uint32_t pin_high_water_ = 0;
+  uint64_t pins_in_use_ = 0;
+  uint64_t pin_slot_generation_ = 0;  // the slot generation these belong to
+
+  mutable std::shared_mutex registry_mu_;
+  std::map<uintptr_t, uint64_t> registered_;  // start -> size
 
   mutable std::shared_mutex life_mu_;  // shared: calls in flight; unique: Close
   bool closed_ = false;

@@ -6,7 +6,7 @@
 // std::atomic of a lock-free width (same layout as the plain integer on every
 // supported ABI). A change to anything in this file is a new kLayoutVersion.
 //
-//   [Superblock 4 KiB][client table][control rings][object index][data region]
+//   [Superblock 4 KiB][client table][pin tables][control rings][object index][data]
 //
 // Invariants:
 //   * Superblock::magic is written last by Format, so a crash while formatting
@@ -52,6 +52,9 @@ struct Superblock {
   uint64_t client_table_offset;
   uint32_t client_slot_count;
   uint32_t client_slot_size;
+  uint64_t pin_table_offset;  // client_slot_count tables of pins_per_client
+  uint32_t pins_per_client;
+  uint32_t reserved0;
   uint64_t ring_region_offset;
   uint64_t ring_region_size;
   uint64_t index_offset;
@@ -77,8 +80,19 @@ struct ClientSlot {
   char host[40];                     // master: local_hostname, NUL-terminated
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // client: liveness
   std::atomic<uint64_t> heartbeat_generation;  // client: slot generation it holds
+  std::atomic<uint64_t> pins_in_use;  // client: live records in its pin table
+  std::atomic<uint64_t> pin_high_water;  // client: records [0, this) may be live
 };
 static_assert(sizeof(ClientSlot) == 2 * kCacheLine);
+
+// A zero-copy view (BufferHandle) held by a client: while a record names an
+// entry, the master neither frees the entry's extent nor removes it unforced.
+// Written by its client (and cleared by the master when it reclaims the slot).
+struct PinRecord {
+  std::atomic<uint64_t> entry_plus1;  // index slot + 1; 0 = free record
+  std::atomic<uint64_t> generation;   // of the pinned object
+};
+static_assert(sizeof(PinRecord) == 16);
 
 enum class EntryState : uint8_t {
   kEmpty = 0,      // never used: ends a probe sequence

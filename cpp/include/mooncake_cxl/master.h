@@ -7,7 +7,10 @@
 //   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
 //             remember it as pending. The client copies the value and CASes the
 //             entry COMPLETE itself; Tick notices and accounts for it.
-//   Remove:   tombstone (seqlock), then free the extent.
+//   Remove:   tombstone (seqlock), then free the extent, or, while a client's
+//             pin table names the object (a live BufferHandle), keep the
+//             extent until the pin is gone. An unforced remove of a pinned
+//             object is OBJECT_HAS_LEASE, like a leased one.
 //   Pending puts whose client died or that outlived
 //   --put_start_discard_timeout_sec are revoked; their extent is freed at once
 //   when the client is known dead, else after --put_start_release_timeout_sec
@@ -95,6 +98,11 @@ class Master {
     uint32_t handle;
     uint64_t release_mono_ns;
   };
+  // An unlinked object whose extent a BufferHandle still pins.
+  struct PinnedFree {
+    uint32_t handle;
+    uint64_t entry_slot, generation;
+  };
   struct ClientInfo {
     bool attached = false;
     uint64_t generation = 0;
@@ -121,6 +129,10 @@ class Master {
   void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
   std::string_view KeyOf(uint64_t entry_slot) const;
   void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
+  // True when some client's pin table names this object (DESIGN.md §2:
+  // zero-copy views hold a pin that removal and eviction respect).
+  bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
+  void ReleaseUnpinned();
   void FinishPending(const PendingPut& p, EntryState state);
   void RevokePending(const PendingPut& p, bool owner_dead);
   void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
@@ -136,6 +148,8 @@ class Master {
   std::vector<uint32_t> extent_of_entry_;  // allocator handle per index slot
   std::vector<PendingPut> pending_;
   std::vector<DeferredFree> deferred_;
+  std::vector<PinnedFree> pinned_;
+  uint64_t last_pin_scan_mono_ = 0;
   std::vector<ClientInfo> clients_;
   std::string machine_;
   uint64_t next_generation_ = 1;

@@ -22,6 +22,7 @@ namespace mcxl {
 struct FormatOptions {
   uint64_t index_capacity = 0;  // entries; 0 = derived from the pool size
   uint32_t client_slots = 64;
+  uint32_t pins_per_client = 1024;
   uint64_t ring_bytes_per_client = 16 * 1024;  // per direction
   CoherenceMode coherence = CoherenceMode::kCoherent;
 };
@@ -58,6 +59,11 @@ class Pool {
   ClientSlot* client_slot(uint32_t i) const {
     return reinterpret_cast<ClientSlot*>(base_ + superblock()->client_table_offset +
                                          uint64_t(i) * sizeof(ClientSlot));
+  }
+  PinRecord* pin_table(uint32_t client) const {
+    const Superblock* sb = superblock();
+    return reinterpret_cast<PinRecord*>(base_ + sb->pin_table_offset +
+                                        uint64_t(client) * sb->pins_per_client * sizeof(PinRecord));
   }
   // True when [offset, offset+len) lies inside the data region.
   bool InDataRegion(uint64_t offset, uint64_t len) const;
