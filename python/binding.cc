@@ -502,20 +502,22 @@ class Store {
 };
 
 // The benchmark's baseline: plain memcpy of `size` bytes from a working set
-// of `working_set` bytes (cycled, as the store's reads are) into one buffer.
-// Nanoseconds per copy, one entry per copy.
-std::vector<double> BenchMemcpy(uint64_t size, uint64_t working_set, int iterations) {
+// of `working_set` bytes into a destination set of `dst_working_set` bytes
+// (both cycled, as the store's reads are). Nanoseconds per copy.
+std::vector<double> BenchMemcpy(uint64_t size, uint64_t working_set, int iterations, uint64_t dst_working_set) {
   uint64_t n = std::max<uint64_t>(1, working_set / size);
-  std::vector<char> src(n * size, 1), dst(size, 0);
+  uint64_t nd = std::max<uint64_t>(1, dst_working_set / size);
+  std::vector<char> src(n * size, 1), dst(nd * size, 0);
   std::vector<double> out;
   out.reserve(iterations);
   py::gil_scoped_release nogil;
   for (int i = 0; i < iterations; ++i) {
     auto t0 = std::chrono::steady_clock::now();
-    memcpy(dst.data(), src.data() + (i % n) * size, size);
+    char* d = dst.data() + (i % nd) * size;
+    memcpy(d, src.data() + (i % n) * size, size);
     auto t1 = std::chrono::steady_clock::now();
     out.push_back(std::chrono::duration<double, std::nano>(t1 - t0).count());
-    if (dst[size / 2] != 1) out.back() = -1;  // keeps the copy observable
+    if (d[size / 2] != 1) out.back() = -1;  // keeps the copy observable
   }
   return out;
 }
@@ -536,7 +538,8 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "mooncake_cxl core: a KV-cache store in a CXL memory pool";
   InitLogLevelFromEnv(LogLevel::kWarn);
 
-  m.def("_bench_memcpy", &BenchMemcpy, py::arg("size"), py::arg("working_set"), py::arg("iterations"));
+  m.def("_bench_memcpy", &BenchMemcpy, py::arg("size"), py::arg("working_set"), py::arg("iterations"),
+        py::arg("dst_working_set") = 0);
 
   py::enum_<SoftPinAction>(m, "SoftPinAction")
       .value("PRESERVE", SoftPinAction::PRESERVE)

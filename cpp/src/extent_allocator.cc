@@ -15,7 +15,9 @@ ExtentAllocator::ExtentAllocator(uint64_t base, uint64_t size, uint64_t max_bloc
   sl_bitmap_.assign(kFlCount, 0);
   if (size_ == 0) return;
   uint32_t b = NewBlock();
-  blocks_[b] = Block{base_, size_, kNone, kNone, kNone, kNone, true, true};
+  blocks_[b].offset = base_;
+  blocks_[b].size = size_;
+  blocks_[b].prev_phys = blocks_[b].next_phys = kNone;
   Insert(b);
 }
 
@@ -23,7 +25,10 @@ uint32_t ExtentAllocator::NewBlock() {
   if (spare_.empty()) return kNone;
   uint32_t b = spare_.back();
   spare_.pop_back();
+  uint32_t gen = blocks_[b].gen + 1;
+  blocks_[b] = Block{};
   blocks_[b].live = true;
+  blocks_[b].gen = gen;
   return b;
 }
 
@@ -110,7 +115,10 @@ uint32_t ExtentAllocator::SplitOff(uint32_t b, uint64_t size) {
   if (blk.size - size < kUnit) return kNone;
   uint32_t r = NewBlock();
   if (r == kNone) return kNone;  // out of block slots: keep the slack
-  blocks_[r] = Block{blk.offset + size, blk.size - size, b, blk.next_phys, kNone, kNone, false, true};
+  blocks_[r].offset = blk.offset + size;
+  blocks_[r].size = blk.size - size;
+  blocks_[r].prev_phys = b;
+  blocks_[r].next_phys = blk.next_phys;
   if (blk.next_phys != kNone) blocks_[blk.next_phys].prev_phys = r;
   blk.next_phys = r;
   blk.size = size;
@@ -127,13 +135,14 @@ Result<Extent> ExtentAllocator::Allocate(uint64_t size) {
   if (rest != kNone) Insert(rest);
   used_ += blocks_[b].size;
   ++used_count_;
-  return Extent{blocks_[b].offset, blocks_[b].size, b};
+  return Extent{blocks_[b].offset, blocks_[b].size, HandleOf(b)};
 }
 
-Status ExtentAllocator::Free(uint32_t handle) {
-  if (handle >= blocks_.size() || !blocks_[handle].live || blocks_[handle].free)
+Status ExtentAllocator::Free(uint64_t handle) {
+  uint32_t b = uint32_t(handle);
+  if (b >= blocks_.size() || !blocks_[b].live || blocks_[b].free || blocks_[b].gen != uint32_t(handle >> 32))
     return ErrorCode::INVALID_PARAMS;
-  uint32_t b = handle;
+  ++blocks_[b].gen;  // this handle is spent, even if the block survives the merge
   used_ -= blocks_[b].size;
   --used_count_;
   uint32_t prev = blocks_[b].prev_phys;
@@ -195,7 +204,7 @@ Result<Extent> ExtentAllocator::Reserve(uint64_t offset, uint64_t size) {
   used_ += blocks_[b].size;
   ++used_count_;
   reserve_hint_ = b;
-  return Extent{blocks_[b].offset, blocks_[b].size, b};
+  return Extent{blocks_[b].offset, blocks_[b].size, HandleOf(b)};
 }
 
 uint64_t ExtentAllocator::largest_free() const {

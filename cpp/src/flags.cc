@@ -41,19 +41,23 @@ bool FlagSet::Set(Flag& f, const std::string& value, std::string* error) {
   errno = 0;
   char* end = nullptr;
   bool ok = true;
+  // Parse into a temporary: a rejected value leaves the flag unchanged.
   if (auto* b = std::get_if<bool*>(&f.target)) {
     if (value == "true" || value == "1" || value == "yes") **b = true;
     else if (value == "false" || value == "0" || value == "no") **b = false;
     else ok = false;
   } else if (auto* i = std::get_if<int64_t*>(&f.target)) {
-    **i = strtoll(value.c_str(), &end, 10);
+    long long v = strtoll(value.c_str(), &end, 10);
     ok = !value.empty() && *end == '\0' && errno == 0;
+    if (ok) **i = v;
   } else if (auto* u = std::get_if<uint64_t*>(&f.target)) {
-    **u = strtoull(value.c_str(), &end, 10);
+    unsigned long long v = strtoull(value.c_str(), &end, 10);
     ok = !value.empty() && value[0] != '-' && *end == '\0' && errno == 0;
+    if (ok) **u = v;
   } else if (auto* d = std::get_if<double*>(&f.target)) {
-    **d = strtod(value.c_str(), &end);
+    double v = strtod(value.c_str(), &end);
     ok = !value.empty() && *end == '\0' && errno == 0;
+    if (ok) **d = v;
   } else {
     *std::get<std::string*>(f.target) = value;
   }

@@ -87,7 +87,7 @@ Status Master::Open() {
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   alloc_ = std::make_unique<ExtentAllocator>(sb->data_offset, sb->data_size,
                                              2 * sb->index_capacity + 2);
-  extent_of_entry_.assign(sb->index_capacity, 0);
+  entry_meta_.assign(sb->index_capacity, EntryMeta{});
   clients_.assign(sb->client_slot_count, ClientInfo{});
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
@@ -168,9 +168,9 @@ void Master::Recover() {
       ++stats_.dropped_on_recovery;
       continue;
     }
-    extent_of_entry_[f.slot] = ext->handle;
+    entry_meta_[f.slot].extent = ext->handle;
     ++live_entries_;
-    ++stats_.complete_keys;
+    CountComplete(f.slot);
     by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
   }
   // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
@@ -182,8 +182,9 @@ void Master::Recover() {
       continue;
     }
     for (uint64_t s : slots) {
-      if (index_->entry(s).state_gen.load(std::memory_order_relaxed) == 0) continue;
-      ClearSupersededIfSettled(KeyOf(s), hash);
+      if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+        continue;  // unlinked as an older value of a key handled just before
+      ClearSupersededIfSettled(std::string(KeyOf(s)), hash);
     }
   }
   // Unfinished puts: revoke. Their extents are reserved (a live client of the
@@ -397,15 +398,16 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
     return item;
   }
   if (req.upsert) {
+    // Every older entry of the key, COMPLETE or still WRITING (a concurrent
+    // upsert), is marked: a reader that meets one keeps probing and takes the
+    // newest generation, so once this upsert returns no reader sees an older
+    // value, whichever of the concurrent upserts completes last.
     for (uint64_t s : live) {
-      const IndexEntry& e = index_->entry(s);
-      uint32_t fl = e.flags.load(std::memory_order_relaxed);
-      if (StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kComplete &&
-          !(fl & kFlagSuperseded))
-        index_->SetFlags(s, fl | kFlagSuperseded);
+      uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+      if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  extent_of_entry_[*slot] = ext->handle;
+  entry_meta_[*slot] = EntryMeta{ext->handle, false};
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, MonoNs(), req.upsert});
   item.entry_slot = *slot;
@@ -471,14 +473,17 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   index_->Tombstone(entry_slot);
   --live_entries_;
+  EntryMeta& meta = entry_meta_[entry_slot];
+  if (meta.counted) --stats_.complete_keys;
+  meta.counted = false;
   if (free_now && IsPinned(entry_slot, gen)) {
-    pinned_.push_back({extent_of_entry_[entry_slot], entry_slot, gen});
+    pinned_.push_back({meta.extent, entry_slot, gen});
   } else if (free_now) {
-    Status s = alloc_->Free(extent_of_entry_[entry_slot]);
+    Status s = alloc_->Free(meta.extent);
     if (!s.ok())
       MCXL_LOG(kError, "master", "extent of entry %llu was already free", (unsigned long long)entry_slot);
   } else {
-    deferred_.push_back({extent_of_entry_[entry_slot], release_mono_ns});
+    deferred_.push_back({meta.extent, release_mono_ns});
   }
 }
 
@@ -501,7 +506,6 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
     if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
       continue;
     Unlink(s, true, 0);
-    --stats_.complete_keys;
   }
   return ErrorCode::OK;
 }
@@ -559,7 +563,6 @@ std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
       if (!std::regex_search(k.begin(), k.end(), re)) continue;
     }
     Unlink(s, true, 0);
-    --stats_.complete_keys;
     ++reply.count;
   }
   Encoder e;
@@ -582,7 +585,6 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
     if (StateOf(sg) != EntryState::kComplete) continue;
     if (s != newest) {  // an older value of an upserted key
       Unlink(s, true, 0);
-      --stats_.complete_keys;
       continue;
     }
     uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
@@ -590,9 +592,24 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   }
 }
 
+EntryState Master::PendingState(const PendingPut& p) const {
+  uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
+  EntryState st = StateOf(sg);
+  bool ours = GenOf(sg) == p.generation &&
+              (st == EntryState::kWriting || st == EntryState::kComplete || st == EntryState::kAborted);
+  return ours ? st : EntryState::kEmpty;
+}
+
+void Master::CountComplete(uint64_t entry_slot) {
+  EntryMeta& meta = entry_meta_[entry_slot];
+  if (!meta.counted) ++stats_.complete_keys;
+  meta.counted = true;
+}
+
 void Master::FinishPending(const PendingPut& p, EntryState state) {
+  if (state == EntryState::kEmpty) return;  // already unlinked by a remove
   if (state == EntryState::kComplete) {
-    ++stats_.complete_keys;
+    CountComplete(p.entry_slot);
     if (p.upsert) {
       std::string key(KeyOf(p.entry_slot));
       ClearSupersededIfSettled(key, KeyHash(key));
@@ -608,8 +625,9 @@ void Master::FinishPending(const PendingPut& p, EntryState state) {
 void Master::RevokePending(const PendingPut& p, bool owner_dead) {
   std::string key(KeyOf(p.entry_slot));
   if (!index_->Abort(p.entry_slot, p.generation)) {
-    // The client published it meanwhile: it is a normal object now.
-    FinishPending(p, StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire)));
+    // The client published it meanwhile (a normal object now), or the entry
+    // is no longer this put at all.
+    FinishPending(p, PendingState(p));
     return;
   }
   ++stats_.revoked_puts;
@@ -628,8 +646,8 @@ void Master::CheckPending() {
   size_t keep = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     PendingPut p = pending_[i];
-    EntryState st = StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kComplete || st == EntryState::kAborted) {
+    EntryState st = PendingState(p);
+    if (st != EntryState::kWriting) {
       FinishPending(p, st);
       continue;
     }
@@ -660,8 +678,8 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
       pending_[keep++] = p;
       continue;
     }
-    EntryState st = StateOf(index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kComplete || st == EntryState::kAborted) FinishPending(p, st);
+    EntryState st = PendingState(p);
+    if (st != EntryState::kWriting) FinishPending(p, st);
     else RevokePending(p, dead);
   }
   pending_.resize(keep);

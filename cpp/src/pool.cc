@@ -62,6 +62,11 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
     MCXL_LOG(kError, "pool", "no pool path given (set --cxl_path or MC_CXL_DEV_PATH)");
     return ErrorCode::INVALID_PARAMS;
   }
+  if (size != 0 && size < kMinPoolSize) {
+    MCXL_LOG(kError, "pool", "pool %s: size %llu is below the minimum of %llu bytes", path.c_str(),
+             (unsigned long long)size, (unsigned long long)kMinPoolSize);
+    return ErrorCode::INVALID_PARAMS;
+  }
   int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0660);
   if (fd < 0) {
     MCXL_LOG(kError, "pool", "cannot open pool %s: %s", path.c_str(), strerror(errno));

@@ -7,7 +7,6 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -202,6 +201,12 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(out.keys, in.keys);
   EXPECT_EQ(out.sizes, in.sizes);
   EXPECT_EQ(out.groups, in.groups);
+
+  // Missing group entries are sent as "" (no group).
+  PutStartRequest short_groups = in, padded;
+  short_groups.groups = {"only-first"};
+  ASSERT_TRUE(Dec(Enc(short_groups), &padded));
+  EXPECT_EQ(padded.groups, (std::vector<std::string>{"only-first", "", ""}));
 
   PutStartRequest empty_in, empty_out;
   ASSERT_TRUE(Dec(Enc(empty_in), &empty_out));

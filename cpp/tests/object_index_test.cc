@@ -365,14 +365,15 @@ bool ValueIntact(const char* v, uint64_t size, int key, uint64_t gen) {
   return k == uint32_t(key) && sz == size && g == gen && sum == Fnv(v, size - 8);
 }
 
-// Child: replaces the value of random keys until the reader is done (bounded
-// by an op count), reusing freed extents at once so that a reader holding a
-// stale snapshot sees its bytes rewritten under it.
+// Shared by parent and child (an anonymous MAP_SHARED page).
 struct SharedFlags {
   std::atomic<int> reader_done{0};
   std::atomic<uint64_t> writer_ops{0};
 };
 
+// Child: replaces the value of random keys until the reader is done (bounded
+// by an op count), reusing freed extents at once so that a reader holding a
+// stale snapshot sees its bytes rewritten under it.
 int WriterChild(const std::string& path, SharedFlags* shared, int pipe_fd) {
   auto p = Pool::Open(path, 0, false);  // its own mapping, at another address
   if (!p.ok() || !(*p)->Verify(nullptr).ok()) return 10;
@@ -437,8 +438,14 @@ TEST_F(ObjectIndexTest, ReaderNeverValidatesATornValue) {
   }
   close(fds[1]);
   char ready = 0;
-  ASSERT_EQ(read(fds[0], &ready, 1), 1);  // every key has a value now
+  bool started = read(fds[0], &ready, 1) == 1;  // every key has a value now
   close(fds[0]);
+  if (!started) {  // the child failed before its loop: reap it, report its code
+    int status = 0;
+    waitpid(child, &status, 0);
+    munmap(page, 4096);
+    FAIL() << "writer child exited early, status " << status;
+  }
 
   std::vector<char> buf(kMaxValue);
   uint64_t validated = 0, invalidated = 0, torn_rejected = 0, not_found = 0, bad = 0;

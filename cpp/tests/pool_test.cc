@@ -218,11 +218,10 @@ TEST(DefaultIndexCapacityTest, PowerOfTwoAtLeast1024) {
   EXPECT_LE(DefaultIndexCapacity(64 * kMiB), DefaultIndexCapacity(1024 * kMiB));
 }
 
-// pool.h promises "one entry per 8 KiB of pool"; pool.cc divides by 4096.
-// Disabled: documents a header/implementation mismatch (see the test report).
-TEST(DefaultIndexCapacityTest, DISABLED_OneEntryPer8KiBAsDocumented) {
-  EXPECT_EQ(DefaultIndexCapacity(64 * kMiB), 8192u);
-  EXPECT_EQ(DefaultIndexCapacity(1024 * kMiB), 131072u);
+// pool.h promises one entry per 4 KiB of pool.
+TEST(DefaultIndexCapacityTest, OneEntryPer4KiBAsDocumented) {
+  EXPECT_EQ(DefaultIndexCapacity(64 * kMiB), 16384u);
+  EXPECT_EQ(DefaultIndexCapacity(1024 * kMiB), 262144u);
 }
 
 }  // namespace

@@ -26,7 +26,7 @@ namespace mcxl {
 struct Extent {
   uint64_t offset = 0;  // from the start of the pool
   uint64_t size = 0;    // bytes actually reserved (>= requested)
-  uint32_t handle = 0;  // pass to Free
+  uint64_t handle = 0;  // pass to Free: block index + the block's generation
 };
 
 class ExtentAllocator {
@@ -37,7 +37,7 @@ class ExtentAllocator {
   Result<Extent> Allocate(uint64_t size);
   // REQUIRES: `handle` came from Allocate or Reserve and was not freed since
   // (checked: a stale or unknown handle is INVALID_PARAMS, nothing changes).
-  Status Free(uint32_t handle);
+  Status Free(uint64_t handle);
   // Marks [offset, offset + size) used, for restart recovery. Fails when any
   // part of it is not free (overlap with a reserved extent) or out of range.
   Result<Extent> Reserve(uint64_t offset, uint64_t size);
@@ -66,8 +66,10 @@ class ExtentAllocator {
     uint32_t prev_phys, next_phys;  // address-order neighbours
     uint32_t prev_free, next_free;  // free-list links (free blocks only)
     bool free;
-    bool live;  // slot in use
+    bool live;     // slot in use
+    uint32_t gen;  // bumped each time the slot is reused: stale handles fail
   };
+  uint64_t HandleOf(uint32_t b) const { return (uint64_t(blocks_[b].gen) << 32) | b; }
 
   uint32_t NewBlock();
   void DropBlock(uint32_t b);

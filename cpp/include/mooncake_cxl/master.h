@@ -95,12 +95,12 @@ class Master {
     bool upsert;
   };
   struct DeferredFree {
-    uint32_t handle;
+    uint64_t handle;
     uint64_t release_mono_ns;
   };
   // An unlinked object whose extent a BufferHandle still pins.
   struct PinnedFree {
-    uint32_t handle;
+    uint64_t handle;
     uint64_t entry_slot, generation;
   };
   struct ClientInfo {
@@ -133,6 +133,10 @@ class Master {
   // zero-copy views hold a pin that removal and eviction respect).
   bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
   void ReleaseUnpinned();
+  // The current state of the entry `p` names, or kEmpty when the entry no
+  // longer is that put (removed, or its slot reused): a stale record.
+  EntryState PendingState(const PendingPut& p) const;
+  void CountComplete(uint64_t entry_slot);
   void FinishPending(const PendingPut& p, EntryState state);
   void RevokePending(const PendingPut& p, bool owner_dead);
   void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
@@ -145,7 +149,14 @@ class Master {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<ObjectIndex> index_;
   std::unique_ptr<ExtentAllocator> alloc_;
-  std::vector<uint32_t> extent_of_entry_;  // allocator handle per index slot
+  // Per index slot, for live entries: the allocator handle of its extent, and
+  // whether the master has counted it COMPLETE (settles the race between a
+  // remove and the Tick that notices the completion).
+  struct EntryMeta {
+    uint64_t extent = 0;
+    bool counted = false;
+  };
+  std::vector<EntryMeta> entry_meta_;
   std::vector<PendingPut> pending_;
   std::vector<DeferredFree> deferred_;
   std::vector<PinnedFree> pinned_;

@@ -28,7 +28,8 @@ struct FormatOptions {
 };
 
 // Index capacity used when FormatOptions::index_capacity is 0: one entry per
-// 8 KiB of pool, at least 1024, rounded up to a power of two.
+// 4 KiB of pool, at least 1024, rounded up to a power of two (the master
+// refuses inserts beyond 7/8 of it).
 uint64_t DefaultIndexCapacity(uint64_t pool_size);
 
 constexpr uint64_t kMinPoolSize = 4ull << 20;
