@@ -84,7 +84,8 @@ class MooncakeDistributedStore(_core.StoreCore):
             os.environ.get("MC_CXL_DEV_PATH", "") if protocol.lower() == "cxl" else "",
             _env_int("MC_CXL_DEV_SIZE", 0) if protocol.lower() == "cxl" else 0,
             _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
-            _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000))
+            _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
+            _env_int("MC_CXL_PUT_WAIT_MS", 2000))
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
         """Mooncake's thin client of a local real client; not needed with a CXL pool."""

@@ -156,7 +156,7 @@ class Store {
 
   int SetupCore(const std::string& local_hostname, const std::string& master_addr,
                 const std::string& pool_path, uint64_t pool_size, int connect_timeout_ms,
-                int rpc_timeout_ms) {
+                int rpc_timeout_ms, int put_wait_ms) {
     if (client_ && !client_->closed()) {
       MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
       return kNotReady;
@@ -168,6 +168,7 @@ class Store {
     o.pool_size_override = pool_size;
     o.connect_timeout_ms = connect_timeout_ms;
     o.rpc_timeout_ms = rpc_timeout_ms;
+    o.put_wait_ms = put_wait_ms;
     std::optional<Result<std::shared_ptr<Client>>> r;
     {
       py::gil_scoped_release nogil;
@@ -409,7 +410,10 @@ class Store {
         py::gil_scoped_release nogil;
         snap.emplace(c->Locate(key));
       }
-      if (!*snap) return py::bytes("");
+      if (!*snap) {
+        if (snap->error() == ErrorCode::OBJECT_NOT_FOUND) c->RecordRead(false);
+        return py::bytes("");
+      }
       const EntrySnapshot& s = snap->value();
       py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(s.value_size)));
       if (!out) throw py::error_already_set();
@@ -420,7 +424,10 @@ class Store {
         ok.emplace(c->CopyValidated(s, key, &dst, 1));
       }
       if (!*ok) return py::bytes("");
-      if (ok->value()) return py::reinterpret_steal<py::bytes>(out.release());
+      if (ok->value()) {
+        c->RecordRead(true);
+        return py::reinterpret_steal<py::bytes>(out.release());
+      }
     }
     return py::bytes("");
   }
@@ -579,7 +586,8 @@ PYBIND11_MODULE(_core, m) {
   py::class_<Store>(m, "StoreCore")
       .def(py::init<>())
       .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
-           py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"))
+           py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
+           py::arg("put_wait_ms"))
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

@@ -230,3 +230,14 @@ def test_gil_is_released_during_get(store):
     for t in threads:
         t.join()
     assert results == [len(value)] * 4
+
+
+def test_upsert_batch_reads_its_own_writes(store):
+    import os
+    for it in range(300):
+        a, b = os.urandom(100 + it % 50), os.urandom(300)
+        key, other = f"u{it % 7}", f"v{it % 5}"
+        assert store.upsert(key, b) == OK
+        assert store.get(key) == b
+        assert store.upsert_batch([key, other], [a, b]) == OK
+        assert store.get_batch([key, other]) == [a, b]

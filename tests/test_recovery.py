@@ -23,6 +23,15 @@ import pytest
 from conftest import connect
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
+
+@pytest.fixture(autouse=True)
+def _no_put_wait(monkeypatch):
+    """A put refused for space returns -200 at once instead of retrying while
+    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
+    inherit it): the fills here stop at their first -200 and hard-pin their
+    objects, so waiting could free nothing and would only slow every fill."""
+    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+
 MiB = 1 << 20
 RPC_FAIL = -900
 NO_AVAILABLE_HANDLE = -200
@@ -121,9 +130,14 @@ def test_master_restart_keeps_objects_and_space(master_factory, how):
         baseline = len(fill(old, "fill0/"))
         assert old.remove_all(force=True) == baseline
 
+        # Odd-numbered objects are hard-pinned: eviction may not touch them
+        # when the pool is filled below; the others may be evicted then.
         objs = objects("rec/", 30)
-        for k, v in objs.items():
-            assert old.put(k, v) == 0
+        pin = ReplicateConfig()
+        pin.with_hard_pin = True
+        for i, (k, v) in enumerate(objs.items()):
+            assert old.put(k, v, pin if i % 2 else ReplicateConfig()) == 0
+        pinned = {k for i, k in enumerate(objs) if i % 2}
         removed = [k for i, k in enumerate(objs) if i % 5 == 0]
         for k in removed:
             assert old.remove(k, force=True) == 0
@@ -168,16 +182,28 @@ def test_master_restart_keeps_objects_and_space(master_factory, how):
         assert old.get(removed[0]) == b"again"
         kept[removed[0]] = b"again"
 
-        # Space accounting survived: filling the rest never lands on a kept object.
+        # Space accounting survived: filling the rest never lands on a kept
+        # object. (Unpinned objects may be evicted by the fill: then absent.)
         filled = fill(new, "fill1/")
         assert filled, "nothing could be put after the restart"
-        assert_objects(new, kept, "after filling the restarted pool")
-        assert_objects(old, kept, "old client after filling the restarted pool")
+        assert_objects(new, {k: v for k, v in kept.items() if k in pinned},
+                       "pinned objects after filling the restarted pool")
+        evicted = []
+        for who, store in (("new client", new), ("old client", old)):
+            for k, v in kept.items():
+                got = store.get(k)
+                if got == b"" and k not in pinned:
+                    evicted.append(k)
+                    continue
+                assert got == v, (f"{who}: {k} after filling the restarted pool: {len(got)} bytes, "
+                                  f"expected {len(v)}: overwritten by a fill object?")
         for k in filled:
             assert new.get(k) == value_for(k, MiB), f"fill object {k} corrupted"
+        print(f"unpinned objects evicted by the fill: {sorted(set(evicted))}")
         # And no space was lost: with everything removed, the pool holds as
         # many 1 MiB objects as when it was fresh.
-        assert new.remove_all(force=True) == len(kept) + len(filled)
+        present = sum(1 for k in kept if new.is_exist(k) == 1)
+        assert new.remove_all(force=True) == present + len(filled)
         refill = fill(new, "fill2/")
         assert abs(len(refill) - baseline) <= 1, (
             f"after the {how} restart an emptied pool holds {len(refill)} objects of 1 MiB, "
@@ -363,3 +389,198 @@ def test_master_killed_while_a_client_process_puts(master_factory):
             os.kill(child.pid, signal.SIGKILL)
         child.join(30)
         parent_conn.close()
+
+
+# --------------------------------------------------------------------------
+# A live client stalled in the middle of its copy into the pool.
+#
+# The value is put from an anonymous mapping whose second half is registered
+# with userfaultfd (user-mode faults only): the client's memcpy into the pool
+# blocks on the first unpopulated page, with its entry WRITING and its extent
+# allocated, until the test lets it go (closing the userfaultfd resolves the
+# fault with zero pages). The helper thread reports the blocked fault, so the
+# test acts exactly while the put is unfinished: no timing involved.
+
+STALL_VALUE = 4 << 20
+SYS_userfaultfd = 323          # x86_64
+UFFD_USER_MODE_ONLY = 1
+UFFDIO_API = 0xc018aa3f
+UFFDIO_REGISTER = 0xc020aa00
+UFFDIO_REGISTER_MODE_MISSING = 1
+
+
+def _stalling_buffer(size):
+    """(mmap, userfaultfd) where reading past size // 2 blocks; raises OSError
+    when userfaultfd is unavailable."""
+    import ctypes
+    import fcntl
+    import mmap
+    import struct
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    if os.uname().machine != "x86_64":
+        raise OSError("userfaultfd syscall number known for x86_64 only")
+    fd = libc.syscall(SYS_userfaultfd, os.O_CLOEXEC | os.O_NONBLOCK | UFFD_USER_MODE_ONLY)
+    if fd < 0:
+        raise OSError(ctypes.get_errno(), "userfaultfd")
+    fcntl.ioctl(fd, UFFDIO_API, bytearray(struct.pack("QQQ", 0xAA, 0, 0)))
+    mm = mmap.mmap(-1, size)
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    half = size // 2
+    mm[:half] = random.Random("stall").randbytes(half)  # populated: copies fine
+    fcntl.ioctl(fd, UFFDIO_REGISTER,
+                bytearray(struct.pack("QQQQ", addr + half, half, UFFDIO_REGISTER_MODE_MISSING, 0)))
+    return mm, fd
+
+
+def _stalled_putter(conn, address):
+    import select
+
+    try:
+        s = MooncakeDistributedStore()
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address)
+        if rc != 0:
+            conn.send(("setup", rc))
+            return
+        assert s.put("stall/ok", b"complete before the stall") == 0
+        try:
+            mm, fd = _stalling_buffer(STALL_VALUE)
+        except OSError as e:
+            conn.send(("no-uffd", str(e)))
+            return
+
+        def helper():
+            # The put's copy faulted: tell the parent, wait for "release".
+            ready, _, _ = select.select([fd], [], [], 120)
+            conn.send(("blocked",) if ready else ("never-blocked",))
+            if conn.poll(300):
+                conn.recv()
+            os.close(fd)  # wakes the faulting copy (the rest reads as zeros)
+
+        th = threading.Thread(target=helper, daemon=True)
+        th.start()
+        rc = s.put("stall/doomed", memoryview(mm))
+        th.join(60)
+        after = s.put("stall/after", b"a put after the stalled one")
+        s.close()
+        conn.send(("done", rc, after))
+    except BaseException:
+        conn.send(("error", traceback.format_exc()))
+
+
+def _start_stalled_putter(address):
+    parent_conn, child_conn = CTX.Pipe()
+    child = CTX.Process(target=_stalled_putter, args=(child_conn, address), daemon=True)
+    child.start()
+    child_conn.close()
+    return child, parent_conn
+
+
+def _expect(conn, kind, timeout=60):
+    assert conn.poll(timeout), f"stalled-put child silent for {timeout} s (hung?)"
+    msg = conn.recv()
+    if msg[0] == "no-uffd":
+        pytest.skip(f"userfaultfd unavailable here, cannot stall a put deterministically: {msg[1]}")
+    assert msg[0] == kind, f"stalled-put child: expected {kind}, got {msg}"
+    return msg
+
+
+@pytest.mark.parametrize("how", ["sigkill", "sigterm"])
+def test_master_restart_while_a_live_client_is_mid_put(master_factory, how):
+    """The master dies while a live client is copying a value (entry WRITING).
+    The restarted master revokes the unfinished put: it never becomes visible,
+    the client's put reports failure once its copy ends, its next put works,
+    and the extent is released after --put_start_release_timeout_sec (1 s)."""
+    m1 = master_factory()
+    s = connect(m1)
+    baseline = len(fill(s, "fill0/"))
+    assert s.remove_all(force=True) == baseline
+    s.close()
+    s = None
+    child, conn = _start_stalled_putter(m1.address)
+    try:
+        _expect(conn, "blocked")
+        if how == "sigkill":
+            m1.kill()
+        else:
+            m1.stop()
+        m2 = master_factory(format=False, extra_flags=[f"--rpc_port={m1.port}",
+                                                      "--put_start_release_timeout_sec=1"])
+        s = connect(m2)
+        assert s.get("stall/ok") == b"complete before the stall"
+        assert s.is_exist("stall/doomed") == 0, "an unfinished put is visible after recovery"
+        conn.send("release")
+        _, rc, after = _expect(conn, "done")
+        assert rc < 0, (f"the put whose entry recovery revoked returned {rc}; its value is "
+                        f"{'visible' if s.is_exist('stall/doomed') else 'not visible'}")
+        assert s.is_exist("stall/doomed") == 0, "a revoked put became visible after its copy ended"
+        assert after == 0, f"the client's next put after the restart returned {after}"
+        assert s.get("stall/after") == b"a put after the stalled one"
+        child.join(30)
+
+        deadline = time.monotonic() + 15
+        while True:
+            s.remove_all(force=True)
+            n = len(fill(s, "fill1/"))
+            s.remove_all(force=True)
+            if abs(n - baseline) <= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert abs(n - baseline) <= 1, (
+            f"the revoked put's extent was not released: an emptied pool holds {n} objects "
+            f"of 1 MiB, the fresh pool held {baseline}; master log:\n{m2.log_tail()}")
+    finally:
+        if s is not None:
+            s.close()
+        if child.is_alive():
+            os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+        conn.close()
+
+
+def test_stalled_put_is_revoked_by_the_discard_timeout(master_factory):
+    """A live client stuck in its copy longer than --put_start_discard_timeout_sec:
+    the master revokes the put (never visible), the client's put fails once it
+    resumes, and the extent is freed after --put_start_release_timeout_sec."""
+    m = master_factory(extra_flags=["--put_start_discard_timeout_sec=1",
+                                    "--put_start_release_timeout_sec=2"])
+    s = connect(m)
+    child, conn = None, None
+    try:
+        baseline = len(fill(s, "fill0/"))
+        assert s.remove_all(force=True) == baseline
+        child, conn = _start_stalled_putter(m.address)
+        _expect(conn, "blocked")
+        # Wait (bounded) until the master has revoked it: its log says so.
+        deadline = time.monotonic() + 30
+        while "revoked unfinished put of 'stall/doomed'" not in m.log_tail(100_000):
+            assert time.monotonic() < deadline, (
+                f"the stalled put was not revoked within 30 s; master log:\n{m.log_tail()}")
+            assert s.is_exist("stall/doomed") == 0
+            time.sleep(0.2)
+        assert s.is_exist("stall/doomed") == 0
+        conn.send("release")
+        _, rc, after = _expect(conn, "done")
+        assert rc < 0, f"a put revoked by the discard timeout returned {rc}"
+        assert s.is_exist("stall/doomed") == 0, "a revoked put became visible"
+        assert after == 0
+        child.join(30)
+        deadline = time.monotonic() + 15
+        while True:
+            s.remove_all(force=True)
+            n = len(fill(s, "fill1/"))
+            s.remove_all(force=True)
+            if abs(n - baseline) <= 1 or time.monotonic() > deadline:
+                break
+            time.sleep(0.5)
+        assert abs(n - baseline) <= 1, (
+            f"the revoked put's extent was not released: an emptied pool holds {n} objects "
+            f"of 1 MiB, the fresh pool held {baseline}; master log:\n{m.log_tail()}")
+    finally:
+        s.close()
+        if child is not None:
+            if child.is_alive():
+                os.kill(child.pid, signal.SIGKILL)
+            child.join(30)
+            conn.close()

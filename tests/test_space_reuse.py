@@ -12,6 +12,15 @@ import pytest
 from conftest import connect
 from mooncake_cxl import ReplicateConfig
 
+
+@pytest.fixture(autouse=True)
+def _no_put_wait(monkeypatch):
+    """A put refused for space returns -200 at once instead of retrying while
+    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
+    inherit it): the fills here stop at their first -200 and hard-pin their
+    objects, so waiting could free nothing and would only slow every fill."""
+    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+
 KiB = 1 << 10
 MiB = 1 << 20
 POOL = 64 * MiB

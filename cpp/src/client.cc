@@ -4,6 +4,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstring>
 #include <functional>
 
@@ -229,11 +230,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
     out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
     return out;
   }
-  PutStartRequest req;
-  req.upsert = upsert;
-  req.config.flags = options.flags;
-  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
-  std::vector<size_t> sent;  // request item -> key index
+  std::vector<size_t> todo;  // key indices still to place
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const ConstSlice& s : values[i]) sizes[i] += s.size;
@@ -246,13 +243,40 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
       out[i] = ErrorCode::INVALID_PARAMS;
       continue;
     }
+    todo.push_back(i);
+  }
+  // A full pool is usually a matter of moments (leases lapse, eviction
+  // catches up): keys refused for space are retried with backoff for up to
+  // put_wait_ms before NO_AVAILABLE_HANDLE is returned.
+  uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
+  uint64_t data_size = pool_->superblock()->data_size;
+  for (int backoff_us = 500; !todo.empty(); backoff_us = std::min(backoff_us * 2, 50000)) {
+    std::vector<size_t> no_room;
+    PutOnce(keys, values, sizes, options, upsert, todo, &out, &no_room);
+    todo.clear();
+    for (size_t i : no_room) {
+      if (sizes[i] >= data_size || MonoNs() >= deadline) out[i] = ErrorCode::NO_AVAILABLE_HANDLE;
+      else todo.push_back(i);
+    }
+    if (!todo.empty()) std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+  }
+  return out;
+}
+
+void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
+                     const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+                     const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
+                     std::vector<size_t>* no_room) {
+  PutStartRequest req;
+  req.upsert = upsert;
+  req.config.flags = options.flags;
+  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  const auto& g = options.group_ids;
+  for (size_t i : todo) {
     req.keys.emplace_back(keys[i]);
     req.sizes.push_back(sizes[i]);
-    const auto& g = options.group_ids;
     req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
-    sent.push_back(i);
   }
-  if (sent.empty()) return out;
   auto build = [&] {
     req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
@@ -266,24 +290,28 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   ErrorCode whole = !r.ok() ? r.error()
                     : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
                     : reply.status != ErrorCode::OK ? reply.status
-                    : reply.items.size() != sent.size() ? ErrorCode::RPC_FAIL
+                    : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
                                                         : ErrorCode::OK;
   if (whole != ErrorCode::OK) {
-    for (size_t i : sent) out[i] = whole;
-    return out;
+    for (size_t i : todo) (*out)[i] = whole;
+    return;
   }
-  for (size_t j = 0; j < sent.size(); ++j) {
-    size_t i = sent[j];
+  for (size_t j = 0; j < todo.size(); ++j) {
+    size_t i = todo[j];
     const PutStartItem& it = reply.items[j];
     if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) continue;  // first value kept: success
+    if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
+      no_room->push_back(i);
+      continue;
+    }
     if (it.status != ErrorCode::OK) {
-      out[i] = it.status;
+      (*out)[i] = it.status;
       continue;
     }
     if (!pool_->InDataRegion(it.value_offset, sizes[i])) {
       MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
       (void)index_->Abort(it.entry_slot, it.generation);
-      out[i] = ErrorCode::INTERNAL_ERROR;
+      (*out)[i] = ErrorCode::INTERNAL_ERROR;
       continue;
     }
     char* dst = pool_->base() + it.value_offset;
@@ -296,10 +324,9 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
     if (!index_->PublishComplete(it.entry_slot, it.generation)) {
       MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
                int(keys[i].size()), keys[i].data());
-      out[i] = ErrorCode::TRANSFER_FAIL;
+      (*out)[i] = ErrorCode::TRANSFER_FAIL;
     }
   }
-  return out;
 }
 
 Result<EntrySnapshot> Client::Locate(std::string_view key) {
@@ -329,9 +356,16 @@ Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view k
   return true;
 }
 
+void Client::RecordRead(bool hit) {
+  ClientSlot* cs = pool_->client_slot(slot_.load(std::memory_order_relaxed));
+  // Relaxed: a statistic; only this client writes the line.
+  (hit ? cs->get_hits : cs->get_misses).fetch_add(1, std::memory_order_relaxed);
+}
+
 Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
     auto snap = Locate(key);
+    if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
     if (!snap) return snap.error();
     if (TotalSize(dsts, ndsts) < snap->value_size) {
       MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
@@ -341,7 +375,10 @@ Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, siz
     }
     auto ok = CopyValidated(*snap, key, dsts, ndsts);
     if (!ok) return ok.error();
-    if (*ok) return snap->value_size;
+    if (*ok) {
+      RecordRead(true);
+      return snap->value_size;
+    }
     _mm_pause();
   }
   return ErrorCode::OBJECT_NOT_FOUND;  // rewritten on every attempt: treat as gone
@@ -435,6 +472,7 @@ std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<R
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
     auto snap = Locate(key);
     if (!snap) {
+      if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
       out.assign(ranges.size(), ToInt(snap.error()));
       return out;
     }
@@ -454,6 +492,7 @@ std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<R
     }
     if (index_->StillValid(*snap)) {
       index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+      RecordRead(true);
       return out;
     }
   }
@@ -464,6 +503,7 @@ std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<R
 Result<PinnedView> Client::PinValue(std::string_view key) {
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
     auto snap = Locate(key);
+    if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
     if (!snap) return snap.error();
     std::shared_lock<std::shared_mutex> lock(life_mu_);
     if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
@@ -511,6 +551,7 @@ Result<PinnedView> Client::PinValue(std::string_view key) {
       index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
       v.data = data;
       v.size = snap->value_size;
+      RecordRead(true);
       return v;
     }
     lock.unlock();

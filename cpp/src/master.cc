@@ -168,7 +168,11 @@ void Master::Recover() {
       ++stats_.dropped_on_recovery;
       continue;
     }
-    entry_meta_[f.slot].extent = ext->handle;
+    const auto* h = pool_->At<const ObjectHeader>(f.offset);
+    entry_meta_[f.slot] = EntryMeta{ext->handle, ext->size, h->group_hash,
+                                    h->soft_pin_ttl_ms ? h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull : 0,
+                                    false};
+    AddToGroup(f.slot);
     ++live_entries_;
     CountComplete(f.slot);
     by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
@@ -241,6 +245,18 @@ bool Master::ClientValid(const ClientRef& ref) const {
 }
 
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string reply = Dispatch(type, payload, conn_slot);
+  if (type < kMessageTypes) {
+    ++op_requests_[type];
+    int32_t status = 0;
+    if (reply.size() >= sizeof(status)) memcpy(&status, reply.data(), sizeof(status));
+    if (status != 0) ++op_failures_[type];
+  }
+  return reply;
+}
+
+std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   Decoder d(payload);
   switch (MessageType(type)) {
     case MessageType::kPing: {
@@ -364,18 +380,9 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
     item.status = ErrorCode::NO_AVAILABLE_HANDLE;
     return item;
   }
-  if (live_entries_ + 1 > index_->capacity() / 8 * 7) {
-    MCXL_LOG(kWarn, "master", "put of '%s' refused: object index full (%llu of %llu entries)",
-             key.c_str(), (unsigned long long)live_entries_, (unsigned long long)index_->capacity());
-    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
-    return item;
-  }
-  auto ext = alloc_->Allocate(extent_bytes);
+  auto ext = AllocateForPut(extent_bytes, key);
   if (!ext) {
-    MCXL_LOG(kWarn, "master", "put of '%s' refused: no free extent of %llu bytes (%llu of %llu used)",
-             key.c_str(), (unsigned long long)extent_bytes, (unsigned long long)alloc_->used_bytes(),
-             (unsigned long long)alloc_->capacity());
-    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    item.status = ext.error();
     return item;
   }
   uint64_t gen = next_generation_++;
@@ -387,8 +394,10 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
   f.extent_size = ext->size;
   f.put_time_ns = now;
   f.group_hash = req.groups[i].empty() ? 0 : KeyHash(req.groups[i]);
-  f.soft_pin_ttl_ms = req.config.soft_pin_ttl_ms;
   f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
+  f.soft_pin_ttl_ms = !(f.flags & kFlagSoftPin)     ? 0
+                      : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
+                                                   : config_.default_kv_soft_pin_ttl_ms;
   WriteObjectHeader(*pool_, ext->offset, f, key);
   auto slot = index_->Insert({hash, ext->offset, size, gen, now, f.flags, req.client.slot});
   if (!slot) {
@@ -401,13 +410,18 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
     // Every older entry of the key, COMPLETE or still WRITING (a concurrent
     // upsert), is marked: a reader that meets one keeps probing and takes the
     // newest generation, so once this upsert returns no reader sees an older
-    // value, whichever of the concurrent upserts completes last.
+    // value, whichever of the concurrent upserts completes last. (Looked up
+    // again: making room may have evicted some.)
+    FindLive(key, hash, &live);
     for (uint64_t s : live) {
+      if (s == *slot) continue;
       uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  entry_meta_[*slot] = EntryMeta{ext->handle, false};
+  entry_meta_[*slot] = EntryMeta{ext->handle, ext->size, f.group_hash,
+                                 f.soft_pin_ttl_ms ? now + f.soft_pin_ttl_ms * 1000000ull : 0, false};
+  AddToGroup(*slot);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, MonoNs(), req.upsert});
   item.entry_slot = *slot;
@@ -473,6 +487,7 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   index_->Tombstone(entry_slot);
   --live_entries_;
+  RemoveFromGroup(entry_slot);
   EntryMeta& meta = entry_meta_[entry_slot];
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
@@ -685,6 +700,10 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   pending_.resize(keep);
   c = ClientInfo{};
   ClientSlot* cs = pool_->client_slot(slot);
+  retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
+  retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
+  cs->get_hits.store(0, std::memory_order_relaxed);
+  cs->get_misses.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // Its pins die with it (DESIGN.md §2): clear the table for the next owner.
@@ -699,6 +718,7 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
 }
 
 void Master::OnDisconnect(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
   if (slot >= clients_.size() || !clients_[slot].attached) return;
   clients_[slot].connected = false;
   if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");
@@ -724,6 +744,7 @@ void Master::CheckClients() {
 }
 
 uint64_t Master::Tick() {
+  std::lock_guard<std::mutex> lock(mu_);
   Superblock* sb = pool_->superblock();
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);  // a hint only
   if (!pending_.empty() || !deferred_.empty()) CheckPending();
@@ -740,6 +761,7 @@ uint64_t Master::Tick() {
 }
 
 MasterStats Master::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
   MasterStats s = stats_;
   s.pending_puts = pending_.size();
   s.allocated_bytes = alloc_->used_bytes();

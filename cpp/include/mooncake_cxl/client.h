@@ -46,6 +46,9 @@ struct ClientOptions {
   int connect_timeout_ms = 3000;
   int rpc_timeout_ms = 10000;
   int heartbeat_interval_ms = 1000;
+  // How long a put refused for space keeps retrying (eviction runs in the
+  // master meanwhile) before it returns NO_AVAILABLE_HANDLE.
+  int put_wait_ms = 2000;
 };
 
 struct PutOptions {
@@ -109,6 +112,9 @@ class Client {
   // Locate + copy with retries: bytes read, INVALID_PARAMS when the value does
   // not fit `capacity`, OBJECT_NOT_FOUND.
   Result<uint64_t> GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts);
+  // Counts a data read (get, get_into, get_buffer, ranges) as a hit or a
+  // miss in this client's slot, where the master sums them for /metrics.
+  void RecordRead(bool hit);
   // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
   int IsExist(std::string_view key);
   Result<uint64_t> GetSize(std::string_view key);
@@ -146,6 +152,11 @@ class Client {
                                  bool idempotent);
   void HeartbeatLoop();
   bool ValidKey(std::string_view key, const char* op) const;
+  // One PutStart for the keys `todo`, then the copies and publishes. Keys
+  // refused for space go to *no_room; every other result into *out.
+  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
+               const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+               const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
 
   ClientOptions options_;

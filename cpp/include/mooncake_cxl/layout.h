@@ -82,6 +82,8 @@ struct ClientSlot {
   std::atomic<uint64_t> heartbeat_generation;  // client: slot generation it holds
   std::atomic<uint64_t> pins_in_use;  // client: live records in its pin table
   std::atomic<uint64_t> pin_high_water;  // client: records [0, this) may be live
+  std::atomic<uint64_t> get_hits;        // client: reads that found the key
+  std::atomic<uint64_t> get_misses;      // client: reads that did not
 };
 static_assert(sizeof(ClientSlot) == 2 * kCacheLine);
 

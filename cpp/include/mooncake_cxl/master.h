@@ -26,7 +26,10 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <mutex>
 #include <string_view>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "mooncake_cxl/error_code.h"
@@ -59,6 +62,7 @@ struct MasterConfig {
 
 struct MasterStats {
   uint64_t complete_keys = 0;   // COMPLETE entries
+  uint64_t soft_pinned_keys = 0, hard_pinned_keys = 0;
   uint64_t pending_puts = 0;    // WRITING entries
   uint64_t attached_clients = 0;
   uint64_t allocated_bytes = 0;
@@ -66,6 +70,8 @@ struct MasterStats {
   uint64_t put_requests = 0, put_failures = 0;
   uint64_t remove_requests = 0, remove_failures = 0;
   uint64_t revoked_puts = 0;
+  uint64_t eviction_rounds = 0, eviction_rounds_empty = 0;  // empty: freed nothing
+  uint64_t evicted_keys = 0, evicted_bytes = 0;
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
 };
 
@@ -84,6 +90,13 @@ class Master {
   uint64_t Tick();
 
   MasterStats stats() const;
+  // For the monitoring port (master_http.cc); thread-safe like Handle.
+  std::string MetricsText() const;
+  std::string SummaryLine() const;
+  // 200 + JSON body, or 404 when the key is not stored.
+  std::pair<int, std::string> QueryKey(std::string_view key) const;
+  std::string AllKeys() const;
+  std::string AllSegments() const;
   const Pool& pool() const { return *pool_; }
   const MasterConfig& config() const { return config_; }
 
@@ -116,6 +129,7 @@ class Master {
   Status Open();
   void Recover();
 
+  std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
   std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
   std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
   std::string HandleHeartbeat(Decoder* d);
@@ -124,6 +138,26 @@ class Master {
   std::string HandleRemoveMatching(Decoder* d, bool all);
 
   PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
+  // An extent for a new object, evicting first when the pool is above its
+  // high watermark or the index near full, and again when allocation fails.
+  Result<Extent> AllocateForPut(uint64_t extent_bytes, std::string_view key);
+
+  // ---- eviction (master_eviction.cc) ----
+  struct PinSet;
+  // Evicts unprotected COMPLETE objects, least recently used first, until
+  // `bytes` and `entries` are freed or nothing evictable is left; returns the
+  // number of objects evicted. Logs one line per round.
+  uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
+  uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const;
+  enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
+  Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;
+  bool SoftPinActive(uint64_t slot, uint64_t now) const;
+  // Evicts `slot` and, when it belongs to a group, every member of the group;
+  // nothing when any member is protected. Adds to *bytes; returns objects.
+  uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
+  void AddToGroup(uint64_t slot);
+  void RemoveFromGroup(uint64_t slot);
+  uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
   ErrorCode RemoveKey(std::string_view key, bool force);
   // Live (WRITING or COMPLETE) entries of `key`, in probe order.
   void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
@@ -153,7 +187,10 @@ class Master {
   // whether the master has counted it COMPLETE (settles the race between a
   // remove and the Tick that notices the completion).
   struct EntryMeta {
-    uint64_t extent = 0;
+    uint64_t extent = 0;       // allocator handle
+    uint64_t extent_bytes = 0;
+    uint64_t group_hash = 0;   // 0 = no group
+    uint64_t soft_pin_until_ns = 0;  // soft pin active before this time
     bool counted = false;
   };
   std::vector<EntryMeta> entry_meta_;
@@ -167,6 +204,15 @@ class Master {
   uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
   uint64_t last_client_check_mono_ = 0;
   MasterStats stats_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots
+  uint64_t eviction_rng_ = 0x9E3779B97F4A7C15ull;
+  bool round_blocked_transiently_ = false;  // last round skipped something that will pass
+  uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
+  static constexpr uint16_t kMessageTypes = 16;
+  uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
+  // One lock for all entry points: the TCP loop, the ring server and the
+  // HTTP thread each call in; the work under it is short and never blocks.
+  mutable std::mutex mu_;
 };
 
 }  // namespace mcxl

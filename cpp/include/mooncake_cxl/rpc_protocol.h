@@ -64,6 +64,8 @@ struct PutStartRequest {
   std::vector<std::string> groups;  // per key; "" = no group
 };
 struct PutStartItem {
+  // OK, or an error; OBJECT_REPLICA_BUSY means "no room now, but leased,
+  // viewed or unfinished objects will free some": the client retries.
   ErrorCode status = ErrorCode::OK;
   uint64_t entry_slot = 0;
   uint64_t generation = 0;

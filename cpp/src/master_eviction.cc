@@ -1,0 +1,211 @@
+// Eviction: approximate LRU by sampling, after Redis's evict.c.
+//
+// When a put would lift the pool above --eviction_high_watermark_ratio, or
+// an allocation fails (fragmentation, or the index is near full), the master
+// runs an eviction round that frees about --eviction_ratio of the capacity
+// (more if the put needs more). Which objects? The least recently used ones
+// that nothing protects.
+//
+// Recency. Reads never reach the master (they are one-sided), so there is no
+// global LRU list to maintain and none is wanted: a list touched by every
+// read would turn each get into a shared write. Instead every read raises its
+// entry's lease word to now + ttl, so the last access of an object is
+// lease_until - ttl, or its put time when it was never read. That costs the
+// reader one relaxed CAS it already does for the lease.
+//
+// Sampling. A round does not sort the whole index. Like Redis, it looks at a
+// sample and evicts the oldest of it: a window of up to kSampleSize COMPLETE
+// entries from a random point of the index (hash order is random order), its
+// evictable members sorted by last access, evicted oldest first until the
+// target is met, then the next window if needed. With fewer live objects than
+// a window the order is exact LRU; with more it is the classic approximation,
+// at a cost per round bounded by the window, not by the pool.
+//
+// Protection. Never evicted: objects with a live lease (a reader just used
+// them: Mooncake's rule), hard-pinned objects, unfinished puts, objects a
+// BufferHandle views (pinned in some client's pin table). Soft-pinned objects
+// go only in a second pass, when the first found too little and
+// --allow_evict_soft_pinned_objects is on. Objects put with the same group id
+// (K and V, TP shards) are evicted together or not at all.
+//
+// Readers copying an object while it is evicted are safe by the seqlock
+// (DESIGN.md §2): the tombstone bumps the entry version before the extent is
+// freed, so their re-check fails and they retry (and miss).
+#include <algorithm>
+#include <unordered_set>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
+
+namespace mcxl {
+namespace {
+constexpr uint64_t kSampleSize = 4096;
+
+uint64_t PinKey(uint64_t slot, uint64_t gen) { return (gen << 24) ^ slot; }
+}  // namespace
+
+// Every (entry, generation) some client pins, gathered once per round.
+struct Master::PinSet {
+  std::unordered_set<uint64_t> keys;
+  bool Has(uint64_t slot, uint64_t gen) const { return keys.count(PinKey(slot, gen)) != 0; }
+};
+
+uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t put = e.put_time_ns.load(std::memory_order_relaxed);
+  uint64_t lease = index_->LeaseUntil(slot);
+  return lease > ttl_ns && lease - ttl_ns > put ? lease - ttl_ns : put;
+}
+
+bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
+  return entry_meta_[slot].soft_pin_until_ns > now;
+}
+
+Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
+  if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) return Protection::kPermanent;
+  if (index_->LeaseUntil(slot) > now || pins.Has(slot, GenOf(sg))) return Protection::kTransient;
+  return Protection::kNone;
+}
+
+void Master::AddToGroup(uint64_t slot) {
+  uint64_t g = entry_meta_[slot].group_hash;
+  if (g != 0) groups_[g].push_back(slot);
+}
+
+void Master::RemoveFromGroup(uint64_t slot) {
+  uint64_t g = entry_meta_[slot].group_hash;
+  if (g == 0) return;
+  auto it = groups_.find(g);
+  if (it == groups_.end()) return;
+  auto& v = it->second;
+  v.erase(std::remove(v.begin(), v.end(), slot), v.end());
+  if (v.empty()) groups_.erase(it);
+}
+
+uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+  std::vector<uint64_t> members{slot};
+  uint64_t g = entry_meta_[slot].group_hash;
+  if (g != 0) {
+    auto it = groups_.find(g);
+    if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
+  }
+  for (uint64_t m : members) {
+    Protection p = Protected(m, now, pins);
+    if (p == Protection::kTransient) round_blocked_transiently_ = true;
+    if (p != Protection::kNone) return 0;  // the whole group stays
+  }
+  for (uint64_t m : members) {
+    *bytes += entry_meta_[m].extent_bytes;
+    Unlink(m, true, 0);
+  }
+  return members.size();
+}
+
+uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
+  uint64_t t0 = MonoNs();
+  uint64_t used_before = alloc_->used_bytes();
+  uint64_t now = NowNs();
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  PinSet pins;
+  {
+    uint32_t per = pool_->superblock()->pins_per_client;
+    for (uint32_t c = 0; c < clients_.size(); ++c) {
+      if (!clients_[c].attached) continue;
+      ClientSlot* cs = pool_->client_slot(c);
+      if (cs->pins_in_use.load(std::memory_order_acquire) == 0) continue;
+      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
+      const PinRecord* t = pool_->pin_table(c);
+      for (uint64_t i = 0; i < hwm; ++i)
+        if (uint64_t e = t[i].entry_plus1.load(std::memory_order_relaxed))
+          pins.keys.insert(PinKey(e - 1, t[i].generation.load(std::memory_order_relaxed)));
+    }
+  }
+  uint64_t cap = index_->capacity();
+  eviction_rng_ ^= eviction_rng_ << 13;
+  eviction_rng_ ^= eviction_rng_ >> 7;
+  eviction_rng_ ^= eviction_rng_ << 17;
+  uint64_t start = eviction_rng_ & (cap - 1);
+  uint64_t freed_bytes = 0, freed = 0;
+  round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
+  auto met = [&] { return freed_bytes >= bytes && freed >= entries; };
+  struct Candidate {
+    uint64_t last_access, slot;
+  };
+  std::vector<Candidate> window;
+  for (int pass = 0; pass < 2 && !met(); ++pass) {
+    bool soft_pass = pass == 1;
+    if (soft_pass && !config_.allow_evict_soft_pinned_objects) break;
+    for (uint64_t scanned = 0; scanned < cap && !met();) {
+      window.clear();
+      uint64_t complete = 0;
+      for (; scanned < cap && complete < kSampleSize; ++scanned) {
+        uint64_t slot = (start + scanned) & (cap - 1);
+        if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+          continue;
+        ++complete;
+        if (SoftPinActive(slot, now) != soft_pass) continue;
+        Protection p = Protected(slot, now, pins);
+        if (p == Protection::kTransient) round_blocked_transiently_ = true;
+        if (p != Protection::kNone) continue;
+        window.push_back({LastAccessNs(slot, ttl), slot});
+      }
+      std::sort(window.begin(), window.end(),
+                [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
+      for (const Candidate& c : window) {
+        if (met()) break;
+        // An earlier group eviction may have taken this one already.
+        if (StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+          continue;
+        freed += EvictWithGroup(c.slot, now, pins, &freed_bytes);
+      }
+    }
+  }
+  ++stats_.eviction_rounds;
+  if (freed == 0) ++stats_.eviction_rounds_empty;
+  stats_.evicted_keys += freed;
+  stats_.evicted_bytes += freed_bytes;
+  double cap_bytes = double(alloc_->capacity());
+  MCXL_LOG(kInfo, "evict", "round %llu (%s): used %.1f%% -> %.1f%%, evicted %llu objects, %llu bytes in %.2f ms",
+           (unsigned long long)stats_.eviction_rounds, why, 100.0 * double(used_before) / cap_bytes,
+           100.0 * double(alloc_->used_bytes()) / cap_bytes, (unsigned long long)freed,
+           (unsigned long long)freed_bytes, double(MonoNs() - t0) / 1e6);
+  return freed;
+}
+
+Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
+  uint64_t cap = alloc_->capacity();
+  uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
+  uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio) * double(cap));
+  uint64_t round_entries = std::max<uint64_t>(1, uint64_t(config_.eviction_ratio * double(IndexLimit())));
+  // Above the watermark after this put: make room down to watermark - ratio.
+  uint64_t used = alloc_->used_bytes();
+  bool over_bytes = used + extent_bytes > high;
+  bool over_index = live_entries_ + 1 > IndexLimit();
+  if (over_bytes || over_index)
+    EvictRound(over_bytes ? used + extent_bytes - std::min(low, used + extent_bytes) : 0,
+               over_index ? round_entries : 0, over_bytes ? "high watermark" : "index full");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (live_entries_ + 1 <= IndexLimit()) {
+      auto ext = alloc_->Allocate(extent_bytes);
+      if (ext) return ext;
+    }
+    // Fragmented, or the index is full: free more, oldest first.
+    uint64_t want = std::max<uint64_t>(extent_bytes, uint64_t(config_.eviction_ratio * double(cap)));
+    if (EvictRound(want, live_entries_ + 1 > IndexLimit() ? round_entries : 0, "allocation failed") == 0) break;
+  }
+  // Leases lapse, views are dropped and puts finish: the client may retry
+  // (OBJECT_REPLICA_BUSY never reaches a caller); hard pins do not change.
+  bool transient = round_blocked_transiently_;
+  MCXL_LOG(kInfo, "master",
+           "put of '%.*s' refused: no room for %llu bytes (%llu of %llu used, %llu objects); nothing evictable "
+           "%s", int(key.size()), key.data(), (unsigned long long)extent_bytes,
+           (unsigned long long)alloc_->used_bytes(), (unsigned long long)cap, (unsigned long long)live_entries_,
+           transient ? "right now (leased, viewed or unfinished objects)" : "(hard-pinned objects)");
+  return transient ? ErrorCode::OBJECT_REPLICA_BUSY : ErrorCode::NO_AVAILABLE_HANDLE;
+}
+
+}  // namespace mcxl

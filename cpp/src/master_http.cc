@@ -1,0 +1,186 @@
+// What the master shows on its monitoring port: Prometheus text, a summary
+// line, and the key/segment queries SGLang and operators use. Metric names
+// follow mooncake_master's where the meaning is the same.
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/master.h"
+
+namespace mcxl {
+namespace {
+
+class PromWriter {
+ public:
+  void Metric(const char* name, const char* type, const char* help, uint64_t value) {
+    Header(name, type, help);
+    Sample(name, "", double(value));
+  }
+  void Header(const char* name, const char* type, const char* help) {
+    Appendf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  }
+  void Sample(const char* name, const char* labels, double value) {
+    Appendf("%s%s %.17g\n", name, labels, value);
+  }
+  std::string& text() { return out_; }
+
+ private:
+  template <typename... A>
+  void Appendf(const char* fmt, A... a) {
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), fmt, a...);
+    if (n > 0) out_.append(buf, std::min<size_t>(size_t(n), sizeof(buf) - 1));
+  }
+  std::string out_;
+};
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+std::string Human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
+                          "remove_by_regex", "remove_all", "heartbeat"};
+
+}  // namespace
+
+std::string Master::MetricsText() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  PromWriter w;
+  uint64_t now = NowNs();
+  uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    ++clients;
+    hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
+    misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
+  }
+  uint64_t leased = 0, hard = 0, soft = 0;
+  for (uint64_t s = 0; s < index_->capacity(); ++s) {
+    const IndexEntry& e = index_->entry(s);
+    if (StateOf(e.state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete) continue;
+    if (index_->LeaseUntil(s) > now) ++leased;
+    if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
+    if (SoftPinActive(s, now)) ++soft;
+  }
+  w.Metric("master_total_capacity_bytes", "gauge", "Bytes of the pool's data region", alloc_->capacity());
+  w.Metric("master_allocated_bytes", "gauge", "Bytes allocated to objects (complete, unfinished, pinned)",
+           alloc_->used_bytes());
+  w.Metric("master_key_count", "gauge", "Complete objects", stats_.complete_keys);
+  w.Metric("master_soft_pin_key_count", "gauge", "Objects with an active soft pin", soft);
+  w.Header("master_objects", "gauge", "Objects by state");
+  w.Sample("master_objects", "{state=\"complete\"}", double(stats_.complete_keys));
+  w.Sample("master_objects", "{state=\"writing\"}", double(pending_.size()));
+  w.Sample("master_objects", "{state=\"leased\"}", double(leased));
+  w.Sample("master_objects", "{state=\"hard_pinned\"}", double(hard));
+  w.Sample("master_objects", "{state=\"soft_pinned\"}", double(soft));
+  w.Sample("master_objects", "{state=\"removed_but_viewed\"}", double(pinned_.size()));
+  w.Metric("master_index_capacity", "gauge", "Entries of the object index", index_->capacity());
+  w.Metric("master_client_count", "gauge", "Attached clients", clients);
+  w.Metric("master_active_clients", "gauge", "Attached clients (Mooncake's name)", clients);
+  w.Metric("master_evicted_key_count", "counter", "Objects evicted", stats_.evicted_keys);
+  w.Metric("master_evicted_size_bytes", "counter", "Bytes evicted", stats_.evicted_bytes);
+  w.Metric("master_successful_evictions_total", "counter", "Eviction rounds that freed something",
+           stats_.eviction_rounds - stats_.eviction_rounds_empty);
+  w.Metric("master_attempted_evictions_total", "counter", "Eviction rounds run", stats_.eviction_rounds);
+  w.Metric("master_get_hits_total", "counter", "Reads (get, get_into, get_buffer) that found the key", hits);
+  w.Metric("master_get_misses_total", "counter", "Reads that did not find the key", misses);
+  w.Metric("master_revoked_puts_total", "counter", "Unfinished puts revoked (client died or too slow)",
+           stats_.revoked_puts);
+  w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
+  w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
+  for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
+    std::string req = std::string("master_") + kOpNames[t] + "_requests_total";
+    std::string fail = std::string("master_") + kOpNames[t] + "_failures_total";
+    w.Metric(req.c_str(), "counter", "Requests received", op_requests_[t]);
+    w.Metric(fail.c_str(), "counter", "Requests answered with an error", op_failures_[t]);
+  }
+  return std::move(w.text());
+}
+
+std::string Master::SummaryLine() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    ++clients;
+    hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
+    misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
+  }
+  char buf[512];
+  double cap = double(alloc_->capacity());
+  snprintf(buf, sizeof(buf),
+           "CXL pool: %s / %s (%.1f%%) | Keys: %" PRIu64 " (writing: %zu) | Clients: %" PRIu64
+           " | Evicted: %" PRIu64 " keys, %s in %" PRIu64 " rounds | Hit rate: %.1f%% (%" PRIu64 "/%" PRIu64 ")\n",
+           Human(double(alloc_->used_bytes())).c_str(), Human(cap).c_str(),
+           cap > 0 ? 100.0 * double(alloc_->used_bytes()) / cap : 0.0, stats_.complete_keys, pending_.size(),
+           clients, stats_.evicted_keys, Human(double(stats_.evicted_bytes)).c_str(), stats_.eviction_rounds,
+           hits + misses ? 100.0 * double(hits) / double(hits + misses) : 0.0, hits, hits + misses);
+  return buf;
+}
+
+std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> live;
+  if (!key.empty() && key.size() <= kMaxKeyLength) FindLive(key, KeyHash(key), &live);
+  for (uint64_t s : live) {
+    const IndexEntry& e = index_->entry(s);
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    uint64_t now = NowNs(), lease = index_->LeaseUntil(s);
+    char buf[512];
+    snprintf(buf, sizeof(buf),
+             "{\"success\":true,\"data\":[{\"size_\":%" PRIu64 ",\"offset_\":%" PRIu64
+             ",\"protocol_\":\"cxl\",\"transport_endpoint_\":\"%s\",\"lease_remaining_ms\":%" PRIu64
+             ",\"hard_pinned\":%s,\"soft_pinned\":%s}]}",
+             e.value_size.load(std::memory_order_relaxed),
+             e.object_offset.load(std::memory_order_relaxed), JsonEscape(pool_->path()).c_str(),
+             lease > now ? (lease - now) / 1000000 : 0,
+             (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ? "true" : "false",
+             SoftPinActive(s, now) ? "true" : "false");
+    return {200, buf};
+  }
+  return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
+}
+
+std::string Master::AllKeys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::string out;
+  for (uint64_t s = 0; s < index_->capacity(); ++s) {
+    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    out += KeyOf(s);
+    out += '\n';
+  }
+  return out;
+}
+
+std::string Master::AllSegments() const {
+  // One segment: the pool. SGLang polls this at start to see the store is up.
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_->path() + "\n";
+}
+
+}  // namespace mcxl
