@@ -14,7 +14,7 @@ import time
 
 from ._master import binary_path
 
-_READY = re.compile(r"mooncake_cxl_master ready rpc=([\d.]+):(\d+) pool=(\S+) uuid=(\S+)")
+_READY = re.compile(r"mooncake_cxl_master ready rpc=([\d.]+):(\d+) pool=(\S+) uuid=(\S+) metrics=([\d.]+):(\d+)")
 
 
 class MasterError(RuntimeError):
@@ -35,17 +35,23 @@ class MasterProcess:
         self.start_timeout = start_timeout
         self.proc = None
         self.port = None
+        self.metrics_port = None
         self.uuid = None
 
     @property
     def address(self):
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def metrics_url(self):
+        return f"http://127.0.0.1:{self.metrics_port}"
+
     def start(self):
         if not os.path.exists(self.pool_path):
             with open(self.pool_path, "wb") as f:
                 f.truncate(self.pool_size)
         args = [binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0",
+                "--metrics_host=127.0.0.1", "--metrics_port=0",
                 "--enable_cxl=true", f"--cxl_path={self.pool_path}",
                 f"--cxl_size={self.pool_size}"]
         if self.format:
@@ -62,6 +68,7 @@ class MasterProcess:
                 m = _READY.search(line.decode(errors="replace"))
                 if m:
                     self.port, self.uuid = int(m.group(2)), m.group(4)
+                    self.metrics_port = int(m.group(6))
                     return self
             if self.proc.poll() is not None:
                 break

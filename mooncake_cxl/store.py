@@ -32,13 +32,15 @@ class MooncakeDistributedStore(_core.StoreCore):
               local_buffer_size=None, protocol=None, rdma_devices=None,
               master_server_addr=None, engine=None, enable_ssd_offload=False,
               ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
-              client_http_port=9300):
+              client_http_port=9300, rpc_transport=None):
         """Attach to the master and map the pool. Returns 0 or a negative ErrorCode.
 
         setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
               protocol, rdma_devices, master_server_addr, ...) or setup(config: dict).
         global_segment_size, local_buffer_size and metadata_server are accepted for
         compatibility: a CXL pool needs no per-client segment or metadata service.
+        rpc_transport (ours, optional): "ring" (default: the master's control path
+        over shared-memory rings in the pool) or "tcp"; env MC_CXL_RPC likewise.
         """
         if isinstance(local_hostname, dict):
             if metadata_server is not None:
@@ -58,7 +60,7 @@ class MooncakeDistributedStore(_core.StoreCore):
                         ("local_buffer_size", local_buffer_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
-        return self._setup(local_hostname, protocol, master_server_addr)
+        return self._setup(local_hostname, protocol, master_server_addr, rpc_transport)
 
     def _setup_from_dict(self, config):
         for key in ("local_hostname", "master_server_addr"):
@@ -70,9 +72,13 @@ class MooncakeDistributedStore(_core.StoreCore):
                 log.error("setup(config): invalid size value for %s: %r", key, config[key])
                 return int(ErrorCode.INVALID_PARAMS)
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
-                           config["master_server_addr"])
+                           config["master_server_addr"], config.get("rpc_transport"))
 
-    def _setup(self, local_hostname, protocol, master_server_addr):
+    def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None):
+        transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
+        if transport not in ("ring", "tcp"):
+            log.error("setup(): rpc_transport %r is neither 'ring' nor 'tcp'", transport)
+            return int(ErrorCode.INVALID_PARAMS)
         if protocol.lower() not in _PROTOCOLS:
             log.error("setup(): unsupported protocol %r (use 'cxl', 'tcp' or 'rdma': "
                       "all of them read and write the CXL pool directly)", protocol)
@@ -85,7 +91,7 @@ class MooncakeDistributedStore(_core.StoreCore):
             _env_int("MC_CXL_DEV_SIZE", 0) if protocol.lower() == "cxl" else 0,
             _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
-            _env_int("MC_CXL_PUT_WAIT_MS", 2000))
+            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring")
 
     def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
         """Mooncake's thin client of a local real client; not needed with a CXL pool."""

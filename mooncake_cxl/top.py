@@ -63,7 +63,8 @@ def sample(samples, name, **labels):
     """The value of metric `name` (with or without a `_total` suffix): the sum
     of its samples whose labels include `labels`; None when there is none."""
     for variant in _name_variants(name):
-        matches = [v for l, v in samples.get(variant, ()) if all(l.get(k) == want for k, want in labels.items())]
+        matches = [v for have, v in samples.get(variant, ())
+                   if all(have.get(k) == want for k, want in labels.items())]
         if matches:
             return sum(matches)
     return None
@@ -116,8 +117,8 @@ def snapshot(prev_samples, cur_samples, dt):
     capacity, allocated = cur("master_total_capacity_bytes"), cur("master_allocated_bytes")
     hits, misses = cur("master_get_hits_total"), cur("master_get_misses_total")
     d_hits, d_misses = delta("master_get_hits_total"), delta("master_get_misses_total")
-    states = [s for s in STATES if cur("master_objects", state=s) is not None]
-    states += sorted({l.get("state") for l, _ in cur_samples.get("master_objects", ()) if l.get("state")} - set(states))
+    exported = {labels.get("state") for labels, _ in cur_samples.get("master_objects", ())} - {None}
+    states = [s for s in STATES if s in exported] + sorted(exported - set(STATES))
     return {
         "interval_s": dt if have_prev else None,
         "capacity_bytes": capacity,
@@ -197,10 +198,11 @@ def _lines(snap):
         ("keys", fmt_count(snap["key_count"])),
         ("objects", objects),
         ("clients", fmt_count(snap["client_count"])),
-        ("evictions", f"{fmt_rate(snap['evicted_keys_per_s'], ' keys/s')}  {fmt_byte_rate(snap['evicted_bytes_per_s'])}"
+        ("evictions", f"{fmt_rate(snap['evicted_keys_per_s'], ' keys/s')}"
+                      f"  {fmt_byte_rate(snap['evicted_bytes_per_s'])}"
                       f"  (total {fmt_count(snap['evicted_keys_total'])} keys,"
-                      f" {fmt_bytes(snap['evicted_bytes_total'])}, {fmt_count(snap['successful_evictions_total'])}"
-                      " successful evictions)"),
+                      f" {fmt_bytes(snap['evicted_bytes_total'])},"
+                      f" {fmt_count(snap['successful_evictions_total'])} successful evictions)"),
         ("hit rate", f"{fmt_percent(snap['hit_rate_interval'])} of {fmt_rate(snap['gets_per_s'], ' gets/s')}, "
                      f"{fmt_percent(snap['hit_rate_overall'])} overall  (hits {fmt_count(snap['hits_total'])},"
                      f" misses {fmt_count(snap['misses_total'])})"),
@@ -232,8 +234,7 @@ def format_text(snap, summary=None, url=""):
     rows = _op_rows(snap)
     if rows:
         out.append("")
-        out.append(f"{OP_HEADER[0]:<18}{OP_HEADER[1]:>12}{OP_HEADER[2]:>10}{OP_HEADER[3]:>14}{OP_HEADER[4]:>12}")
-        for r in rows:
+        for r in [OP_HEADER, *rows]:
             out.append(f"{r[0]:<18}{r[1]:>12}{r[2]:>10}{r[3]:>14}{r[4]:>12}")
     return "\n".join(out) + "\n"
 
@@ -260,9 +261,10 @@ def build_view(snap, summary=None, url="", error=None, interval=1.0):
         colour = "green" if ratio is None or ratio < 0.7 else "yellow" if ratio < HIGH_WATERMARK else "red"
         bar = ProgressBar(total=1.0, completed=min(ratio or 0.0, 1.0), width=30, complete_style=colour,
                           finished_style=colour)
+        lines = _lines(snap)
         pool = Table.grid(padding=(0, 1))
-        pool.add_row(bar, Text(_lines(snap)[0][1]))
-        for label, value in _lines(snap):
+        pool.add_row(bar, Text(lines[0][1]))  # lines[0] is the pool row
+        for label, value in lines:
             grid.add_row(label, pool if label == "pool" else Text(value))
         parts.append(grid)
         rows = _op_rows(snap)
@@ -382,7 +384,8 @@ def main(argv=None):
     p.add_argument("--url", default="http://127.0.0.1:9003",
                    help="the master's metrics address (its --metrics_port); default %(default)s")
     p.add_argument("--interval", type=float, default=1.0, help="seconds between polls; default %(default)s")
-    p.add_argument("--timeout", type=float, default=2.0, help="seconds to wait for an answer; default %(default)s")
+    p.add_argument("--timeout", type=float, default=2.0,
+                   help="seconds to wait for an answer; default %(default)s")
     p.add_argument("--once", action="store_true",
                    help="print one plain-text snapshot (two polls --interval apart) and exit; "
                         "exit code 2 if the master cannot be reached")

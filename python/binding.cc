@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "mooncake_cxl/client.h"
+#include "mooncake_cxl/layout.h"
 #include "mooncake_cxl/log.h"
 
 namespace py = pybind11;
@@ -156,7 +157,7 @@ class Store {
 
   int SetupCore(const std::string& local_hostname, const std::string& master_addr,
                 const std::string& pool_path, uint64_t pool_size, int connect_timeout_ms,
-                int rpc_timeout_ms, int put_wait_ms) {
+                int rpc_timeout_ms, int put_wait_ms, bool use_rings) {
     if (client_ && !client_->closed()) {
       MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
       return kNotReady;
@@ -169,6 +170,7 @@ class Store {
     o.connect_timeout_ms = connect_timeout_ms;
     o.rpc_timeout_ms = rpc_timeout_ms;
     o.put_wait_ms = put_wait_ms;
+    o.use_rings = use_rings;
     std::optional<Result<std::shared_ptr<Client>>> r;
     {
       py::gil_scoped_release nogil;
@@ -545,6 +547,17 @@ PYBIND11_MODULE(_core, m) {
   m.doc() = "mooncake_cxl core: a KV-cache store in a CXL memory pool";
   InitLogLevelFromEnv(LogLevel::kWarn);
 
+  // Offsets of the pool's shared structures, for tests that corrupt them on
+  // purpose (the ring robustness tests).
+  m.def("_layout", [] {
+    py::dict d;
+    d["superblock.ring_region_offset"] = offsetof(Superblock, ring_region_offset);
+    d["superblock.ring_bytes"] = offsetof(Superblock, ring_bytes);
+    d["superblock.client_slot_count"] = offsetof(Superblock, client_slot_count);
+    d["superblock.master_incarnation"] = offsetof(Superblock, master_incarnation);
+    d["ring_header_size"] = sizeof(RingHeader);
+    return d;
+  });
   m.def("_bench_memcpy", &BenchMemcpy, py::arg("size"), py::arg("working_set"), py::arg("iterations"),
         py::arg("dst_working_set") = 0);
 
@@ -587,7 +600,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<>())
       .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
-           py::arg("put_wait_ms"))
+           py::arg("put_wait_ms"), py::arg("use_rings"))
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

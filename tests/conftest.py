@@ -58,8 +58,16 @@ def connect(master, hostname="127.0.0.1:0", protocol="cxl"):
     return s
 
 
+@pytest.fixture(params=["ring", "tcp"])
+def transport(request, monkeypatch):
+    """The control path to the master: CXL RPC rings (the default) or TCP.
+    Every test using `store` runs once over each."""
+    monkeypatch.setenv("MC_CXL_RPC", request.param)
+    return request.param
+
+
 @pytest.fixture
-def store(master):
+def store(master, transport):
     s = connect(master)
     yield s
     s.close()

@@ -23,6 +23,7 @@ Where the two differ, the test says how, with a marker:
 """
 import gc
 import signal
+import time
 
 import numpy as np
 import pytest
@@ -401,7 +402,6 @@ def test_health_check_when_master_is_down(impl, request):
         s = connect(master, protocol="tcp")
         assert s.put("k", b"v") == OK and s.health_check() == 0
         master.kill()
-        import time
         deadline = time.monotonic() + 30  # hang guard
         while s.health_check() != 2 and time.monotonic() < deadline:
             time.sleep(0.1)
@@ -989,9 +989,11 @@ def test_batch_get_buffer_with_a_key_twice(impl, any_store):
     # buffer held before (deterministically wrong bytes). Ours gives two
     # views of the same value.
     s = any_store
-    assert s.put("filler", bytes(range(256)) * 4) == OK
-    assert s.get("filler")  # leaves other bytes in the reference's local buffer
     assert s.put("dup", b"0123456789") == OK
+    # put and get stage values in the reference's local buffer: leave other
+    # bytes where the handles will be allocated.
+    assert s.put("filler", bytes(range(256)) * 4) == OK
+    assert s.get("filler")
     hs = s.batch_get_buffer(["dup", "dup"])
     assert [len(h) for h in hs] == [10, 10] and bytes(hs[1]) == b"0123456789"
     if impl.ours:
@@ -1057,7 +1059,6 @@ def test_buffer_handle_pins_beyond_the_lease(short_lease_impl):
         assert s.put("pinned", b"v") == OK and s.put("control", b"c") == OK
         h = s.get_buffer("pinned")
         assert s.get("control") == b"c"
-        import time
         deadline = time.monotonic() + 30  # hang guard
         while s.remove("control") == HAS_LEASE and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -33,6 +33,7 @@ def _no_put_wait(monkeypatch):
     objects, so waiting could free nothing and would only slow every fill."""
     monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
 
+
 CTX = mp.get_context("spawn")
 MiB = 1 << 20
 KiB = 1 << 10
@@ -196,6 +197,12 @@ def _cmd_put_keys(s, prefix, n):
     return rcs
 
 
+def _cmd_put_other_values(s, prefix, n):
+    """Puts other values (other bytes, other sizes) under existing keys."""
+    keys = keys_for(prefix, n)
+    return [s.put(k, value_for(k + "#other", size_for(i + 1))) for i, k in enumerate(keys)]
+
+
 def _cmd_verify(s, prefix, n, skip=()):
     """Reads every key of prefix 0..n-1 but `skip` with get, get_batch, is_exist,
     batch_is_exist, get_size; returns human-readable problems (empty: all is well)."""
@@ -253,6 +260,7 @@ def _cmd_batch_remove(s, keys):
 
 COMMANDS = {
     "put_keys": _cmd_put_keys,
+    "put_other_values": _cmd_put_other_values,
     "verify": _cmd_verify,
     "verify_absent": _cmd_verify_absent,
     "remove": _cmd_remove,
@@ -310,9 +318,10 @@ def test_two_processes_see_each_others_puts_and_removes(master, children):
     # The reverse direction.
     assert b.call("put_keys", "b/", N_KEYS) == [0] * N_KEYS
     assert a.call("verify", "b/", N_KEYS) == []
-    # A put by the other process of an existing key keeps the first value.
-    assert b.call("put_keys", "a/", N_KEYS) == [0] * N_KEYS
+    # A put by the other process of an existing key returns 0 and keeps the first value.
+    assert b.call("put_other_values", "a/", N_KEYS) == [0] * N_KEYS
     assert a.call("verify", "a/", N_KEYS) == []
+    assert b.call("verify", "a/", N_KEYS) == []
 
     # Removes by one process are seen by the other, both ways.
     gone_a = keys_for("a/", N_KEYS)[: N_KEYS // 2]
@@ -351,12 +360,11 @@ RACE_SIZES = [100, 4096, 65536, 300_000]
 
 
 def race_value(key, writer):
-    size = RACE_SIZES[hash_index(key) % len(RACE_SIZES)] + 17 * writer
+    """Writer `writer`'s candidate for `key` ("race/<i>"): sizes differ between
+    the writers, so a mix of the two would show."""
+    index = int(key.rsplit("/", 1)[1])
+    size = RACE_SIZES[index % len(RACE_SIZES)] + 17 * writer
     return value_for(f"{key}|writer{writer}", size)
-
-
-def hash_index(key):
-    return int(key.rsplit("/", 1)[1])
 
 
 def _race_writer(conn, address, writer, barrier, n, op):

@@ -21,6 +21,7 @@ def _no_put_wait(monkeypatch):
     objects, so waiting could free nothing and would only slow every fill."""
     monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
 
+
 KiB = 1 << 10
 MiB = 1 << 20
 POOL = 64 * MiB

@@ -173,7 +173,8 @@ def test_counter_names_with_and_without_total_suffix():
 
 
 def test_sample_sums_label_sets_and_filters_by_label():
-    samples = top.parse_metrics('x_total{shard="0"} 2\nx_total{shard="1"} 3\nmaster_objects{state="pinned"} 4\n')
+    samples = top.parse_metrics('x_total{shard="0"} 2\nx_total{shard="1"} 3\n'
+                                'master_objects{state="pinned"} 4\n')
     assert top.sample(samples, "x") == 5
     assert top.sample(samples, "x", shard="1") == 3
     assert top.sample(samples, "x", shard="9") is None

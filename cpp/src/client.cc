@@ -1,9 +1,12 @@
 #include "mooncake_cxl/client.h"
 
 #include <immintrin.h>
+#include <signal.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstring>
 #include <functional>
@@ -12,6 +15,7 @@
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/ring_server.h"
 
 namespace mcxl {
 namespace {
@@ -82,6 +86,7 @@ Status Client::Attach(bool initial) {
   char machine[256] = {};
   gethostname(machine, sizeof(machine) - 1);
   req.machine = machine;
+  machine_hash_ = KeyHash(req.machine);
   req.pid = uint64_t(getpid());
   req.prev_slot = slot_.load(std::memory_order_relaxed);
   req.prev_generation = slot_generation_.load(std::memory_order_relaxed);
@@ -119,6 +124,12 @@ Status Client::Attach(bool initial) {
   slot_.store(reply.slot, std::memory_order_relaxed);
   slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> ring_lock(ring_mu_);
+    uint32_t ring_bytes = pool_->superblock()->ring_bytes;
+    ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
+    ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
+  }
   ClientSlot* cs = pool_->client_slot(reply.slot);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
   cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
@@ -132,7 +143,7 @@ Status Client::Attach(bool initial) {
 Result<std::string> Client::MasterCall(MessageType type, const std::function<std::string()>& build,
                                        bool idempotent) {
   uint64_t inc_before = incarnation_.load(std::memory_order_relaxed);
-  auto r = rpc_->Call(type, build());
+  auto r = CallOnce(type, build());
   if (r.ok() && StatusOfReply(*r) != ErrorCode::ILLEGAL_CLIENT) return r;
   if (!r.ok() && r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT) return r;
   // The connection broke, or the master no longer knows our slot (restarted
@@ -142,7 +153,67 @@ Result<std::string> Client::MasterCall(MessageType type, const std::function<std
   if (!a.ok()) return r.ok() ? ErrorCode::RPC_FAIL : r.error();
   bool restarted = incarnation_.load(std::memory_order_relaxed) != inc_before;
   if (!idempotent && !lost_slot && !restarted) return r.error();
-  return rpc_->Call(type, build());
+  return CallOnce(type, build());
+}
+
+Result<std::string> Client::CallOnce(MessageType type, const std::string& payload) {
+  if (options_.use_rings && type != MessageType::kAttach && type != MessageType::kDetach) {
+    auto r = RingCall(type, payload);
+    if (r.ok() || r.error() != ErrorCode::NOT_SUPPORTED) return r;
+  }
+  return rpc_->Call(type, payload);
+}
+
+Result<std::string> Client::RingCall(MessageType type, const std::string& payload) {
+  std::lock_guard<std::mutex> lock(ring_mu_);
+  if (!ring_requests_.valid()) return ErrorCode::NOT_SUPPORTED;
+  uint64_t id = ring_next_id_++;
+  std::string frame = MakeFrame(type, id, payload);
+  if (frame.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
+  Superblock* sb = pool_->superblock();
+  uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
+  auto master_gone = [&] {
+    // Restarted (a new incarnation), exited (its pid, when on this machine),
+    // or silent for longer than any Tick gap.
+    uint64_t hb = sb->master_heartbeat_ns.load(std::memory_order_relaxed);
+    if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation || NowNs() > hb + 3000000000ull)
+      return true;
+    pid_t pid = pid_t(sb->master_pid.load(std::memory_order_relaxed));
+    return sb->master_machine_hash.load(std::memory_order_relaxed) == machine_hash_ && pid > 0 &&
+           kill(pid, 0) != 0 && errno == ESRCH;
+  };
+  if (master_gone() || !ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
+  RingDoorbell(sb);
+  uint64_t deadline = MonoNs() + uint64_t(options_.rpc_timeout_ms) * 1000000ull;
+  std::string reply;
+  for (;;) {
+    uint64_t now = MonoNs();
+    if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
+    // Spin ~30 µs (the master answers in a few), then sleep in short slices
+    // so that a dead master is noticed.
+    if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull))) {
+      if (master_gone()) return ErrorCode::RPC_FAIL;
+      continue;
+    }
+    ShmRing::PopResult pr = ring_replies_.Pop(&reply);
+    if (pr == ShmRing::PopResult::kCorrupt) {
+      MCXL_LOG(kWarn, "client", "reply ring holds a torn or stale record; skipped");
+      ring_replies_.SkipAll();
+      continue;
+    }
+    if (pr != ShmRing::PopResult::kOk || reply.size() < sizeof(FrameHeader)) continue;
+    FrameHeader h;
+    memcpy(&h, reply.data(), sizeof(h));
+    if (h.request_id != id) continue;  // a late reply to a request that timed out
+    std::string body = reply.substr(sizeof(h));
+    if (h.type == uint16_t(MessageType::kError)) {
+      Decoder d(body);
+      ErrorCode st = ErrorCode::RPC_FAIL;
+      DecodeStatus(&d, &st);
+      return st;
+    }
+    return body;
+  }
 }
 
 void Client::HeartbeatLoop() {
@@ -194,7 +265,7 @@ bool Client::closed() const {
 int Client::HealthCheck() {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return 1;
-  auto r = rpc_->Call(MessageType::kPing, "");
+  auto r = CallOnce(MessageType::kPing, "");
   return r.ok() ? 0 : 2;
 }
 
@@ -268,6 +339,11 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                      const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
                      std::vector<size_t>* no_room) {
   PutStartRequest req;
+  req.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    req.abandoned = abandoned_puts_;
+  }
   req.upsert = upsert;
   req.config.flags = options.flags;
   req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
@@ -292,6 +368,20 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                     : reply.status != ErrorCode::OK ? reply.status
                     : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
                                                         : ErrorCode::OK;
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    if (r.ok() && !req.abandoned.empty()) {  // the master has them: stop resending
+      for (uint64_t id : req.abandoned)
+        abandoned_puts_.erase(std::remove(abandoned_puts_.begin(), abandoned_puts_.end(), id),
+                              abandoned_puts_.end());
+    }
+    if (!r.ok()) {
+      // No answer: the master may still process it later. Tell it with the
+      // next PutStart that this one is abandoned.
+      abandoned_puts_.push_back(req.put_id);
+      if (abandoned_puts_.size() > 64) abandoned_puts_.erase(abandoned_puts_.begin());
+    }
+  }
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
     return;

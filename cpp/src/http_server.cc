@@ -8,7 +8,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cerrno>
 #include <cstdarg>
 #include <cstdio>
@@ -19,244 +18,6 @@
 #include "mooncake_cxl/log.h"
 
 namespace mcxl {
-
-// ---------------------------------------------------------------------------
-// Requests and responses (pure functions)
-// ---------------------------------------------------------------------------
-
-std::string HttpRequest::Query(std::string_view name, bool* present) const {
-  for (const auto& [k, v] : query) {
-    if (k == name) {
-      if (present != nullptr) *present = true;
-      return v;
-    }
-  }
-  if (present != nullptr) *present = false;
-  return {};
-}
-
-const char* HttpReasonPhrase(int status) {
-  switch (status) {
-    case 200: return "OK";
-    case 204: return "No Content";
-    case 301: return "Moved Permanently";
-    case 302: return "Found";
-    case 304: return "Not Modified";
-    case 400: return "Bad Request";
-    case 403: return "Forbidden";
-    case 404: return "Not Found";
-    case 405: return "Method Not Allowed";
-    case 408: return "Request Timeout";
-    case 409: return "Conflict";
-    case 413: return "Content Too Large";
-    case 414: return "URI Too Long";
-    case 429: return "Too Many Requests";
-    case 431: return "Request Header Fields Too Large";
-    case 500: return "Internal Server Error";
-    case 501: return "Not Implemented";
-    case 503: return "Service Unavailable";
-    case 505: return "HTTP Version Not Supported";
-    default: return "";
-  }
-}
-
-HttpResponse TextResponse(int status, std::string_view text) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "text/plain; charset=utf-8";
-  r.body.assign(text);
-  r.body += '\n';
-  return r;
-}
-
-HttpResponse JsonResponse(std::string body, int status) {
-  HttpResponse r;
-  r.status = status;
-  r.content_type = "application/json";
-  r.body = std::move(body);
-  return r;
-}
-
-HttpResponse NotFound(std::string_view path) {
-  return TextResponse(404, "no such path: " + std::string(path));
-}
-
-HttpResponse BadRequest(std::string_view why) { return TextResponse(400, why); }
-
-namespace {
-
-int HexValue(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-}  // namespace
-
-bool PercentDecode(std::string_view in, bool plus_is_space, std::string* out) {
-  out->clear();
-  out->reserve(in.size());
-  for (size_t i = 0; i < in.size(); ++i) {
-    char c = in[i];
-    if (c == '%') {
-      if (i + 2 >= in.size()) return false;  // "%" or "%4" at the end
-      int hi = HexValue(in[i + 1]), lo = HexValue(in[i + 2]);
-      if (hi < 0 || lo < 0) return false;
-      out->push_back(char(hi * 16 + lo));
-      i += 2;
-    } else if (c == '+' && plus_is_space) {
-      out->push_back(' ');
-    } else {
-      out->push_back(c);
-    }
-  }
-  return true;
-}
-
-namespace {
-
-// RFC 9110 tchar: what a method or a header name may consist of.
-bool IsTokenChar(unsigned char c) {
-  if (c >= '0' && c <= '9') return true;
-  if ((c | 0x20) >= 'a' && (c | 0x20) <= 'z') return true;
-  return strchr("!#$%&'*+-.^_`|~", c) != nullptr && c != 0;
-}
-
-bool IsToken(std::string_view s) {
-  return !s.empty() && std::all_of(s.begin(), s.end(), [](char c) { return IsTokenChar(c); });
-}
-
-bool EqualsIgnoreCase(std::string_view a, std::string_view b) {
-  return a.size() == b.size() &&
-         std::equal(a.begin(), a.end(), b.begin(), [](char x, char y) { return (x | 0x20) == (y | 0x20); });
-}
-
-std::string_view TrimWhitespace(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
-  return s;
-}
-
-// The next line of `*rest` without its "\n" or "\r\n"; consumes it.
-std::string_view NextLine(std::string_view* rest) {
-  size_t nl = rest->find('\n');
-  std::string_view line = rest->substr(0, nl);
-  rest->remove_prefix(nl == std::string_view::npos ? rest->size() : nl + 1);
-  if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-  return line;
-}
-
-bool ParseQueryString(std::string_view qs, std::vector<std::pair<std::string, std::string>>* out) {
-  while (!qs.empty()) {
-    size_t amp = qs.find('&');
-    std::string_view part = qs.substr(0, amp);
-    qs.remove_prefix(amp == std::string_view::npos ? qs.size() : amp + 1);
-    if (part.empty()) continue;  // "a=1&&b=2"
-    size_t eq = part.find('=');
-    std::string name, value;
-    if (!PercentDecode(part.substr(0, eq), true, &name)) return false;
-    if (eq != std::string_view::npos && !PercentDecode(part.substr(eq + 1), true, &value)) return false;
-    out->emplace_back(std::move(name), std::move(value));
-  }
-  return true;
-}
-
-HttpHeadParse Reject(int status, std::string why) {
-  HttpHeadParse p;
-  p.status = status;
-  p.error = std::move(why);
-  return p;
-}
-
-}  // namespace
-
-HttpHeadParse ParseHttpRequestHead(std::string_view head, HttpRequest* req) {
-  std::string_view rest = head;
-  std::string_view line = NextLine(&rest);
-  if (line.size() > kHttpMaxRequestLineBytes) return Reject(414, "request line too long");
-  if (head.size() > kHttpMaxHeadBytes) return Reject(431, "request head too large");
-
-  // request-line = method SP request-target SP HTTP-version, single spaces.
-  size_t sp1 = line.find(' ');
-  size_t sp2 = sp1 == std::string_view::npos ? sp1 : line.find(' ', sp1 + 1);
-  if (sp2 == std::string_view::npos || line.find(' ', sp2 + 1) != std::string_view::npos)
-    return Reject(400, "malformed request line");
-  std::string_view method = line.substr(0, sp1);
-  std::string_view target = line.substr(sp1 + 1, sp2 - sp1 - 1);
-  std::string_view version = line.substr(sp2 + 1);
-  if (!IsToken(method)) return Reject(400, "malformed method");
-  req->method.assign(method);
-  if (version.size() != 8 || version.substr(0, 5) != "HTTP/" || !isdigit((unsigned char)version[5]) ||
-      version[6] != '.' || !isdigit((unsigned char)version[7]))
-    return Reject(400, "malformed HTTP version");
-  if (version[5] != '1') return Reject(505, "only HTTP/1.x is served");
-  if (target.empty() || std::any_of(target.begin(), target.end(),
-                                    [](char c) { return (unsigned char)c <= 0x20 || c == 0x7f; }))
-    return Reject(400, "malformed request target");
-  if (method != "GET" && method != "HEAD") return Reject(405, "only GET and HEAD are served");
-
-  // Headers: only the body framing matters to us; everything else is
-  // checked for well-formedness and ignored. (Host is not required: being
-  // lenient costs nothing on a monitoring port.)
-  bool have_length = false;
-  uint64_t length = 0;
-  while (!rest.empty()) {
-    line = NextLine(&rest);
-    if (line.empty()) continue;
-    if (line[0] == ' ' || line[0] == '\t') return Reject(400, "obsolete header line folding");
-    size_t colon = line.find(':');
-    if (colon == std::string_view::npos || !IsToken(line.substr(0, colon)))
-      return Reject(400, "malformed header line");
-    std::string_view name = line.substr(0, colon);
-    std::string_view value = TrimWhitespace(line.substr(colon + 1));
-    if (std::any_of(value.begin(), value.end(),
-                    [](char c) { return ((unsigned char)c < 0x20 && c != '\t') || c == 0x7f; }))
-      return Reject(400, "control character in a header value");
-    if (EqualsIgnoreCase(name, "transfer-encoding"))
-      return Reject(501, "Transfer-Encoding is not supported");
-    if (EqualsIgnoreCase(name, "content-length")) {
-      if (value.empty() || !std::all_of(value.begin(), value.end(), [](char c) { return isdigit((unsigned char)c); }))
-        return Reject(400, "malformed Content-Length");
-      // Compare as digits first: a 30-digit length must not overflow.
-      uint64_t v = value.size() > 18 ? ~0ull : std::stoull(std::string(value));
-      if (have_length && v != length) return Reject(400, "conflicting Content-Length headers");
-      have_length = true;
-      length = v;
-    }
-  }
-  if (length > kHttpMaxBodyBytes) return Reject(413, "request body too large");
-
-  // origin-form "/path?query", or absolute-form "http://host/path?query"
-  // (which RFC 9112 says servers must accept).
-  if (target[0] != '/') {
-    size_t scheme_end = target.find("://");
-    if (scheme_end == std::string_view::npos ||
-        !(EqualsIgnoreCase(target.substr(0, scheme_end), "http") ||
-          EqualsIgnoreCase(target.substr(0, scheme_end), "https")))
-      return Reject(400, "malformed request target");
-    size_t path_start = target.find('/', scheme_end + 3);
-    target = path_start == std::string_view::npos ? std::string_view("/") : target.substr(path_start);
-  }
-  target = target.substr(0, target.find('#'));
-  size_t qmark = target.find('?');
-  std::string path;
-  if (!PercentDecode(target.substr(0, qmark), false, &path)) return Reject(400, "bad %-escape in the path");
-  std::vector<std::pair<std::string, std::string>> query;
-  if (qmark != std::string_view::npos && !ParseQueryString(target.substr(qmark + 1), &query))
-    return Reject(400, "bad %-escape in the query");
-
-  req->path = std::move(path);
-  req->query = std::move(query);
-  HttpHeadParse ok;
-  ok.content_length = length;
-  return ok;
-}
-
-// ---------------------------------------------------------------------------
-// The server loop
-// ---------------------------------------------------------------------------
-
 namespace {
 
 constexpr size_t kReadChunk = 16 * 1024;
@@ -362,8 +123,10 @@ class HttpLoop {
   void Watch(int fd, uint32_t events, int op = EPOLL_CTL_MOD);
   void Accept();
   void OnEvent(int fd, Conn& c, uint32_t events);
-  // Reads what is available; false on EOF or a socket error (sets peer_closed).
-  bool ReadInto(int fd, Conn& c, std::string* sink, size_t limit);
+  // Reads one chunk if available; false on EOF or a socket error (sets
+  // peer_closed). One chunk per event: ParseHead must judge the bytes
+  // before a garbage-spewing peer makes `in` grow.
+  bool ReadInto(int fd, Conn& c, std::string* sink);
   void ParseHead(int fd, Conn& c);
   void Dispatch(int fd, Conn& c);
   void Respond(int fd, Conn& c, std::string response);
@@ -471,7 +234,7 @@ void HttpLoop::Accept() {
 void HttpLoop::OnEvent(int fd, Conn& c, uint32_t events) {
   switch (c.phase) {
     case Phase::kHead:
-      if (!ReadInto(fd, c, &c.in, kReadChunk)) {
+      if (!ReadInto(fd, c, &c.in)) {
         ParseHead(fd, c);  // a client may half-close right after its request
         if (c.phase == Phase::kHead) c.done = true;
         return;
@@ -480,7 +243,7 @@ void HttpLoop::OnEvent(int fd, Conn& c, uint32_t events) {
       return;
     case Phase::kBody: {
       std::string discard;
-      bool open = ReadInto(fd, c, &discard, kReadChunk);
+      bool open = ReadInto(fd, c, &discard);
       c.body_left -= std::min<uint64_t>(c.body_left, discard.size());
       if (c.body_left == 0 || !open) Dispatch(fd, c);
       return;
@@ -498,13 +261,10 @@ void HttpLoop::OnEvent(int fd, Conn& c, uint32_t events) {
   }
 }
 
-bool HttpLoop::ReadInto(int fd, Conn& c, std::string* sink, size_t limit) {
+bool HttpLoop::ReadInto(int fd, Conn& c, std::string* sink) {
   char buf[kReadChunk];
-  // Read at most one chunk per event: ParseHead must look at the bytes
-  // before a garbage-spewing peer makes `in` grow.
-  size_t want = std::min(limit, sizeof(buf));
   for (;;) {
-    ssize_t n = recv(fd, buf, want, 0);
+    ssize_t n = recv(fd, buf, sizeof(buf), 0);
     if (n > 0) {
       sink->append(buf, size_t(n));
       return true;
@@ -539,20 +299,9 @@ void HttpLoop::ParseHead(int fd, Conn& c) {
     c.scan = nl + 1;
   }
   if (head_end == std::string::npos) {
-    // Reject what cannot become a request line now (a TLS hello, binary
-    // junk) rather than at the deadline: the method must be a token.
-    size_t method_end = c.in.find_first_of(" \r\n");
-    std::string_view method = std::string_view(c.in).substr(0, method_end);
-    size_t first_nl = c.in.find('\n');
-    if (!std::all_of(method.begin(), method.end(), [](char ch) { return IsTokenChar(ch); })) {
-      RejectRequest(fd, c, 400, "malformed method");
-    } else if (first_nl == std::string::npos ? c.in.size() > kHttpMaxRequestLineBytes
-                                             : first_nl > kHttpMaxRequestLineBytes + 1) {
-      RejectRequest(fd, c, 414, "request line too long");
-    } else if (c.in.size() > kHttpMaxHeadBytes) {
-      RejectRequest(fd, c, 431, "request head too large");
-    }
-    return;  // wait for more (or the deadline)
+    HttpHeadParse p = CheckPartialHttpHead(c.in);
+    if (p.status != 0) RejectRequest(fd, c, p.status, p.error);
+    return;  // else wait for more (or the deadline)
   }
   HttpHeadParse p = ParseHttpRequestHead(std::string_view(c.in).substr(0, head_end), &c.req);
   if (p.status != 0) {
@@ -646,7 +395,8 @@ void HttpLoop::ExpireDeadlines() {
       LogRejection("%s: closed after %d ms with %zu response bytes unsent", c.peer.c_str(),
                    options_.request_timeout_ms, c.out.size() - c.sent);
     } else if (c.phase != Phase::kLinger && !(c.phase == Phase::kHead && c.in.empty())) {
-      LogRejection("%s: request not complete within %d ms; closed", c.peer.c_str(), options_.request_timeout_ms);
+      LogRejection("%s: request not complete within %d ms; closed", c.peer.c_str(),
+                   options_.request_timeout_ms);
     }
     Close(fd);
   }

@@ -15,6 +15,7 @@
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/object_header.h"
 #include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 namespace {
@@ -89,10 +90,12 @@ Status Master::Open() {
                                              2 * sb->index_capacity + 2);
   entry_meta_.assign(sb->index_capacity, EntryMeta{});
   clients_.assign(sb->client_slot_count, ClientInfo{});
+  attached_bits_.reset(new std::atomic<uint64_t>[(sb->client_slot_count + 63) / 64]());
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
   sb->master_pid.store(uint64_t(getpid()), std::memory_order_relaxed);
+  sb->master_machine_hash.store(KeyHash(machine_), std::memory_order_relaxed);
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
   uint64_t inc = sb->master_incarnation.load(std::memory_order_relaxed) + 1;
   sb->master_incarnation.store(inc, std::memory_order_release);
@@ -247,13 +250,66 @@ bool Master::ClientValid(const ClientRef& ref) const {
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   std::lock_guard<std::mutex> lock(mu_);
   std::string reply = Dispatch(type, payload, conn_slot);
-  if (type < kMessageTypes) {
-    ++op_requests_[type];
-    int32_t status = 0;
-    if (reply.size() >= sizeof(status)) memcpy(&status, reply.data(), sizeof(status));
-    if (status != 0) ++op_failures_[type];
-  }
+  CountOp(type, reply);
   return reply;
+}
+
+void Master::CountOp(uint16_t type, const std::string& reply) {
+  if (type >= kMessageTypes) return;
+  ++op_requests_[type];
+  int32_t status = 0;
+  if (reply.size() >= sizeof(status)) memcpy(&status, reply.data(), sizeof(status));
+  if (status != 0) ++op_failures_[type];
+}
+
+void Master::SetAttached(uint32_t slot, bool attached) {
+  uint64_t bit = 1ull << (slot % 64);
+  auto& word = attached_bits_[slot / 64];
+  // Release: the ring resets made before are visible to the RingServer
+  // once it sees the bit. Only this (locked) path writes the bitmap.
+  word.store(attached ? word.load(std::memory_order_relaxed) | bit : word.load(std::memory_order_relaxed) & ~bit,
+             std::memory_order_release);
+}
+
+void Master::ServeRing(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot >= clients_.size() || !clients_[slot].attached) return;
+  uint32_t ring_bytes = pool_->superblock()->ring_bytes;
+  ShmRing requests(pool_->ring(slot, 0), ring_bytes), replies(pool_->ring(slot, 1), ring_bytes);
+  std::string frame;
+  for (int served = 0; served < 64; ++served) {  // bounded: other clients wait
+    ShmRing::PopResult r = requests.Pop(&frame);
+    if (r == ShmRing::PopResult::kEmpty) break;
+    FrameHeader h{};
+    bool ok = r == ShmRing::PopResult::kOk && frame.size() >= sizeof(h);
+    if (ok) memcpy(&h, frame.data(), sizeof(h));
+    FrameCheck check = ok ? CheckFrameHeader(h) : FrameCheck::kBadMagic;
+    if (!ok || check != FrameCheck::kOk || h.payload_bytes != frame.size() - sizeof(h)) {
+      MCXL_LOG(kWarn, "ring", "request ring of client slot %u holds %s; answered with an error and skipped",
+               slot, r == ShmRing::PopResult::kCorrupt ? "a torn or stale record" : FrameCheckName(check));
+      requests.SkipAll();
+      Encoder e;
+      EncodeStatus(ErrorCode::INVALID_PARAMS, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, ok ? h.request_id : 0, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
+    if (h.type == uint16_t(MessageType::kAttach) || h.type == uint16_t(MessageType::kDetach)) {
+      MCXL_LOG(kWarn, "ring", "client slot %u sent %s over its ring; only TCP carries it", slot,
+               MessageTypeName(h.type));
+      Encoder e;
+      EncodeStatus(ErrorCode::INVALID_PARAMS, &e);
+      (void)replies.Push(MakeFrame(MessageType(h.type), h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
+    uint32_t conn_slot = slot;
+    std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
+    CountOp(h.type, reply);
+    if (!replies.Push(MakeFrame(MessageType(h.type), h.request_id, reply)))
+      MCXL_LOG(kWarn, "ring", "reply ring of client slot %u is full (client stuck?); reply dropped", slot);
+    replies.WakeConsumer();
+  }
 }
 
 std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
@@ -315,8 +371,11 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         snprintf(cs->host, sizeof(cs->host), "%s", req.local_hostname.c_str());
         // Release: pid and host are visible before the generation that
         // marks the slot assigned.
+        ShmRing::Reset(pool_->ring(slot, 0));
+        ShmRing::Reset(pool_->ring(slot, 1));
         cs->generation.store(c.generation, std::memory_order_release);
         PublishRange(cs, kCacheLine);
+        SetAttached(slot, true);
         MCXL_LOG(kInfo, "master", "client %s (pid %llu) attached as slot %u",
                  req.local_hostname.c_str(), (unsigned long long)req.pid, slot);
       }
@@ -423,7 +482,7 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
                                  f.soft_pin_ttl_ms ? now + f.soft_pin_ttl_ms * 1000000ull : 0, false};
   AddToGroup(*slot);
   ++live_entries_;
-  pending_.push_back({*slot, gen, req.client.slot, MonoNs(), req.upsert});
+  pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
   item.entry_slot = *slot;
   item.generation = gen;
   item.value_offset = index_->ValueOffset(ext->offset, key.size());
@@ -439,12 +498,21 @@ std::string Master::HandlePutStart(Decoder* d) {
   } else if (!ClientValid(req.client)) {
     reply.status = ErrorCode::ILLEGAL_CLIENT;  // the client re-attaches and retries
   } else {
-    reply.items.reserve(req.keys.size());
-    for (size_t i = 0; i < req.keys.size(); ++i) {
-      ++stats_.put_requests;
-      reply.items.push_back(PutStartOne(req, i));
-      ErrorCode st = reply.items.back().status;
-      if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
+    ForgetAbandoned(req.client.slot, req.abandoned);
+    const auto& gave_up = clients_[req.client.slot].abandoned;
+    if (std::find(gave_up.begin(), gave_up.end(), req.put_id) != gave_up.end()) {
+      // A PutStart its client gave up on, arriving late: do nothing.
+      MCXL_LOG(kInfo, "master", "late PutStart %llu of client slot %u ignored: the client abandoned it",
+               (unsigned long long)req.put_id, req.client.slot);
+      reply.status = ErrorCode::RPC_TIMEOUT;
+    } else {
+      reply.items.reserve(req.keys.size());
+      for (size_t i = 0; i < req.keys.size(); ++i) {
+        ++stats_.put_requests;
+        reply.items.push_back(PutStartOne(req, i));
+        ErrorCode st = reply.items.back().status;
+        if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
+      }
     }
   }
   Encoder e;
@@ -653,6 +721,26 @@ void Master::RevokePending(const PendingPut& p, bool owner_dead) {
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
+void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
+  if (ids.empty()) return;
+  auto& list = clients_[slot].abandoned;
+  for (uint64_t id : ids)
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+  if (list.size() > 256) list.erase(list.begin(), list.end() - 256);
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    if (p.owner == slot && std::find(ids.begin(), ids.end(), p.put_id) != ids.end()) {
+      // The client will never write it: revoke and free at once.
+      if (PendingState(p) == EntryState::kWriting) RevokePending(p, true);
+      else FinishPending(p, PendingState(p));
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+}
+
 void Master::CheckPending() {
   // Completion and the discard timeout only; dead clients are found by
   // CheckClients, which revokes their puts with the slot.
@@ -699,6 +787,9 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   }
   pending_.resize(keep);
   c = ClientInfo{};
+  SetAttached(slot, false);
+  ShmRing::Reset(pool_->ring(slot, 0));
+  ShmRing::Reset(pool_->ring(slot, 1));
   ClientSlot* cs = pool_->client_slot(slot);
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);

@@ -67,8 +67,9 @@ const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "rem
 
 }  // namespace
 
-std::string Master::MetricsText() const {
+std::string Master::MetricsText() {
   std::lock_guard<std::mutex> lock(mu_);
+  CheckPending();  // count puts completed since the last Tick
   PromWriter w;
   uint64_t now = NowNs();
   uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
@@ -121,8 +122,9 @@ std::string Master::MetricsText() const {
   return std::move(w.text());
 }
 
-std::string Master::SummaryLine() const {
+std::string Master::SummaryLine() {
   std::lock_guard<std::mutex> lock(mu_);
+  CheckPending();  // count puts completed since the last Tick
   uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
   for (uint32_t c = 0; c < clients_.size(); ++c) {
     if (!clients_[c].attached) continue;
@@ -134,7 +136,7 @@ std::string Master::SummaryLine() const {
   double cap = double(alloc_->capacity());
   snprintf(buf, sizeof(buf),
            "CXL pool: %s / %s (%.1f%%) | Keys: %" PRIu64 " (writing: %zu) | Clients: %" PRIu64
-           " | Evicted: %" PRIu64 " keys, %s in %" PRIu64 " rounds | Hit rate: %.1f%% (%" PRIu64 "/%" PRIu64 ")\n",
+           " | Evicted: %" PRIu64 " keys, %s in %" PRIu64 " rounds | Hit rate: %.1f%% (%" PRIu64 "/%" PRIu64 ")",
            Human(double(alloc_->used_bytes())).c_str(), Human(cap).c_str(),
            cap > 0 ? 100.0 * double(alloc_->used_bytes()) / cap : 0.0, stats_.complete_keys, pending_.size(),
            clients, stats_.evicted_keys, Human(double(stats_.evicted_bytes)).c_str(), stats_.eviction_rounds,
@@ -171,8 +173,8 @@ std::string Master::AllKeys() const {
   std::string out;
   for (uint64_t s = 0; s < index_->capacity(); ++s) {
     if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    if (!out.empty()) out += '\n';
     out += KeyOf(s);
-    out += '\n';
   }
   return out;
 }
@@ -180,7 +182,7 @@ std::string Master::AllKeys() const {
 std::string Master::AllSegments() const {
   // One segment: the pool. SGLang polls this at start to see the store is up.
   std::lock_guard<std::mutex> lock(mu_);
-  return pool_->path() + "\n";
+  return pool_->path();
 }
 
 }  // namespace mcxl

@@ -166,6 +166,7 @@ Status Pool::Format(const FormatOptions& options) {
   sb->client_slot_size = sizeof(ClientSlot);
   sb->pin_table_offset = pins;
   sb->pins_per_client = options.pins_per_client;
+  sb->ring_bytes = uint32_t(options.ring_bytes_per_client);
   sb->ring_region_offset = rings;
   sb->ring_region_size = ring_size;
   sb->index_offset = index;
@@ -207,6 +208,8 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
               sb->pin_table_offset + uint64_t(sb->client_slot_count) * sb->pins_per_client *
                       sizeof(PinRecord) <= sb->ring_region_offset &&
               sb->ring_region_offset + sb->ring_region_size <= sb->index_offset && cap != 0 &&
+              uint64_t(sb->ring_bytes) * 2 * sb->client_slot_count == sb->ring_region_size &&
+              sb->ring_bytes >= 4096 && sb->ring_bytes % kCacheLine == 0 &&
               (cap & (cap - 1)) == 0 && sb->index_offset + cap * sizeof(IndexEntry) <= sb->data_offset &&
               sb->data_offset + sb->data_size <= sb->pool_size;
   if (!sane) {

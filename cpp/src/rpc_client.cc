@@ -30,6 +30,16 @@ bool SplitHostPort(const std::string& addr, std::string* host, int* port) {
 
 RpcClient::~RpcClient() { Disconnect(); }
 
+bool RpcClient::PeerClosed() const {
+  // Nothing is unread between calls, so a readable socket means EOF or an
+  // error: the peer is gone and a request sent now would be lost.
+  pollfd pfd{fd_, POLLIN, 0};
+  if (poll(&pfd, 1, 0) <= 0) return false;
+  char c;
+  ssize_t n = recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n <= 0;
+}
+
 void RpcClient::Disconnect() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
@@ -108,6 +118,7 @@ Status RpcClient::RecvAll(char* p, size_t n) {
 Result<std::string> RpcClient::Call(MessageType type, const std::string& payload, bool* reconnected) {
   std::lock_guard<std::mutex> lock(mu_);
   if (reconnected != nullptr) *reconnected = false;
+  if (fd_ >= 0 && PeerClosed()) Disconnect();  // e.g. the master restarted since the last call
   if (fd_ < 0) {
     Status s = ConnectLocked();
     if (!s.ok()) return s.error();

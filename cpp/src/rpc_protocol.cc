@@ -79,6 +79,9 @@ bool Decode(Decoder* d, ClientRef* m) {
 
 void Encode(const PutStartRequest& m, Encoder* e) {
   Encode(m.client, e);
+  e->U64(m.put_id);
+  e->U32(uint32_t(m.abandoned.size()));
+  for (uint64_t id : m.abandoned) e->U64(id);
   e->U8(m.upsert ? 1 : 0);
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
@@ -91,6 +94,10 @@ void Encode(const PutStartRequest& m, Encoder* e) {
 }
 bool Decode(Decoder* d, PutStartRequest* m) {
   Decode(d, &m->client);
+  m->put_id = d->U64();
+  uint32_t na = d->Count(8);
+  m->abandoned.resize(na);
+  for (auto& id : m->abandoned) id = d->U64();
   m->upsert = d->U8() != 0;
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();

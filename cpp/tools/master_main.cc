@@ -6,12 +6,35 @@
 #include <cstdlib>
 
 #include "mooncake_cxl/flags.h"
+#include "mooncake_cxl/http_server.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "mooncake_cxl/ring_server.h"
 #include "mooncake_cxl/tcp_server.h"
 
 namespace {
 std::atomic<bool> g_stop{false};
+
+// The monitoring port's pages (mooncake_master's paths).
+mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req) {
+  if (req.path == "/metrics") {
+    mcxl::HttpResponse r;  // Prometheus text format 0.0.4 (the default type)
+    r.body = m.MetricsText();
+    return r;
+  }
+  if (req.path == "/metrics/summary") return mcxl::TextResponse(200, m.SummaryLine());
+  if (req.path == "/health") return mcxl::JsonResponse("{\"status\":\"ok\"}");
+  if (req.path == "/get_all_keys") return mcxl::TextResponse(200, m.AllKeys());
+  if (req.path == "/get_all_segments") return mcxl::TextResponse(200, m.AllSegments());
+  if (req.path == "/query_key") {
+    bool present = false;
+    std::string key = req.Query("key", &present);
+    if (!present || key.empty()) return mcxl::BadRequest("missing parameter: key");
+    auto [status, body] = m.QueryKey(key);
+    return mcxl::JsonResponse(body, status);
+  }
+  return mcxl::NotFound(req.path);
+}
 void OnSignal(int) { g_stop.store(true, std::memory_order_relaxed); }  // polled by Run
 }  // namespace
 
@@ -23,7 +46,8 @@ int main(int argc, char** argv) {
   mcxl::FlagSet flags;
   flags.Add("rpc_address", &cfg.rpc_address, "address the RPC server binds");
   flags.Add("rpc_port", &cfg.rpc_port, "RPC server port (0 = any free port)");
-  flags.Add("metrics_port", &cfg.metrics_port, "HTTP metrics port");
+  flags.Add("metrics_port", &cfg.metrics_port, "HTTP monitoring port (/metrics ...); 0 = any free port");
+  flags.Add("metrics_host", &cfg.metrics_host, "address the HTTP monitoring server binds");
   flags.Add("enable_cxl", &cfg.enable_cxl, "serve a CXL pool (always on here)");
   flags.Add("cxl_path", &cfg.cxl_path, "pool: device-DAX node, regular file or /dev/shm file");
   flags.Add("cxl_size", &cfg.cxl_size, "pool size in bytes; 0 = the device's size");
@@ -72,14 +96,22 @@ int main(int argc, char** argv) {
   }
   mcxl::TcpServer server(master->get());
   if (!server.Listen(cfg.rpc_address, int(cfg.rpc_port)).ok()) return 1;
+  mcxl::HttpServer http;
+  if (!http.Listen(cfg.metrics_host, int(cfg.metrics_port)).ok()) return 1;
+  http.Start([m = master->get()](const mcxl::HttpRequest& req) { return MonitoringPage(*m, req); });
+  mcxl::RingServer rings(master->get());
+  rings.Start();
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);
   signal(SIGPIPE, SIG_IGN);
   // One machine-readable line for scripts and tests.
-  printf("mooncake_cxl_master ready rpc=%s:%d pool=%s uuid=%s\n", cfg.rpc_address.c_str(), server.port(),
-         (*master)->pool().path().c_str(), (*master)->pool().UuidString().c_str());
+  printf("mooncake_cxl_master ready rpc=%s:%d pool=%s uuid=%s metrics=%s:%d\n", cfg.rpc_address.c_str(),
+         server.port(), (*master)->pool().path().c_str(), (*master)->pool().UuidString().c_str(),
+         cfg.metrics_host.c_str(), http.port());
   fflush(stdout);
   server.Run(g_stop);
+  rings.Stop();
+  http.Stop();
   MCXL_LOG(kInfo, "master", "stopped");
   return 0;
 }

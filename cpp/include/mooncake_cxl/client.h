@@ -35,6 +35,7 @@
 #include "mooncake_cxl/object_index.h"
 #include "mooncake_cxl/pool.h"
 #include "mooncake_cxl/rpc_client.h"
+#include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 
@@ -49,6 +50,8 @@ struct ClientOptions {
   // How long a put refused for space keeps retrying (eviction runs in the
   // master meanwhile) before it returns NO_AVAILABLE_HANDLE.
   int put_wait_ms = 2000;
+  // Control path: the CXL RPC rings in the pool (default), or TCP only.
+  bool use_rings = true;
 };
 
 struct PutOptions {
@@ -151,6 +154,11 @@ class Client {
   Result<std::string> MasterCall(MessageType type, const std::function<std::string()>& build,
                                  bool idempotent);
   void HeartbeatLoop();
+  // One request over this client's rings: the reply payload, NOT_SUPPORTED
+  // when the frame is too big for a ring (the caller uses TCP), RPC_FAIL when
+  // the master died or restarted meanwhile, RPC_TIMEOUT.
+  Result<std::string> RingCall(MessageType type, const std::string& payload);
+  Result<std::string> CallOnce(MessageType type, const std::string& payload);
   bool ValidKey(std::string_view key, const char* op) const;
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
@@ -170,6 +178,17 @@ class Client {
   std::atomic<uint64_t> slot_generation_{0};
   std::atomic<uint64_t> incarnation_{0};
   uint8_t uuid_[16] = {};
+  uint64_t machine_hash_ = 0;  // KeyHash(gethostname())
+
+  // PutStart ids, and those that got no answer (sent with the next PutStart).
+  std::atomic<uint64_t> next_put_id_{1};
+  std::mutex abandoned_mu_;
+  std::vector<uint64_t> abandoned_puts_;
+
+  // CXL RPC: this slot's request (we produce) and reply (we consume) rings.
+  std::mutex ring_mu_;
+  ShmRing ring_requests_, ring_replies_;
+  uint64_t ring_next_id_ = 1;
 
   // Pin records of the current slot: free list and high-water mark.
   std::mutex pin_mu_;

@@ -54,7 +54,7 @@ struct Superblock {
   uint32_t client_slot_size;
   uint64_t pin_table_offset;  // client_slot_count tables of pins_per_client
   uint32_t pins_per_client;
-  uint32_t reserved0;
+  uint32_t ring_bytes;  // of each ring: per client one request, one response ring
   uint64_t ring_region_offset;
   uint64_t ring_region_size;
   uint64_t index_offset;
@@ -69,8 +69,28 @@ struct Superblock {
   // Longest probe distance any insert has used; readers stop probing after it.
   std::atomic<uint64_t> max_probe;
   std::atomic<uint64_t> master_pid;
+  std::atomic<uint64_t> master_machine_hash;  // KeyHash(gethostname()): pid checks are local
+
+  // The ring server's doorbell (CXL RPC): clients add 1 after each request
+  // and wake the server when it sleeps. Its own line: many writers.
+  alignas(kCacheLine) std::atomic<uint32_t> ring_doorbell;  // futex word
+  std::atomic<uint32_t> ring_server_sleeping;               // ring server
 };
 static_assert(sizeof(Superblock) <= kSuperblockSize);
+
+// Header of one single-producer/single-consumer ring of the CXL RPC; the
+// bytes of the ring follow it. Line 0 is the producer's, line 1 the
+// consumer's (one writer per line). head and tail count bytes ever produced
+// and consumed; each record carries a sequence number so that a stale or
+// torn record is detected rather than decoded.
+struct RingHeader {
+  std::atomic<uint64_t> head;      // producer; its low 32 bits are the consumer's futex word
+  std::atomic<uint64_t> next_seq;  // producer: sequence number of the next record
+  alignas(kCacheLine) std::atomic<uint64_t> tail;  // consumer
+  std::atomic<uint64_t> expected_seq;              // consumer
+  std::atomic<uint32_t> consumer_waiting;          // consumer: asleep on head
+};
+static_assert(sizeof(RingHeader) == 2 * kCacheLine);
 
 // One attached client. Line 0 is the master's, line 1 the client's.
 struct ClientSlot {

@@ -23,6 +23,7 @@
 // Thread safety: none. One thread calls Create, Handle, Tick and OnDisconnect.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +45,7 @@ struct MasterConfig {
   std::string rpc_address = "0.0.0.0";
   int64_t rpc_port = 50051;
   int64_t metrics_port = 9003;
+  std::string metrics_host = "0.0.0.0";
   bool enable_cxl = true;
   std::string cxl_path = "/dev/dax0.0";
   uint64_t cxl_size = 0;  // 0 = the device's size
@@ -86,13 +88,24 @@ class Master {
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot);
   // The connection that attached `slot` is gone.
   void OnDisconnect(uint32_t slot);
+  // CXL RPC: answers every request waiting in client `slot`'s request ring
+  // (called by the RingServer thread when it sees one). Garbage in the ring
+  // gets a kError reply and a log line; the ring is resynchronised.
+  void ServeRing(uint32_t slot);
+  // Attached client slots, as a bitmap the RingServer polls without the lock.
+  bool SlotAttached(uint32_t slot) const {
+    // Acquire: pairs with the release in SetAttached; the rings were reset.
+    return (attached_bits_[slot / 64].load(std::memory_order_acquire) >> (slot % 64)) & 1;
+  }
+  uint32_t client_slot_count() const { return uint32_t(clients_.size()); }
   // Periodic work; returns how long the caller may sleep before the next call.
   uint64_t Tick();
 
   MasterStats stats() const;
-  // For the monitoring port (master_http.cc); thread-safe like Handle.
-  std::string MetricsText() const;
-  std::string SummaryLine() const;
+  // For the monitoring port (master_http.cc); thread-safe like Handle. The
+  // first two settle pending puts first, so counts include fresh completions.
+  std::string MetricsText();
+  std::string SummaryLine();
   // 200 + JSON body, or 404 when the key is not stored.
   std::pair<int, std::string> QueryKey(std::string_view key) const;
   std::string AllKeys() const;
@@ -104,6 +117,7 @@ class Master {
   struct PendingPut {
     uint64_t entry_slot, generation;
     uint32_t owner;
+    uint64_t put_id;  // the owner's PutStart that made it
     uint64_t start_mono_ns;
     bool upsert;
   };
@@ -123,6 +137,7 @@ class Master {
     bool local = false;      // same machine: pid liveness can be checked
     bool connected = false;
     uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
+    std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
   };
 
   explicit Master(const MasterConfig& config) : config_(config) {}
@@ -130,6 +145,8 @@ class Master {
   void Recover();
 
   std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
+  void CountOp(uint16_t type, const std::string& reply);
+  void SetAttached(uint32_t slot, bool attached);
   std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
   std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
   std::string HandleHeartbeat(Decoder* d);
@@ -173,6 +190,8 @@ class Master {
   void CountComplete(uint64_t entry_slot);
   void FinishPending(const PendingPut& p, EntryState state);
   void RevokePending(const PendingPut& p, bool owner_dead);
+  // Records put ids the client abandoned and revokes what they allocated.
+  void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
   void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
   bool ClientValid(const ClientRef& ref) const;
   void ReclaimClient(uint32_t slot, const char* why);
@@ -213,6 +232,7 @@ class Master {
   // One lock for all entry points: the TCP loop, the ring server and the
   // HTTP thread each call in; the work under it is short and never blocks.
   mutable std::mutex mu_;
+  std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see SlotAttached
 };
 
 }  // namespace mcxl

@@ -23,7 +23,7 @@ struct FormatOptions {
   uint64_t index_capacity = 0;  // entries; 0 = derived from the pool size
   uint32_t client_slots = 64;
   uint32_t pins_per_client = 1024;
-  uint64_t ring_bytes_per_client = 16 * 1024;  // per direction
+  uint64_t ring_bytes_per_client = 32 * 1024;  // per direction, header included
   CoherenceMode coherence = CoherenceMode::kCoherent;
 };
 
@@ -65,6 +65,12 @@ class Pool {
     const Superblock* sb = superblock();
     return reinterpret_cast<PinRecord*>(base_ + sb->pin_table_offset +
                                         uint64_t(client) * sb->pins_per_client * sizeof(PinRecord));
+  }
+  // Client `client`'s request (dir 0) or response (dir 1) ring.
+  RingHeader* ring(uint32_t client, int dir) const {
+    const Superblock* sb = superblock();
+    return reinterpret_cast<RingHeader*>(base_ + sb->ring_region_offset +
+                                         (uint64_t(client) * 2 + uint64_t(dir)) * sb->ring_bytes);
   }
   // True when [offset, offset+len) lies inside the data region.
   bool InDataRegion(uint64_t offset, uint64_t len) const;

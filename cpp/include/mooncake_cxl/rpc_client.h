@@ -3,7 +3,8 @@
 // Contract: Call sends one frame and waits for its reply, with bounded
 // waits: connecting gives up after `connect_timeout_ms` (RPC_FAIL), a reply
 // that does not arrive within `reply_timeout_ms` is RPC_TIMEOUT. Any I/O
-// failure closes the connection; the next Call reconnects. A kError reply (the
+// failure closes the connection; the next Call reconnects, and so does a Call
+// that finds the master closed the connection since the last one. A kError reply (the
 // master rejected the frame) comes back as the status it carries.
 //
 // Thread safety: Call serialises callers on an internal mutex.
@@ -35,6 +36,7 @@ class RpcClient {
 
  private:
   Status ConnectLocked();
+  bool PeerClosed() const;
   Status SendAll(const std::string& data);
   Status RecvAll(char* p, size_t n);
 

@@ -57,6 +57,12 @@ struct PutConfigWire {
 };
 struct PutStartRequest {
   ClientRef client;
+  // Client-chosen id of this PutStart, and ids of earlier ones the client gave
+  // up on (timed out): the master revokes what those allocated, and refuses
+  // them should they arrive late, so an abandoned put never leaves an
+  // unfinished entry that makes a retry look like "key exists".
+  uint64_t put_id = 0;
+  std::vector<uint64_t> abandoned;
   bool upsert = false;
   PutConfigWire config;
   std::vector<std::string> keys;

@@ -1,0 +1,44 @@
+// RingServer: the master's CXL RPC transport. One thread polls the request
+// rings of attached clients and has the Master answer them (Master::ServeRing).
+//
+// Waiting is spin-then-sleep (DESIGN.md §4): after the last request it keeps
+// polling for `spin_ns` (a client's next request usually follows within
+// microseconds), then sets Superblock::ring_server_sleeping and sleeps on the
+// doorbell futex, which a client rings after each request. Idle, it costs
+// nothing but a wake-up every `idle_wake_ms` to notice Stop().
+//
+// Thread safety: Start/Stop from one thread; the loop runs on its own.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <thread>
+
+#include "mooncake_cxl/master.h"
+
+namespace mcxl {
+
+class RingServer {
+ public:
+  RingServer(Master* master, uint64_t spin_ns = 50000, uint64_t idle_wake_ms = 500)
+      : master_(master), spin_ns_(spin_ns), idle_wake_ms_(idle_wake_ms) {}
+  ~RingServer() { Stop(); }
+  void Start();
+  void Stop();
+
+ private:
+  void Loop();
+  // Serves every attached client with a request waiting; true if any.
+  bool ServeAll();
+
+  Master* master_;
+  uint64_t spin_ns_, idle_wake_ms_;
+  std::atomic<bool> stop_{false};
+  std::thread thread_;
+};
+
+// Client side: after pushing a request, ring the doorbell (wakes the server
+// only when it sleeps).
+void RingDoorbell(Superblock* sb);
+
+}  // namespace mcxl

@@ -1,0 +1,72 @@
+// ShmRing: one single-producer/single-consumer ring of the CXL RPC in the
+// pool (DESIGN.md §4), and the futex waits around it.
+//
+// Contract: records are whole frames (FrameHeader + payload, the TCP RPC's
+// format). Push never blocks: false when the ring lacks room. Pop returns
+// kEmpty, kOk with the frame, or kCorrupt when the bytes at the tail are not a
+// record the producer could have written (a sequence number other than the
+// expected one, a length that does not fit): the consumer then answers with
+// an error and calls Reset-like SkipAll. Nothing read from the ring is
+// trusted beyond its bounds.
+//
+// Record: [u64 seq][u32 len][u32 ~len][len bytes, padded to 8]. A record
+// never wraps: when it does not fit before the end, the producer writes a
+// wrap marker (len = kWrap) if 16 bytes remain, and starts again at 0.
+//
+// Waiting is spin-then-sleep: WaitForData polls for `spin_ns`, then sleeps on
+// a futex (the low 32 bits of head) with the consumer_waiting flag set, so a
+// producer wakes it only when it actually sleeps.
+//
+// Thread safety: one producer thread and one consumer thread per ring
+// (callers serialise their own side).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mooncake_cxl/layout.h"
+
+namespace mcxl {
+
+class ShmRing {
+ public:
+  ShmRing() = default;
+  ShmRing(RingHeader* header, uint64_t ring_bytes)
+      : h_(header), data_(reinterpret_cast<char*>(header + 1)), cap_(ring_bytes - sizeof(RingHeader)) {}
+
+  bool valid() const { return h_ != nullptr; }
+  // The largest frame a ring can carry (bigger ones go over TCP).
+  uint64_t max_frame() const { return cap_ / 2 - 16; }
+
+  // ---- producer ----
+  bool Push(const std::string& frame);
+  // Wakes the consumer if it sleeps (call after Push).
+  void WakeConsumer();
+
+  // ---- consumer ----
+  enum class PopResult { kEmpty, kOk, kCorrupt };
+  PopResult Pop(std::string* frame);
+  bool HasData() const;
+  // Waits until data is present or `timeout_ns` passes; true if data.
+  bool WaitForData(uint64_t spin_ns, uint64_t timeout_ns);
+  // Discards everything produced so far (after kCorrupt).
+  void SkipAll();
+
+  // Both sides' counters to zero: only while neither side uses the ring.
+  static void Reset(RingHeader* h);
+
+ private:
+  RingHeader* h_ = nullptr;
+  char* data_ = nullptr;
+  uint64_t cap_ = 0;
+};
+
+// futex(2) on a 32-bit word in a MAP_SHARED mapping (works across processes).
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns);
+void FutexWakeAll(std::atomic<uint32_t>* word);
+// The low 32 bits of a 64-bit counter, as a futex word (little endian).
+inline std::atomic<uint32_t>* LowWord(std::atomic<uint64_t>* v) {
+  return reinterpret_cast<std::atomic<uint32_t>*>(v);
+}
+
+}  // namespace mcxl

@@ -1,0 +1,74 @@
+#include "mooncake_cxl/ring_server.h"
+
+#include <immintrin.h>
+#include <sched.h>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
+
+namespace mcxl {
+
+void RingDoorbell(Superblock* sb) {
+  // seq_cst: the request's head store (before) and the sleeping-flag load
+  // (after) pair with the server's flag store and ring re-scan: either it
+  // sees our request or we see it asleep and wake it.
+  sb->ring_doorbell.fetch_add(1, std::memory_order_seq_cst);
+  PublishRange(&sb->ring_doorbell, sizeof(uint32_t));
+  ObserveRange(&sb->ring_server_sleeping, sizeof(uint32_t));
+  if (sb->ring_server_sleeping.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&sb->ring_doorbell);
+}
+
+void RingServer::Start() {
+  stop_.store(false, std::memory_order_relaxed);
+  thread_ = std::thread([this] { Loop(); });
+}
+
+void RingServer::Stop() {
+  if (!thread_.joinable()) return;
+  stop_.store(true, std::memory_order_relaxed);  // polled by Loop
+  FutexWakeAll(&master_->pool().superblock()->ring_doorbell);
+  thread_.join();
+}
+
+bool RingServer::ServeAll() {
+  const Pool& pool = master_->pool();
+  uint32_t ring_bytes = pool.superblock()->ring_bytes;
+  bool any = false;
+  for (uint32_t slot = 0; slot < master_->client_slot_count(); ++slot) {
+    if (!master_->SlotAttached(slot)) continue;
+    ShmRing requests(pool.ring(slot, 0), ring_bytes);
+    if (!requests.HasData()) continue;
+    master_->ServeRing(slot);
+    any = true;
+  }
+  return any;
+}
+
+void RingServer::Loop() {
+  Superblock* sb = master_->pool().superblock();
+  uint64_t last_work = MonoNs();
+  // Relaxed: a stop flag polled every iteration.
+  while (!stop_.load(std::memory_order_relaxed)) {
+    if (ServeAll()) {
+      last_work = MonoNs();
+      continue;
+    }
+    uint64_t idle = MonoNs() - last_work;
+    if (idle < spin_ns_) {
+      if (idle < 2000) _mm_pause();
+      else sched_yield();  // let a client that shares our core run
+      continue;
+    }
+    master_->Tick();  // going idle: account for puts completed meanwhile
+    uint32_t seen = sb->ring_doorbell.load(std::memory_order_relaxed);
+    // seq_cst: flag store before the re-scan; pairs with RingDoorbell.
+    sb->ring_server_sleeping.store(1, std::memory_order_seq_cst);
+    PublishRange(&sb->ring_server_sleeping, sizeof(uint32_t));
+    if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, idle_wake_ms_ * 1000000ull);
+    sb->ring_server_sleeping.store(0, std::memory_order_relaxed);
+    last_work = MonoNs();
+  }
+}
+
+}  // namespace mcxl

@@ -1,0 +1,160 @@
+#include "mooncake_cxl/shm_ring.h"
+
+#include <immintrin.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <ctime>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/publish.h"
+
+namespace mcxl {
+namespace {
+constexpr uint32_t kWrap = 0xFFFFFFFFu;
+constexpr uint64_t kRecordHeader = 16;
+
+uint64_t RecordBytes(uint64_t len) { return kRecordHeader + (len + 7) / 8 * 8; }
+}  // namespace
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns) {
+  timespec ts{time_t(timeout_ns / 1000000000ull), long(timeout_ns % 1000000000ull)};
+  // Shared (not PRIVATE) futex: the word lives in a MAP_SHARED mapping.
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+void ShmRing::Reset(RingHeader* h) {
+  h->head.store(0, std::memory_order_relaxed);
+  h->next_seq.store(0, std::memory_order_relaxed);
+  h->tail.store(0, std::memory_order_relaxed);
+  h->expected_seq.store(0, std::memory_order_relaxed);
+  h->consumer_waiting.store(0, std::memory_order_relaxed);
+  PublishRange(h, sizeof(*h));
+}
+
+bool ShmRing::Push(const std::string& frame) {
+  uint64_t rec = RecordBytes(frame.size());
+  if (frame.size() > max_frame()) return false;
+  // Relaxed: only this (producer) thread writes head and next_seq.
+  uint64_t head = h_->head.load(std::memory_order_relaxed);
+  // Acquire: the consumer finished reading the bytes it released.
+  ObserveRange(&h_->tail, sizeof(uint64_t));
+  uint64_t tail = h_->tail.load(std::memory_order_acquire);
+  uint64_t pos = head % cap_, to_end = cap_ - pos;
+  uint64_t need = rec + (to_end < rec ? to_end : 0);
+  if (head + need - tail > cap_) return false;  // full
+  uint64_t seq = h_->next_seq.load(std::memory_order_relaxed);
+  if (to_end < rec) {
+    if (to_end >= kRecordHeader) {
+      uint32_t wrap[2] = {kWrap, ~kWrap};
+      memcpy(data_ + pos, &seq, 8);
+      memcpy(data_ + pos + 8, wrap, 8);
+      PublishRange(data_ + pos, kRecordHeader);
+    }
+    head += to_end;
+    pos = 0;
+  }
+  uint32_t len = uint32_t(frame.size()), check = ~len;
+  memcpy(data_ + pos, &seq, 8);
+  memcpy(data_ + pos + 8, &len, 4);
+  memcpy(data_ + pos + 12, &check, 4);
+  memcpy(data_ + pos + kRecordHeader, frame.data(), frame.size());
+  PublishRange(data_ + pos, rec);
+  h_->next_seq.store(seq + 1, std::memory_order_relaxed);
+  // Release: the record's bytes are visible before the head that covers them.
+  h_->head.store(head + rec, std::memory_order_release);
+  PublishRange(&h_->head, 2 * sizeof(uint64_t));
+  return true;
+}
+
+void ShmRing::WakeConsumer() {
+  // seq_cst fence: pairs with the consumer's flag-then-recheck in
+  // WaitForData, so one of us sees the other (no lost wake-up).
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  ObserveRange(&h_->consumer_waiting, sizeof(uint32_t));
+  if (h_->consumer_waiting.load(std::memory_order_relaxed) != 0) FutexWakeAll(LowWord(&h_->head));
+}
+
+bool ShmRing::HasData() const {
+  ObserveRange(&h_->head, sizeof(uint64_t));
+  // Acquire: pairs with Push's release; the record is readable once seen.
+  return h_->head.load(std::memory_order_acquire) != h_->tail.load(std::memory_order_relaxed);
+}
+
+ShmRing::PopResult ShmRing::Pop(std::string* frame) {
+  uint64_t tail = h_->tail.load(std::memory_order_relaxed);  // ours
+  ObserveRange(&h_->head, sizeof(uint64_t));
+  uint64_t head = h_->head.load(std::memory_order_acquire);  // pairs with Push
+  for (;;) {
+    if (head == tail) return PopResult::kEmpty;
+    if (head - tail > cap_) return PopResult::kCorrupt;  // counters impossible for this ring
+    uint64_t pos = tail % cap_, to_end = cap_ - pos;
+    if (to_end < kRecordHeader) {  // the producer skipped this tail end
+      tail += to_end;
+      continue;
+    }
+    ObserveRange(data_ + pos, kRecordHeader);
+    uint64_t seq;
+    uint32_t len, check;
+    memcpy(&seq, data_ + pos, 8);
+    memcpy(&len, data_ + pos + 8, 4);
+    memcpy(&check, data_ + pos + 12, 4);
+    uint64_t expected = h_->expected_seq.load(std::memory_order_relaxed);
+    if (seq != expected || check != ~len) return PopResult::kCorrupt;
+    if (len == kWrap) {
+      tail += to_end;
+      continue;
+    }
+    uint64_t rec = RecordBytes(len);
+    if (rec > to_end || rec > head - tail) return PopResult::kCorrupt;
+    ObserveRange(data_ + pos + kRecordHeader, len);
+    frame->assign(data_ + pos + kRecordHeader, len);
+    h_->expected_seq.store(expected + 1, std::memory_order_relaxed);
+    // Release: our reads of the record are done before the producer reuses it.
+    h_->tail.store(tail + rec, std::memory_order_release);
+    PublishRange(&h_->tail, 2 * sizeof(uint64_t));
+    return PopResult::kOk;
+  }
+}
+
+void ShmRing::SkipAll() {
+  ObserveRange(&h_->head, 2 * sizeof(uint64_t));
+  uint64_t head = h_->head.load(std::memory_order_acquire);
+  // Resynchronise on the producer's next record.
+  h_->expected_seq.store(h_->next_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  h_->tail.store(head, std::memory_order_release);
+  PublishRange(&h_->tail, 2 * sizeof(uint64_t));
+}
+
+bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
+  uint64_t start = MonoNs();
+  while (!HasData()) {
+    uint64_t now = MonoNs();
+    if (now - start >= timeout_ns) return false;
+    if (now - start < spin_ns) {
+      // Pure spin for the first microseconds; then yield between polls so a
+      // producer that shares our core (2-core machines) gets to run.
+      if (now - start < 2000) _mm_pause();
+      else sched_yield();
+      continue;
+    }
+    // Sleep: announce it, re-check (a Push may have raced the flag), wait.
+    uint32_t seen = LowWord(&h_->head)->load(std::memory_order_relaxed);
+    h_->consumer_waiting.store(1, std::memory_order_relaxed);
+    PublishRange(&h_->consumer_waiting, sizeof(uint32_t));
+    // seq_cst fence: pairs with WakeConsumer's (flag store before head re-check).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), 50000000));
+    h_->consumer_waiting.store(0, std::memory_order_relaxed);
+  }
+  return true;
+}
+
+}  // namespace mcxl

@@ -1,0 +1,185 @@
+"""Run code written against Mooncake's import path on mooncake_cxl.
+
+    from mooncake_cxl import compat
+    compat.install()                  # only if the real mooncake.store is absent
+    from mooncake.store import MooncakeDistributedStore   # -> mooncake_cxl's
+
+    python -m mooncake_cxl.compat run script.py [args...]  # always ours
+    python -m mooncake_cxl.compat run -m package.module [args...]
+
+install() puts a finder first on sys.meta_path that answers for exactly two
+names, `mooncake` (an empty package) and `mooncake.store` (mooncake_cxl's
+classes under Mooncake's names); every other `mooncake.*` import fails with
+ModuleNotFoundError rather than mixing the two implementations. When the real
+Mooncake wheel is importable, install() does nothing and returns False, unless
+`force=True` or the environment has MOONCAKE_CXL_AS_MOONCAKE=1. `run` always
+forces: asking for it is asking for ours.
+
+Nothing is installed at interpreter start-up (no .pth file): a process opts in
+by calling install() or by being started through `run`.
+"""
+import importlib.abc
+import importlib.machinery
+import os
+import sys
+
+ENV_VAR = "MOONCAKE_CXL_AS_MOONCAKE"
+_NAMES = ("mooncake", "mooncake.store")
+
+# What `from mooncake.store import ...` finds. The enum values are also
+# exported at module level as the reference does (where its names clash,
+# TaskStatus wins there: FAILED and PROCESSING, which we do not have).
+_STORE_NAMES = ("MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
+                "BufferHandle", "ObjectDataType")
+
+
+def real_mooncake_available():
+    """True when a real `mooncake.store` can be imported (checked without
+    importing it, and ignoring our own finder)."""
+    if isinstance(sys.modules.get("mooncake.store"), type(sys)) and \
+            not getattr(sys.modules["mooncake.store"], "__mooncake_cxl_shim__", False):
+        return True
+    try:
+        # Ask the finders that come after ours: what would import find on its own?
+        for finder in sys.meta_path:
+            if isinstance(finder, _ShimFinder):
+                continue
+            find = getattr(finder, "find_spec", None)
+            if find is None:
+                continue
+            spec = find("mooncake", None)
+            if spec is None:
+                continue
+            if not spec.submodule_search_locations:
+                return False
+            return importlib.machinery.PathFinder.find_spec(
+                "store", list(spec.submodule_search_locations)) is not None
+    except ImportError:
+        return False
+    return False
+
+
+def _build_store_module(module):
+    import mooncake_cxl
+    from mooncake_cxl import _core
+    for name in _STORE_NAMES:
+        setattr(module, name, getattr(mooncake_cxl, name))
+    for enum in (_core.ObjectDataType, _core.ReplicaStatus):
+        for name, value in enum.__members__.items():
+            if name not in ("FAILED", "PROCESSING"):
+                setattr(module, name, value)
+    module.ErrorCode = mooncake_cxl.ErrorCode
+    module.__all__ = list(_STORE_NAMES)
+    module.__doc__ = "mooncake_cxl under Mooncake's name (mooncake_cxl.compat)"
+
+
+class _ShimLoader(importlib.abc.Loader):
+    def create_module(self, spec):
+        return None  # the default module object
+
+    def exec_module(self, module):
+        module.__mooncake_cxl_shim__ = True
+        if module.__name__ == "mooncake.store":
+            _build_store_module(module)
+        else:
+            module.__doc__ = "mooncake_cxl under Mooncake's name: only mooncake.store is provided"
+            module.__all__ = []
+
+
+class _ShimFinder(importlib.abc.MetaPathFinder):
+    """Answers for `mooncake` and `mooncake.store`; refuses other mooncake.* names."""
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname in _NAMES:
+            return importlib.machinery.ModuleSpec(fullname, _ShimLoader(),
+                                                  is_package=(fullname == "mooncake"))
+        if fullname.startswith("mooncake."):
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r}: mooncake_cxl.compat provides only mooncake.store",
+                name=fullname)
+        return None
+
+
+_finder = None
+
+
+def installed():
+    """True when `mooncake.store` resolves (or will resolve) to mooncake_cxl here."""
+    return _finder is not None
+
+
+def install(force=None):
+    """Make `import mooncake.store` give mooncake_cxl. Returns True if the shim
+    is in place afterwards, False if the real Mooncake was left in charge.
+
+    force=None reads MOONCAKE_CXL_AS_MOONCAKE (1/true/yes forces)."""
+    global _finder
+    if force is None:
+        force = os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes")
+    if _finder is not None:
+        return True
+    if not force and real_mooncake_available():
+        return False
+    # Forget a real mooncake imported earlier, so the next import finds ours.
+    for name in [n for n in sys.modules if n == "mooncake" or n.startswith("mooncake.")]:
+        del sys.modules[name]
+    _finder = _ShimFinder()
+    sys.meta_path.insert(0, _finder)
+    return True
+
+
+def uninstall():
+    """Remove the shim (and the shim modules); the next import sees the real thing."""
+    global _finder
+    if _finder is None:
+        return
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
+    _finder = None
+    for name in [n for n in sys.modules if n == "mooncake" or n.startswith("mooncake.")]:
+        if getattr(sys.modules[name], "__mooncake_cxl_shim__", False):
+            del sys.modules[name]
+
+
+_USAGE = """usage: python -m mooncake_cxl.compat run script.py [args...]
+       python -m mooncake_cxl.compat run -m module [args...]
+       python -m mooncake_cxl.compat check
+
+run    runs the script (or module) with `mooncake.store` resolving to mooncake_cxl,
+       even when the real Mooncake wheel is installed.
+check  prints which implementation `import mooncake.store` gives in this environment
+       (with MOONCAKE_CXL_AS_MOONCAKE=1 honoured)."""
+
+
+def main(argv=None):
+    import runpy
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if not argv or argv[0] in ("-h", "--help"):
+        print(_USAGE)
+        return 0 if argv else 2
+    command, rest = argv[0], argv[1:]
+    if command == "check":
+        ours = install()
+        import mooncake.store
+        where = "mooncake_cxl (shim)" if ours else getattr(mooncake.store, "__file__", "?")
+        print(f"mooncake.store -> {where}")
+        return 0
+    if command != "run" or not rest:
+        print(_USAGE, file=sys.stderr)
+        return 2
+    install(force=True)
+    if rest[0] == "-m":
+        if len(rest) < 2:
+            print(_USAGE, file=sys.stderr)
+            return 2
+        sys.argv = rest[1:]
+        runpy.run_module(rest[1], run_name="__main__", alter_sys=True)
+    else:
+        sys.argv = rest
+        sys.path[0] = os.path.dirname(os.path.abspath(rest[0]))  # as `python script.py` sets it
+        runpy.run_path(rest[0], run_name="__main__")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""mooncake_cxl.bench_compare: a --quick run against the reference store
+(a smoke run: it must work and report every row; its figures are not judged),
+and the report writers on a made-up result."""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+import oracle
+from mooncake_cxl import bench_compare
+
+
+def _unshare_works():
+    unshare = shutil.which("unshare")
+    if unshare is None:
+        return "`unshare` (util-linux) is not installed"
+    r = subprocess.run([unshare, "-n", "--", "true"], capture_output=True, text=True, timeout=30)
+    if r.returncode != 0:
+        return f"`unshare -n` does not work here (needs root or user namespaces): {r.stderr.strip()}"
+    return None
+
+
+def _skip_reason():
+    if not oracle.reference_importable():
+        return f"reference Mooncake store not importable: pip install {oracle.REFERENCE_PACKAGE}"
+    if oracle.reference_master_binary() is None:
+        return "the reference wheel has no mooncake_master"
+    for module in ("matplotlib", "tqdm"):
+        try:
+            __import__(module)
+        except ImportError:
+            return f"{module} is not installed (pip install 'mooncake-cxl[compare]')"
+    if oracle.loopback_only_netns()[0]:
+        return None  # already in a private namespace: no re-exec needed
+    return _unshare_works()
+
+
+def test_quick_compare_run(tmp_path):
+    reason = _skip_reason()
+    if reason:
+        pytest.skip(reason)
+    out = tmp_path / "out"
+    r = subprocess.run([sys.executable, "-m", "mooncake_cxl.bench_compare", "--quick", "--no-progress",
+                        "--out", str(out)], cwd=str(tmp_path), capture_output=True, text=True,
+                       timeout=300)  # a hang guard
+    assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
+    result = json.loads((out / "compare.json").read_text())
+    rows = {(row["op"], row["size"]) for row in result["rows"]}
+    assert rows == {(op, size) for op in bench_compare.OPS for size in bench_compare.SIZES}
+    for row in result["rows"]:
+        for store in bench_compare.STORES:
+            assert row[store]["median_us"] > 0 and row[store]["samples"] > 0
+        assert row["ratio_median"] > 0
+    table = (out / "compare.md").read_text()
+    assert "| get | 16 MiB |" in table and "| batch_get_into | 4 KiB ×32 |" in table
+    assert table.strip() in r.stdout
+    assert (out / "compare.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def _fake_result():
+    rows = []
+    for op in bench_compare.OPS:
+        for size in bench_compare.SIZES:
+            row = {"op": op, "size": size, "bytes_per_call": size}
+            if op in bench_compare.BATCH_OPS:
+                row["batch"] = bench_compare.batch_size(size)
+                row["bytes_per_call"] *= row["batch"]
+            for i, store in enumerate(bench_compare.STORES):
+                med = (1 + i) * size / 1e3 + 1
+                row[store] = {"median_us": med, "p99_us": 2 * med, "samples": 10,
+                              "gbps": row["bytes_per_call"] / (med * 1e3)}
+            row["ratio_median"] = row["ratio_p99"] = 0.5
+            rows.append(row)
+    return {"machine": "test machine", "quick": True, "rounds": 1, "sizes": bench_compare.SIZES,
+            "ops": bench_compare.OPS, "rows": rows}
+
+
+def test_markdown_and_chart_of_a_result(tmp_path):
+    pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'mooncake-cxl[compare]')")
+    result = _fake_result()
+    table = bench_compare.markdown(result)
+    lines = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
+    assert len(lines) == 1 + len(bench_compare.OPS) * len(bench_compare.SIZES)
+    assert "| is_exist | 4 KiB |" in table and "| 0.500 |" in table
+    path = tmp_path / "chart.png"
+    bench_compare.chart(result, str(path))
+    assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 10_000
+
+
+def test_batch_sizes_and_read_sets_fit():
+    for size in bench_compare.SIZES:
+        b = bench_compare.batch_size(size)
+        assert 2 <= b <= 32 and bench_compare.read_set_len(size) >= b
+        # Mooncake's writer segment holds the read set plus the largest batch in flight.
+        assert (bench_compare.read_set_len(size) + b) * size <= bench_compare.REFERENCE_SEGMENT
+    assert bench_compare.QUICK_PLAN.keys() == bench_compare.PLAN.keys() == set(bench_compare.SIZES)
