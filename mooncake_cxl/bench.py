@@ -217,17 +217,53 @@ def markdown(result):
     return "\n".join(lines)
 
 
+SECTIONS = ("data", "control", "eviction")
+
+
+def run_control(quick=False, pool_dir="/dev/shm"):
+    from . import bench_control
+    from .launch import MasterProcess
+    pool = os.path.join(pool_dir if os.path.isdir(pool_dir) else tempfile.gettempdir(),
+                        f"mcxl_bench_ctl_{uuid.uuid4().hex}")
+    try:
+        with MasterProcess(pool, 256 * MIB, format=True) as m:
+            return bench_control.run(m, quick=quick)
+    finally:
+        if os.path.exists(pool):
+            os.unlink(pool)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
+                         "eviction (throughput at the watermark, master memory per object)")
     args = ap.parse_args(argv)
-    result = run(quick=args.quick)
-    print(markdown(result))
+    sections = [x for x in args.only.split(",") if x]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    pool_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+    results = {}
+    if "data" in sections:
+        results["data"] = run(quick=args.quick, pool_dir=pool_dir)
+        print("## Data path\n\n" + markdown(results["data"]) + "\n", flush=True)
+    if "control" in sections:
+        from . import bench_control
+        results["control"] = run_control(quick=args.quick, pool_dir=pool_dir)
+        print("## Control path: CXL RPC rings vs TCP\n\n" + bench_control.markdown(results["control"]) + "\n",
+              flush=True)
+    if "eviction" in sections:
+        from . import bench_eviction
+        results["eviction"] = bench_eviction.run(pool_dir, quick=args.quick)
+        print("## Eviction and master memory\n\n" + bench_eviction.markdown(results["eviction"]) + "\n",
+              flush=True)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump(result, f, indent=1)
+            json.dump(results, f, indent=1)
 
 
 if __name__ == "__main__":

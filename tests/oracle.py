@@ -124,6 +124,14 @@ def reference_skip_reason():
 
 # ---------------------------------------------------------------- the master
 
+def die_with_parent():
+    """preexec_fn: SIGTERM this child when the process that started it dies
+    (a test process killed by a crash must not leave a master behind)."""
+    import ctypes
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
+
+
 class ReferenceMaster:
     """The wheel's mooncake_master on 127.0.0.1 with free RPC and metrics ports;
     every other flag at its default (lease 10 s, eviction 0.9 / 0.05, ...)."""
@@ -149,7 +157,7 @@ class ReferenceMaster:
                 "--logtostderr"] + self.extra_flags
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=self._log,
-                                     stderr=subprocess.STDOUT)
+                                     stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
         deadline = time.monotonic() + self.start_timeout  # a hang guard, not a timing assertion
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

@@ -38,3 +38,15 @@ def test_bench_quick_run_produces_every_row():
         assert {(op, size) for size, *_ in bench.PLAN} <= ops
     assert all(r["median_us"] > 0 and r["memcpy_median_us"] > 0 for r in result["rows"])
     assert "| get | 16 MiB |" in bench.markdown(result)
+
+
+def test_bench_control_and_eviction_quick_runs():
+    from mooncake_cxl import bench_control, bench_eviction
+    ctl = bench.run_control(quick=True)
+    assert {r["op"] for r in ctl["rows"]} == {"remove_missing", "ping", "put_4k"}
+    assert ctl["idle_cpu_percent"] >= 0
+    assert "rings median" in bench_control.markdown(ctl)
+    ev = bench_eviction.run("/dev/shm", quick=True)
+    assert ev["put_64k_half_empty_gbps"] > 0 and ev["put_64k_at_watermark_gbps"] > 0
+    assert ev["master_anon_bytes_per_object"] > 0
+    assert "bytes/object" in bench_eviction.markdown(ev)

@@ -8,9 +8,9 @@ namespace mcxl {
 
 ExtentAllocator::ExtentAllocator(uint64_t base, uint64_t size, uint64_t max_blocks)
     : base_(base), size_(size / kUnit * kUnit) {
-  blocks_.resize(std::max<uint64_t>(max_blocks, 2) + 1);
-  spare_.reserve(blocks_.size());
-  for (uint32_t i = uint32_t(blocks_.size()); i-- > 0;) spare_.push_back(i);
+  max_blocks_ = std::max<uint64_t>(max_blocks, 2) + 1;
+  blocks_.reserve(max_blocks_);
+  spare_.reserve(max_blocks_);
   heads_.assign(kFlCount * kSlCount, kNone);
   sl_bitmap_.assign(kFlCount, 0);
   if (size_ == 0) return;
@@ -22,9 +22,16 @@ ExtentAllocator::ExtentAllocator(uint64_t base, uint64_t size, uint64_t max_bloc
 }
 
 uint32_t ExtentAllocator::NewBlock() {
-  if (spare_.empty()) return kNone;
-  uint32_t b = spare_.back();
-  spare_.pop_back();
+  uint32_t b;
+  if (!spare_.empty()) {
+    b = spare_.back();
+    spare_.pop_back();
+  } else if (blocks_.size() < max_blocks_) {
+    b = uint32_t(blocks_.size());
+    blocks_.emplace_back();  // within the reserve: no reallocation
+  } else {
+    return kNone;
+  }
   uint32_t gen = blocks_[b].gen + 1;
   blocks_[b] = Block{};
   blocks_[b].live = true;

@@ -171,10 +171,7 @@ void Master::Recover() {
       ++stats_.dropped_on_recovery;
       continue;
     }
-    const auto* h = pool_->At<const ObjectHeader>(f.offset);
-    entry_meta_[f.slot] = EntryMeta{ext->handle, ext->size, h->group_hash,
-                                    h->soft_pin_ttl_ms ? h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull : 0,
-                                    false};
+    entry_meta_[f.slot] = EntryMeta{ext->handle, false};
     AddToGroup(f.slot);
     ++live_entries_;
     CountComplete(f.slot);
@@ -216,6 +213,10 @@ void Master::Recover() {
   MCXL_LOG(kInfo, "master", "recovery: kept %llu objects, revoked %zu unfinished puts, dropped %llu",
            (unsigned long long)stats_.complete_keys, unfinished.size(),
            (unsigned long long)stats_.dropped_on_recovery);
+}
+
+const ObjectHeader& Master::HeaderOf(uint64_t entry_slot) const {
+  return *pool_->At<const ObjectHeader>(index_->entry(entry_slot).object_offset.load(std::memory_order_relaxed));
 }
 
 std::string_view Master::KeyOf(uint64_t entry_slot) const {
@@ -478,8 +479,7 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  entry_meta_[*slot] = EntryMeta{ext->handle, ext->size, f.group_hash,
-                                 f.soft_pin_ttl_ms ? now + f.soft_pin_ttl_ms * 1000000ull : 0, false};
+  entry_meta_[*slot] = EntryMeta{ext->handle, false};
   AddToGroup(*slot);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});

@@ -59,7 +59,8 @@ uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
 }
 
 bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
-  return entry_meta_[slot].soft_pin_until_ns > now;
+  const ObjectHeader& h = HeaderOf(slot);
+  return h.soft_pin_ttl_ms != 0 && h.put_time_ns + h.soft_pin_ttl_ms * 1000000ull > now;
 }
 
 Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
@@ -72,12 +73,12 @@ Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& 
 }
 
 void Master::AddToGroup(uint64_t slot) {
-  uint64_t g = entry_meta_[slot].group_hash;
+  uint64_t g = HeaderOf(slot).group_hash;
   if (g != 0) groups_[g].push_back(slot);
 }
 
 void Master::RemoveFromGroup(uint64_t slot) {
-  uint64_t g = entry_meta_[slot].group_hash;
+  uint64_t g = HeaderOf(slot).group_hash;
   if (g == 0) return;
   auto it = groups_.find(g);
   if (it == groups_.end()) return;
@@ -88,7 +89,7 @@ void Master::RemoveFromGroup(uint64_t slot) {
 
 uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
   std::vector<uint64_t> members{slot};
-  uint64_t g = entry_meta_[slot].group_hash;
+  uint64_t g = HeaderOf(slot).group_hash;
   if (g != 0) {
     auto it = groups_.find(g);
     if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
@@ -99,7 +100,7 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
     if (p != Protection::kNone) return 0;  // the whole group stays
   }
   for (uint64_t m : members) {
-    *bytes += entry_meta_[m].extent_bytes;
+    *bytes += HeaderOf(m).extent_size;
     Unlink(m, true, 0);
   }
   return members.size();

@@ -566,5 +566,30 @@ TEST_F(MasterTest, RemoveBeforeTickDoesNotDoubleFree) {
   EXPECT_TRUE(Get("b") == ValueFor("b", 4096)) << "b was overwritten by c";
 }
 
+// Eviction (master_eviction.cc) never takes an unfinished put, and a group
+// goes whole or not at all, also when the pool has to make room at once.
+TEST_F(MasterTest, EvictionSkipsUnfinishedPutsAndKeepsGroupsWhole) {
+  config_.cxl_size = 16 * kMiB;
+  StartMaster();
+  ClientRef c = Attach();
+  PutStartReply unfinished = PutStart(c, {"writing"}, {kMiB});
+  ASSERT_EQ(unfinished.items.at(0).status, ErrorCode::OK);
+  PutStartRequest grouped;
+  grouped.client = c;
+  grouped.keys = {"g/k", "g/v"};
+  grouped.sizes = {kMiB, kMiB};
+  grouped.groups = {"g", "g"};
+  auto gr = CallFor<PutStartReply>(MessageType::kPutStart, Enc(grouped));
+  for (const auto& it : gr.items) WriteAndPublish(it, std::string(kMiB, 'g'));
+  master_->Tick();
+  for (int i = 0; i < 40; ++i) Put(c, "filler" + std::to_string(i), kMiB);  // 2.5x the pool
+  MasterStats st = master_->stats();
+  EXPECT_GT(st.evicted_keys, 0u);
+  EXPECT_EQ(Get("g/k").empty(), Get("g/v").empty()) << "group split by eviction";
+  // The unfinished put kept its extent: its client can still complete it.
+  WriteAndPublish(unfinished.items[0], ValueFor("writing", kMiB));
+  EXPECT_EQ(Get("writing"), ValueFor("writing", kMiB));
+}
+
 }  // namespace
 }  // namespace mcxl

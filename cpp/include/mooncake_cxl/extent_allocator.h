@@ -7,8 +7,9 @@
 // Both are O(1): a two-level segregated fit (TLSF) over power-of-two classes
 // with 16 linear subdivisions each, "good fit" search (the first non-empty
 // class whose smallest block fits), boundary links between neighbours.
-// All bookkeeping lives in arrays sized at construction for `max_blocks`
-// blocks (used + free), so no call allocates heap memory.
+// All bookkeeping lives in arrays reserved at construction for `max_blocks`
+// blocks (used + free), so no call allocates heap memory; their pages are
+// touched only as blocks come into use.
 //
 // The allocator lives in the master's memory only; after a restart the master
 // rebuilds it with Reserve() from the index (the index is the truth).
@@ -83,8 +84,11 @@ class ExtentAllocator {
 
   uint64_t base_, size_;
   uint64_t used_ = 0, used_count_ = 0, free_count_ = 0;
+  // Reserved for max_blocks at construction, grown within that reserve only
+  // (no reallocation, pages touched as blocks are first used).
   std::vector<Block> blocks_;
-  std::vector<uint32_t> spare_;      // unused block slots
+  uint64_t max_blocks_;
+  std::vector<uint32_t> spare_;      // block slots freed for reuse
   std::vector<uint32_t> heads_;      // kFlCount * kSlCount free-list heads
   uint64_t fl_bitmap_ = 0;
   uint32_t reserve_hint_ = kNone;

@@ -179,6 +179,8 @@ class Master {
   // Live (WRITING or COMPLETE) entries of `key`, in probe order.
   void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
   std::string_view KeyOf(uint64_t entry_slot) const;
+  // The header the master wrote for a live (or just unlinked) entry: trusted.
+  const ObjectHeader& HeaderOf(uint64_t entry_slot) const;
   void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
   // True when some client's pin table names this object (DESIGN.md §2:
   // zero-copy views hold a pin that removal and eviction respect).
@@ -205,11 +207,10 @@ class Master {
   // Per index slot, for live entries: the allocator handle of its extent, and
   // whether the master has counted it COMPLETE (settles the race between a
   // remove and the Tick that notices the completion).
+  // (Group, soft pin and extent size live in the ObjectHeader the master
+  // wrote: read from there, so the master's own memory per object stays small.)
   struct EntryMeta {
-    uint64_t extent = 0;       // allocator handle
-    uint64_t extent_bytes = 0;
-    uint64_t group_hash = 0;   // 0 = no group
-    uint64_t soft_pin_until_ns = 0;  // soft pin active before this time
+    uint64_t extent = 0;  // allocator handle
     bool counted = false;
   };
   std::vector<EntryMeta> entry_meta_;

@@ -1,0 +1,106 @@
+"""Benchmark of the control path: CXL RPC rings against TCP (issue: CXL RPC).
+
+The cheapest master request (remove of a missing key), a ping (health_check)
+and a 4 KiB put, timed in a client process over rings and in another over
+TCP, alternating rounds so machine drift hits both; then the CPU time the
+master burns while idle with 8 clients attached.
+"""
+import multiprocessing as mp
+import os
+import statistics
+import time
+
+ROUNDS = 3
+
+
+def _client(address, transport, n, q):
+    os.environ["MC_CXL_RPC"] = transport
+    from mooncake_cxl import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address) == 0
+    value = b"v" * 4096
+    out = {"remove_missing": [], "ping": [], "put_4k": []}
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        s.remove(f"missing/{i}")
+        out["remove_missing"].append(time.perf_counter_ns() - t0)
+    for i in range(n):
+        t0 = time.perf_counter_ns()
+        s.health_check()
+        out["ping"].append(time.perf_counter_ns() - t0)
+    for i in range(n):
+        key = f"ctl/{transport}/{os.getpid()}/{i}"
+        t0 = time.perf_counter_ns()
+        rc = s.put(key, value)
+        out["put_4k"].append(time.perf_counter_ns() - t0)
+        assert rc == 0
+    s.remove_all(force=True)
+    s.close()
+    q.put(out)
+
+
+def _idle_client(address, ready, stop):
+    from mooncake_cxl import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address) == 0
+    ready.put(1)
+    stop.wait(120)
+    s.close()
+
+
+def _cpu_seconds(pid):
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def run(master, quick=False):
+    ctx = mp.get_context("spawn")
+    n = 300 if quick else 3000
+    samples = {t: {"remove_missing": [], "ping": [], "put_4k": []} for t in ("ring", "tcp")}
+    for _ in range(1 if quick else ROUNDS):
+        for transport in ("ring", "tcp"):
+            q = ctx.Queue()
+            p = ctx.Process(target=_client, args=(master.address, transport, n, q))
+            p.start()
+            for k, v in q.get(timeout=600).items():
+                samples[transport][k] += v
+            p.join()
+    rows = []
+    for op in ("remove_missing", "ping", "put_4k"):
+        ring, tcp = sorted(samples["ring"][op]), sorted(samples["tcp"][op])
+        med = lambda xs: statistics.median(xs) / 1e3
+        p99 = lambda xs: xs[int(len(xs) * 0.99)] / 1e3
+        rows.append({"op": op, "ring_median_us": med(ring), "ring_p99_us": p99(ring),
+                     "tcp_median_us": med(tcp), "tcp_p99_us": p99(tcp),
+                     "reduction": 1 - med(ring) / med(tcp)})
+    # Idle: 8 attached clients, nobody calling.
+    ready, stop = ctx.Queue(), ctx.Event()
+    idlers = [ctx.Process(target=_idle_client, args=(master.address, ready, stop)) for _ in range(8)]
+    for p in idlers:
+        p.start()
+    for _ in idlers:
+        ready.get(timeout=120)
+    time.sleep(0.5)
+    window = 2.0 if quick else 5.0
+    c0, t0 = _cpu_seconds(master.proc.pid), time.monotonic()
+    time.sleep(window)
+    c1, t1 = _cpu_seconds(master.proc.pid), time.monotonic()
+    stop.set()
+    for p in idlers:
+        p.join(60)
+    return {"rows": rows, "idle_clients": 8, "idle_cpu_percent": 100 * (c1 - c0) / (t1 - t0),
+            "idle_window_s": t1 - t0}
+
+
+def markdown(result):
+    lines = ["| master request | rings median µs | rings p99 µs | TCP median µs | TCP p99 µs | median reduction |",
+             "|---|---:|---:|---:|---:|---:|"]
+    names = {"remove_missing": "remove of a missing key", "ping": "ping (health_check)", "put_4k": "put 4 KiB"}
+    for r in result["rows"]:
+        lines.append(f"| {names[r['op']]} | {r['ring_median_us']:.1f} | {r['ring_p99_us']:.1f} | "
+                     f"{r['tcp_median_us']:.1f} | {r['tcp_p99_us']:.1f} | {r['reduction'] * 100:.0f}% |")
+    lines.append("")
+    lines.append(f"Master CPU while idle with {result['idle_clients']} clients attached: "
+                 f"{result['idle_cpu_percent']:.2f}% of one core (over {result['idle_window_s']:.1f} s).")
+    return "\n".join(lines)
