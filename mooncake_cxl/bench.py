@@ -241,7 +241,13 @@ def main(argv=None):
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object)")
+    ap.add_argument("--compare", choices=["mooncake"],
+                    help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
+    ap.add_argument("--out", default="bench_out", help="with --compare: where compare.{md,json,png} go")
     args = ap.parse_args(argv)
+    if args.compare:
+        from .bench_compare import main as compare_main
+        raise SystemExit(compare_main(["--out", args.out] + (["--quick"] if args.quick else [])))
     sections = [x for x in args.only.split(",") if x]
     unknown = set(sections) - set(SECTIONS)
     if unknown:

@@ -20,6 +20,17 @@ _REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_
              "protocol", "rdma_devices", "master_server_addr")
 
 
+def _with_port(hostname):
+    """host:port, as Mooncake reports it: a hostname given without a port gets
+    a free port number, so that clients of one host stay distinguishable."""
+    if hostname.rsplit(":", 1)[-1].isdigit() and ":" in hostname:
+        return hostname
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"{hostname}:{s.getsockname()[1]}"
+
+
 def _env_int(name, default):
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else default
@@ -63,7 +74,7 @@ class MooncakeDistributedStore(_core.StoreCore):
         return self._setup(local_hostname, protocol, master_server_addr, rpc_transport)
 
     def _setup_from_dict(self, config):
-        for key in ("local_hostname", "master_server_addr"):
+        for key in ("local_hostname", "metadata_server", "master_server_addr"):
             if not isinstance(config.get(key), str) or not config.get(key):
                 log.error("setup(config): missing required config: %s", key)
                 return int(ErrorCode.INVALID_PARAMS)
@@ -85,6 +96,7 @@ class MooncakeDistributedStore(_core.StoreCore):
             return int(ErrorCode.INVALID_PARAMS)
         if self.health_check() != 1:
             self.close()  # a second setup() replaces the first, as in Mooncake
+        local_hostname = _with_port(local_hostname)
         return self._setup_core(
             local_hostname, master_server_addr,
             os.environ.get("MC_CXL_DEV_PATH", "") if protocol.lower() == "cxl" else "",

@@ -84,11 +84,17 @@ PutOptions ToPutOptions(const ReplicateConfig& c) {
   return o;
 }
 
-// Combinations the reference also rejects with INVALID_PARAMS.
-const char* InvalidConfig(const ReplicateConfig& c) {
+// Configurations the reference also rejects with INVALID_PARAMS, for a call
+// that puts `nkeys` keys. (Too long a soft pin is the master's to refuse.)
+const char* InvalidConfig(const ReplicateConfig& c, size_t nkeys) {
   if (c.replica_num == 0) return "replica_num must be at least 1";
   if (c.soft_pin_ttl_ms && c.soft_pin_action != SoftPinAction::ENABLE)
     return "soft_pin_ttl_ms is set but soft_pin_action is not ENABLE";
+  if (c.group_ids && c.group_ids->size() != nkeys)
+    return "group_ids must hold one group per key of the call";
+  if (c.nof_replica_num != 0) return "nof_replica_num: this store has no NVMe-oF tier";
+  if (c.dfs_replica_num != 0) return "dfs_replica_num: this store has no DFS tier";
+  if (c.prefer_alloc_in_same_node) return "prefer_alloc_in_same_node is not supported (as in Mooncake)";
   return nullptr;
 }
 
@@ -205,7 +211,7 @@ class Store {
                            const ReplicateConfig& config, bool upsert, const char* op) {
     auto c = Ready(op);
     if (!c) return std::vector<int>(keys.size(), kNotReady);
-    if (const char* why = InvalidConfig(config)) {
+    if (const char* why = InvalidConfig(config, keys.size())) {
       MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
       return std::vector<int>(keys.size(), int(ErrorCode::INVALID_PARAMS));
     }
@@ -243,6 +249,16 @@ class Store {
       MCXL_LOG(kWarn, "store", "put_batch: %zu keys but %zu values", keys.size(), values.size());
       return int(ErrorCode::INVALID_PARAMS);
     }
+    // An empty value stores nothing of the batch, as in the reference (an
+    // empty key fails alone: the others are stored, also as in the reference).
+    for (size_t i = 0; i < keys.size(); ++i) {
+      py::buffer_info info = values[i].request();
+      if (info.size * info.itemsize == 0) {
+        MCXL_LOG(kWarn, "store", "%s: empty value at position %zu; nothing stored",
+                 upsert ? "upsert_batch" : "put_batch", i);
+        return int(ErrorCode::INVALID_PARAMS);
+      }
+    }
     std::vector<std::vector<py::handle>> v;
     for (const auto& b : values) v.push_back({b});
     for (int r : PutMany(keys, v, config, upsert, upsert ? "upsert_batch" : "put_batch"))
@@ -277,7 +293,7 @@ class Store {
                sizes.size());
       return std::vector<int>(keys.size(), kInvalid);
     }
-    if (const char* why = InvalidConfig(config)) {
+    if (const char* why = InvalidConfig(config, keys.size())) {
       MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
       return std::vector<int>(keys.size(), kInvalid);
     }

@@ -177,6 +177,8 @@ def test_replicate_config_fields_and_str(store):
     s = str(c)
     assert "soft_pin_action: ENABLE" in s and "soft_pin_ttl_ms: 5000" in s
     assert "with_hard_pin: 1" in s and "group_ids: [g1, g2]" in s and "replica_num: 3" in s
+    assert store.put("cfg", b"v", c) == ErrorCode.INVALID_PARAMS  # one group per key
+    c.group_ids = ["g1"]
     for bad in (-1, 2 ** 64, "x", 1.5):
         with pytest.raises(TypeError):
             c.soft_pin_ttl_ms = bad

@@ -16,10 +16,6 @@ Where the two differ, the test says how, with a marker:
   * differs_found       found by this oracle; the reference's behaviour is a
                         quirk we did not copy; both behaviours are asserted,
                         pending a decision.
-  * ours_bug            ours should do what the reference does and does not;
-                        the test asserts the reference's behaviour and is
-                        xfail(strict=True) on ours, so a fix turns it XPASS
-                        (a failure) and the marker must then be removed.
 """
 import gc
 import signal
@@ -138,12 +134,6 @@ def bufs(any_store):
     b.release()
 
 
-def ours_bug(request, impl, reason):
-    """Ours should behave like the reference here and does not (see the report)."""
-    if impl.ours:
-        request.applymarker(pytest.mark.xfail(strict=True, reason=f"ours differs from Mooncake: {reason}"))
-
-
 def cfg(mod, **fields):
     c = mod.ReplicateConfig()
     for k, v in fields.items():
@@ -209,10 +199,7 @@ def test_setup_dict_rejections(impl):
     assert s.health_check() == 1
 
 
-@pytest.mark.ours_bug
 def test_setup_dict_requires_metadata_server(impl, request):
-    ours_bug(request, impl, "setup(config) without metadata_server succeeds on ours; "
-                            "Mooncake requires it (-600, 'Missing required config')")
     s = impl.new()
     config = {k: v for k, v in impl.setup_dict().items() if k != "metadata_server"}
     rc = s.setup(config)
@@ -230,11 +217,9 @@ def test_setup_dict_binary_unit_sizes(impl):
     assert rc == (OK if impl.ours else INVALID)
 
 
-@pytest.mark.ours_bug
 def test_get_hostname_without_port_gets_one(impl, request):
-    # The contract: get_hostname() is "host:port". The reference appends a
-    # port of its own when local_hostname has none; ours echoes the bare host.
-    ours_bug(request, impl, "get_hostname() returns '127.0.0.1' (no port) when setup was given no port")
+    # The contract: get_hostname() is "host:port"; both append a port when
+    # local_hostname has none.
     s = impl.new()
     assert s.setup(*impl.setup_args("127.0.0.1")) == OK
     host = s.get_hostname()
@@ -471,10 +456,7 @@ def test_put_batch_with_an_empty_key_stores_the_others(any_store):
     assert s.get("ek1") == b"1"
 
 
-@pytest.mark.ours_bug
 def test_put_batch_with_an_empty_value_stores_nothing(impl, any_store, request):
-    ours_bug(request, impl, "put_batch/upsert_batch with one empty value return -600 but store the "
-                            "other values; Mooncake checks all values first and stores none")
     s = any_store
     assert s.put_batch(["ev1", "ev2"], [b"1", b""]) == INVALID
     assert s.upsert_batch(["uv1", "uv2"], [b"1", b""]) == INVALID
@@ -704,13 +686,9 @@ def test_replicate_configs_accepted_and_rejected(impl, any_store):
         assert s.is_exist(f"bad{i}") == 0 and s.is_exist(f"badb{i}") == 0
 
 
-@pytest.mark.ours_bug
 def test_group_ids_are_one_per_key(impl, any_store, bufs, request):
-    # The reference reads ReplicateConfig.group_ids as one group per key of
-    # the call: any other length is INVALID_PARAMS (put: exactly one). Ours
-    # accepts any list and gives every key of the call all of its groups.
-    ours_bug(request, impl, "group_ids of a length other than the number of keys is accepted "
-                            "(and every key joins every group)")
+    # ReplicateConfig.group_ids is one group per key of the call: any other
+    # length is INVALID_PARAMS (put: exactly one), on both.
     s = any_store
     m = impl.mod
     p = bufs.new(64, seed=31).ctypes.data
@@ -726,7 +704,6 @@ def test_group_ids_are_one_per_key(impl, any_store, bufs, request):
     assert s.batch_is_exist(["two", "none", "x1", "x2", "y1", "y2"]) == [0] * 6
 
 
-@pytest.mark.ours_bug
 @pytest.mark.parametrize("field,value,reference_rc", [
     ("prefer_alloc_in_same_node", True, INVALID),  # "prefer_alloc_in_same_node is not supported."
     ("nof_replica_num", 1, INVALID),
@@ -734,8 +711,6 @@ def test_group_ids_are_one_per_key(impl, any_store, bufs, request):
     ("soft_pin_ttl_ms", 86400001, INVALID),  # above the master's max_kv_soft_pin_ttl (24 h)
 ])
 def test_replicate_configs_the_reference_rejects(impl, any_store, request, field, value, reference_rc):
-    ours_bug(request, impl, f"a put with ReplicateConfig.{field}={value!r} succeeds on ours; "
-                            f"Mooncake rejects it ({reference_rc})")
     m = impl.mod
     c = cfg(m, **{field: value})
     if field == "soft_pin_ttl_ms":

@@ -110,7 +110,7 @@ def test_a_group_is_never_split(master_factory):
         groups = int(2 * cap // (2 * VALUE))
         for g in range(groups):
             cfg = ReplicateConfig()
-            cfg.group_ids = [f"req{g}"]
+            cfg.group_ids = [f"req{g}", f"req{g}"]  # one group id per key: K and V together
             assert s.put_batch([f"req{g}/k", f"req{g}/v"], [b"k" * VALUE, b"v" * VALUE], cfg) == 0
         for g in range(groups):
             k, v = s.is_exist(f"req{g}/k"), s.is_exist(f"req{g}/v")

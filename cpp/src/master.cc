@@ -147,6 +147,11 @@ void Master::Recover() {
     bool ok = h != nullptr && h->key_hash == e.key_hash.load(std::memory_order_relaxed) &&
               h->value_size == e.value_size.load(std::memory_order_relaxed) &&
               h->generation == GenOf(sg);
+    // A live client of the previous incarnation may publish an unfinished
+    // put this very moment: revoke with the same CAS it uses, so exactly one
+    // of us wins, and keep the put if it won.
+    if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
+      st = StateOf(e.state_gen.load(std::memory_order_acquire));
     if (st == EntryState::kComplete && ok) {
       complete.push_back({slot, off, h->extent_size, GenOf(sg)});
     } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
@@ -433,6 +438,13 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
     item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
     return item;
   }
+  if ((req.config.flags & kFlagSoftPin) && req.config.soft_pin_ttl_ms > config_.max_kv_soft_pin_ttl_ms) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: soft_pin_ttl_ms %llu is above --max_kv_soft_pin_ttl=%llu",
+             key.c_str(), (unsigned long long)req.config.soft_pin_ttl_ms,
+             (unsigned long long)config_.max_kv_soft_pin_ttl_ms);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
   uint64_t extent_bytes = ExtentBytes(key.size(), size);
   if (extent_bytes < size || extent_bytes > alloc_->capacity()) {
     MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
@@ -572,24 +584,19 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
 
 ErrorCode Master::RemoveKey(std::string_view key, bool force) {
   if (key.empty() || key.size() > kMaxKeyLength) return ErrorCode::INVALID_PARAMS;
-  std::vector<uint64_t> live;
+  std::vector<uint64_t> live, complete;
   FindLive(key, KeyHash(key), &live);
   uint64_t now = NowNs();
-  bool any_complete = false;
   for (uint64_t s : live) {
-    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
-      continue;
-    any_complete = true;
-    if (!force && (index_->LeaseUntil(s) > now ||
-                   IsPinned(s, GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)))))
-      return ErrorCode::OBJECT_HAS_LEASE;
+    // One look per entry (see ClearSupersededIfSettled): only what was
+    // COMPLETE here is checked and removed.
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    if (!force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) return ErrorCode::OBJECT_HAS_LEASE;
+    complete.push_back(s);
   }
-  if (!any_complete) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
-  for (uint64_t s : live) {
-    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
-      continue;
-    Unlink(s, true, 0);
-  }
+  if (complete.empty()) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
+  for (uint64_t s : complete) Unlink(s, true, 0);
   return ErrorCode::OK;
 }
 
@@ -656,16 +663,22 @@ std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
 void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
-  uint64_t newest_gen = 0, newest = 0;
+  // One snapshot of the states: a client may publish WRITING->COMPLETE at
+  // any moment, and an entry seen WRITING here is not ours to judge (its own
+  // completion settles it later). Deciding on a second look would unlink a
+  // just-published newer value as if it were old.
+  std::vector<uint64_t> states(live.size());
+  uint64_t newest_gen = 0, newest = UINT64_MAX;
   bool pending_upsert = false;
-  for (uint64_t s : live) {
-    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) == EntryState::kWriting) pending_upsert = true;
-    else if (GenOf(sg) > newest_gen) newest_gen = GenOf(sg), newest = s;
+  for (size_t i = 0; i < live.size(); ++i) {
+    // Acquire: pairs with the client's COMPLETE CAS.
+    states[i] = index_->entry(live[i]).state_gen.load(std::memory_order_acquire);
+    if (StateOf(states[i]) == EntryState::kWriting) pending_upsert = true;
+    else if (GenOf(states[i]) > newest_gen) newest_gen = GenOf(states[i]), newest = live[i];
   }
-  for (uint64_t s : live) {
-    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) != EntryState::kComplete) continue;
+  for (size_t i = 0; i < live.size(); ++i) {
+    uint64_t s = live[i];
+    if (StateOf(states[i]) != EntryState::kComplete) continue;
     if (s != newest) {  // an older value of an upserted key
       Unlink(s, true, 0);
       continue;

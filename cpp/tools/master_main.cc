@@ -56,6 +56,7 @@ int main(int argc, char** argv) {
   flags.Add("client_slots", &cfg.client_slots, "client slots at format");
   flags.Add("default_kv_lease_ttl", &cfg.default_kv_lease_ttl_ms, "lease granted by get/exist, ms");
   flags.Add("default_kv_soft_pin_ttl", &cfg.default_kv_soft_pin_ttl_ms, "soft pin duration, ms");
+  flags.Add("max_kv_soft_pin_ttl", &cfg.max_kv_soft_pin_ttl_ms, "longest soft pin a put may ask for, ms");
   flags.Add("eviction_high_watermark_ratio", &cfg.eviction_high_watermark_ratio, "evict above this used ratio");
   flags.Add("eviction_ratio", &cfg.eviction_ratio, "fraction of capacity one eviction round frees");
   flags.Add("allow_evict_soft_pinned_objects", &cfg.allow_evict_soft_pinned_objects,

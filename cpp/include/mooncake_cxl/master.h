@@ -54,6 +54,7 @@ struct MasterConfig {
   uint64_t client_slots = 64;
   uint64_t default_kv_lease_ttl_ms = 10000;
   uint64_t default_kv_soft_pin_ttl_ms = 30 * 60 * 1000;
+  uint64_t max_kv_soft_pin_ttl_ms = 24 * 3600 * 1000;
   double eviction_high_watermark_ratio = 0.90;
   double eviction_ratio = 0.05;
   bool allow_evict_soft_pinned_objects = true;
