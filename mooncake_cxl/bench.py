@@ -90,7 +90,6 @@ def _interleaved(op, baseline, n, chunk):
 
 
 def writer(address, plan, out):
-    from mooncake_cxl import _core
     s = _store(address)
     results = {}
     for size, nkeys, nputs, _ in plan:
@@ -120,8 +119,6 @@ def writer(address, plan, out):
 
 
 def reader(address, plan, out):
-    import numpy as np
-    from mooncake_cxl import _core
     s = _store(address)
     results = {}
     for size, nkeys, _, ngets in plan:

@@ -1,6 +1,7 @@
 """Fixtures: a master on 127.0.0.1 over a pool file in /dev/shm, and stores
 attached to it. Every pool file is removed afterwards."""
 import os
+import random
 import sys
 import uuid
 
@@ -11,7 +12,7 @@ import pytest
 _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _ROOT]
 
-from mooncake_cxl import MooncakeDistributedStore
+from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 from mooncake_cxl.launch import MasterProcess
 
 POOL_SIZE = 64 << 20
@@ -71,3 +72,34 @@ def store(master, transport):
     s = connect(master)
     yield s
     s.close()
+
+
+@pytest.fixture
+def no_put_wait(monkeypatch):
+    """A put refused for space returns -200 at once instead of retrying while
+    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
+    inherit it): fills that hard-pin their objects stop at their first -200,
+    and waiting could free nothing."""
+    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+
+
+def value_for(key, size):
+    """Bytes derived from the key, so that any process can check them."""
+    return random.Random(key).randbytes(size)
+
+
+def fill(store, prefix, size=1 << 20, limit=100_000):
+    """Puts hard-pinned values (eviction must not make room) until the first
+    failure, which must be -200. Returns the keys stored; their values are
+    value_for(key, size)."""
+    cfg = ReplicateConfig()
+    cfg.with_hard_pin = True
+    keys = []
+    for n in range(limit):
+        key = f"{prefix}{n}"
+        rc = store.put(key, value_for(key, size), cfg)
+        if rc != 0:
+            assert rc == -200, f"fill: put #{n} of {size} bytes returned {rc}, expected -200"
+            return keys
+        keys.append(key)
+    raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")

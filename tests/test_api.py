@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 
 import mooncake_cxl
-from mooncake_cxl import ErrorCode, MooncakeDistributedStore, ReplicateConfig, SoftPinAction
+from mooncake_cxl import ErrorCode, ReplicateConfig, SoftPinAction
 
 OK = 0
 

@@ -21,17 +21,11 @@ import traceback
 
 import pytest
 
-from conftest import connect
-from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
+from conftest import connect, fill, value_for
+from mooncake_cxl import MooncakeDistributedStore
 
 
-@pytest.fixture(autouse=True)
-def _no_put_wait(monkeypatch):
-    """A put refused for space returns -200 at once instead of retrying while
-    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
-    inherit it): the fills here stop at their first -200 and hard-pin their
-    objects, so waiting could free nothing and would only slow every fill."""
-    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+pytestmark = pytest.mark.usefixtures("no_put_wait")
 
 
 CTX = mp.get_context("spawn")
@@ -50,8 +44,6 @@ CALL_TIMEOUT = 120
 # --------------------------------------------------------------------------
 # Values whose bytes are derived from the key, so that any process can check them.
 
-def value_for(key, size):
-    return random.Random(key).randbytes(size)
 
 
 SIZES = [1, 2, 63, 64, 65, 100, 4095, 4096, 4097, 10000, 65535, 65536, 65537,
@@ -272,16 +264,8 @@ COMMANDS = {
 # Fill: how many hard-pinned 1 MiB objects fit (hard pins keep eviction, if the
 # master ever evicts on a failed allocation, from hiding the pool's capacity).
 
-def fill_count(store, prefix, size=MiB, limit=100_000):
-    cfg = ReplicateConfig()
-    cfg.with_hard_pin = True
-    chunk = random.Random(prefix).randbytes(size)
-    for n in range(limit):
-        rc = store.put(f"{prefix}{n}", chunk, cfg)
-        if rc != 0:
-            assert rc == NO_AVAILABLE_HANDLE, f"fill: put #{n} of {size} bytes returned {rc}, expected -200"
-            return n
-    raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")
+def fill_count(store, prefix, size=MiB):
+    return len(fill(store, prefix, size))
 
 
 def baseline_fill(store):

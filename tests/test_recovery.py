@@ -20,17 +20,11 @@ import traceback
 
 import pytest
 
-from conftest import connect
+from conftest import connect, fill, value_for
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
 
-@pytest.fixture(autouse=True)
-def _no_put_wait(monkeypatch):
-    """A put refused for space returns -200 at once instead of retrying while
-    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
-    inherit it): the fills here stop at their first -200 and hard-pin their
-    objects, so waiting could free nothing and would only slow every fill."""
-    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+pytestmark = pytest.mark.usefixtures("no_put_wait")
 
 
 @pytest.fixture(params=["ring", "tcp"])
@@ -51,29 +45,10 @@ OBJECT_NOT_FOUND = -704
 SIZES = [1, 64, 65, 4095, 4096, 4097, 65536, 300_000, MiB, 123_457]
 
 
-def value_for(key, size):
-    return random.Random(key).randbytes(size)
 
 
 def objects(prefix, n):
     return {f"{prefix}{i}": value_for(f"{prefix}{i}", SIZES[i % len(SIZES)]) for i in range(n)}
-
-
-def fill(store, prefix, size=MiB, limit=100_000):
-    """Puts hard-pinned values (eviction must not make room) until the first
-    failure, which must be -200. Returns the keys stored; their values are
-    value_for(key, size)."""
-    cfg = ReplicateConfig()
-    cfg.with_hard_pin = True
-    keys = []
-    for n in range(limit):
-        key = f"{prefix}{n}"
-        rc = store.put(key, value_for(key, size), cfg)
-        if rc != 0:
-            assert rc == NO_AVAILABLE_HANDLE, f"fill: put #{n} of {size} bytes returned {rc}, expected -200"
-            return keys
-        keys.append(key)
-    raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")
 
 
 def assert_objects(store, objs, who):

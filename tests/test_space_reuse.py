@@ -5,21 +5,14 @@ Pools are 64 MiB. Fills use hard-pinned objects so that eviction, should the
 master evict on a failed allocation, cannot make room and hide the pool's
 capacity.
 """
-import random
 
 import pytest
 
-from conftest import connect
-from mooncake_cxl import ReplicateConfig
+from conftest import connect, fill, value_for
 
 
-@pytest.fixture(autouse=True)
-def _no_put_wait(monkeypatch):
-    """A put refused for space returns -200 at once instead of retrying while
-    eviction catches up (MC_CXL_PUT_WAIT_MS, read at setup; spawned children
-    inherit it): the fills here stop at their first -200 and hard-pin their
-    objects, so waiting could free nothing and would only slow every fill."""
-    monkeypatch.setenv("MC_CXL_PUT_WAIT_MS", "0")
+
+pytestmark = pytest.mark.usefixtures("no_put_wait")
 
 
 KiB = 1 << 10
@@ -28,24 +21,6 @@ POOL = 64 * MiB
 NO_AVAILABLE_HANDLE = -200
 
 
-def value_for(key, size):
-    return random.Random(key).randbytes(size)
-
-
-def fill(store, prefix, size, limit=100_000):
-    """Puts values of `size` until put returns non-zero (which must be -200);
-    returns the keys stored."""
-    cfg = ReplicateConfig()
-    cfg.with_hard_pin = True
-    keys = []
-    for n in range(limit):
-        key = f"{prefix}{n}"
-        rc = store.put(key, value_for(key, size), cfg)
-        if rc != 0:
-            assert rc == NO_AVAILABLE_HANDLE, f"fill: put #{n} of {size} bytes returned {rc}, expected -200"
-            return keys
-        keys.append(key)
-    raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")
 
 
 def assert_intact(store, keys, size):

@@ -67,18 +67,26 @@ const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "rem
 
 }  // namespace
 
+Master::ReadCountsResult Master::ReadCounts() const {
+  // Hits and misses are counted by the clients (reads never reach us), each
+  // in its own slot; reclaimed clients' counts were retired into ours.
+  ReadCountsResult r{retired_hits_, retired_misses_, 0};
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    ++r.clients;
+    // Relaxed: statistics.
+    r.hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
+    r.misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
+  }
+  return r;
+}
+
 std::string Master::MetricsText() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckPending();  // count puts completed since the last Tick
   PromWriter w;
   uint64_t now = NowNs();
-  uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
-    ++clients;
-    hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
-    misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
-  }
+  auto [hits, misses, clients] = ReadCounts();
   uint64_t leased = 0, hard = 0, soft = 0;
   for (uint64_t s = 0; s < index_->capacity(); ++s) {
     const IndexEntry& e = index_->entry(s);
@@ -125,13 +133,7 @@ std::string Master::MetricsText() {
 std::string Master::SummaryLine() {
   std::lock_guard<std::mutex> lock(mu_);
   CheckPending();  // count puts completed since the last Tick
-  uint64_t hits = retired_hits_, misses = retired_misses_, clients = 0;
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
-    ++clients;
-    hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
-    misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
-  }
+  auto [hits, misses, clients] = ReadCounts();
   char buf[512];
   double cap = double(alloc_->capacity());
   snprintf(buf, sizeof(buf),

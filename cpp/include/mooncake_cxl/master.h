@@ -160,6 +160,11 @@ class Master {
   // high watermark or the index near full, and again when allocation fails.
   Result<Extent> AllocateForPut(uint64_t extent_bytes, std::string_view key);
 
+  struct ReadCountsResult {
+    uint64_t hits, misses, clients;
+  };
+  ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
+
   // ---- eviction (master_eviction.cc) ----
   struct PinSet;
   // Evicts unprotected COMPLETE objects, least recently used first, until
