@@ -1,3 +1,12 @@
+// The client: attach, puts (one master round trip, then copies into the
+// pool and a publishing CAS), one-sided reads, pins, the ring and TCP calls.
+//
+// Atomics: slot_/slot_generation_/incarnation_ are relaxed (see client.h);
+// the pool's shared words are accessed through ObjectIndex (seqlock, CAS)
+// and the helpers of publish.h; the remaining loads and stores of this
+// client's own slot line (heartbeat, pin counters, hit counters) are relaxed
+// statistics or hints, ordered where it matters by the seq_cst fence in
+// PinValue (commented there).
 #include "mooncake_cxl/client.h"
 
 #include <immintrin.h>

@@ -1,3 +1,20 @@
+// The master's request handling, recovery and client tracking; eviction is in
+// master_eviction.cc, the monitoring pages in master_http.cc.
+//
+// Atomics in this file follow three rules, so each load and store below
+// needs no comment of its own:
+//  * Entry fields other than state_gen and the lease word, superblock and
+//    client-slot lines of the master's: only the master writes them, under
+//    mu_, so its own loads are relaxed (program order) and its stores go
+//    through ObjectIndex's seqlock or a release store + PublishRange.
+//  * state_gen: a client may CAS WRITING->COMPLETE/ABORTED at any time. Loads
+//    that decide on that are acquire (they pair with the client's release
+//    CAS and make its value bytes visible); the master's own transitions of a
+//    WRITING entry go through the same CAS (ObjectIndex::Abort), so exactly
+//    one side wins. A decision uses one load per entry, never two.
+//  * Client-written lines (heartbeat, pins, hit counters) and lease words are
+//    hints compared with the clock or summed for statistics: relaxed, after
+//    ObserveRange.
 #include "mooncake_cxl/master.h"
 
 #include <signal.h>
