@@ -243,3 +243,21 @@ def test_upsert_batch_reads_its_own_writes(store):
         assert store.get(key) == b
         assert store.upsert_batch([key, other], [a, b]) == OK
         assert store.get_batch([key, other]) == [a, b]
+
+
+def test_noncoherent_pool_mode(master_factory):
+    """A pool formatted for CXL 2.0 multi-host sharing: every publish and
+    observe goes through the flush helper; the API behaves the same."""
+    from conftest import connect
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    s = connect(m)
+    try:
+        for i in range(50):
+            assert s.put(f"nc{i}", bytes([i]) * (1000 + i)) == 0
+        assert all(s.get(f"nc{i}") == bytes([i]) * (1000 + i) for i in range(50))
+        assert s.upsert("nc0", b"new") == 0 and s.get("nc0") == b"new"
+        h = s.get_buffer("nc1")
+        assert bytes(h) == bytes([1]) * 1001
+        assert s.remove("nc2", force=True) == 0 and s.is_exist("nc2") == 0
+    finally:
+        s.close()

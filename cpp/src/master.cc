@@ -94,6 +94,11 @@ Status Master::Open() {
     FormatOptions fo;
     fo.index_capacity = config_.index_capacity;
     fo.client_slots = uint32_t(config_.client_slots);
+    if (config_.coherence != "coherent" && config_.coherence != "noncoherent") {
+      MCXL_LOG(kError, "master", "--coherence must be coherent or noncoherent, not '%s'", config_.coherence.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
+    fo.coherence = config_.coherence == "noncoherent" ? CoherenceMode::kNonCoherent : CoherenceMode::kCoherent;
     Status s = pool_->Format(fo);
     if (!s.ok()) return s;
   } else {

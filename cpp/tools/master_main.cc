@@ -54,6 +54,8 @@ int main(int argc, char** argv) {
   flags.Add("format", &cfg.format, "format the pool (erases it); an unformatted pool is always formatted");
   flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format; 0 = one per 4 KiB of pool");
   flags.Add("client_slots", &cfg.client_slots, "client slots at format");
+  flags.Add("coherence", &cfg.coherence,
+            "at format: coherent (one host, CXL 3.x) or noncoherent (CXL 2.0 multi-host: flush on publish)");
   flags.Add("default_kv_lease_ttl", &cfg.default_kv_lease_ttl_ms, "lease granted by get/exist, ms");
   flags.Add("default_kv_soft_pin_ttl", &cfg.default_kv_soft_pin_ttl_ms, "soft pin duration, ms");
   flags.Add("max_kv_soft_pin_ttl", &cfg.max_kv_soft_pin_ttl_ms, "longest soft pin a put may ask for, ms");

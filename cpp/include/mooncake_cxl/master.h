@@ -52,6 +52,9 @@ struct MasterConfig {
   bool format = false;
   uint64_t index_capacity = 0;  // 0 = DefaultIndexCapacity(pool size)
   uint64_t client_slots = 64;
+  // At format: "coherent" (one host, CXL 3.x) or "noncoherent" (CXL 2.0
+  // multi-host: every publish flushes, see publish.h).
+  std::string coherence = "coherent";
   uint64_t default_kv_lease_ttl_ms = 10000;
   uint64_t default_kv_soft_pin_ttl_ms = 30 * 60 * 1000;
   uint64_t max_kv_soft_pin_ttl_ms = 24 * 3600 * 1000;
