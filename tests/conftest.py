@@ -3,6 +3,7 @@ attached to it. Every pool file is removed afterwards."""
 import os
 import random
 import sys
+import time
 import uuid
 
 import pytest
@@ -103,3 +104,19 @@ def fill(store, prefix, size=1 << 20, limit=100_000):
             return keys
         keys.append(key)
     raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")
+
+
+def poll_fill_matches(s, baseline, master, what):
+    """remove_all + fill, repeated (bounded: 15 s) until the pool holds as many
+    1 MiB objects as the fresh one did."""
+    deadline = time.monotonic() + 15
+    while True:
+        s.remove_all(force=True)
+        n = len(fill(s, "fillx/"))
+        s.remove_all(force=True)
+        if abs(n - baseline) <= 1 or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert abs(n - baseline) <= 1, (
+        f"space leak ({what}): an emptied pool holds {n} objects of 1 MiB, the fresh pool held "
+        f"{baseline}; master log:\n{master.log_tail()}")

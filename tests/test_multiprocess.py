@@ -21,7 +21,7 @@ import traceback
 
 import pytest
 
-from conftest import connect, fill, value_for
+from conftest import connect, fill, poll_fill_matches, value_for
 from mooncake_cxl import MooncakeDistributedStore
 
 
@@ -616,17 +616,7 @@ def test_client_killed_mid_put_is_reclaimed(master, children):
 
         # The master must notice the dead client and free its unfinished
         # extent: poll (a hang guard, not a timing assertion).
-        deadline = time.monotonic() + 15
-        while True:
-            s.remove_all(force=True)
-            n = fill_count(s, "fill1/")
-            s.remove_all(force=True)
-            if abs(n - baseline) <= 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert abs(n - baseline) <= 1, (
-            f"the killed client's unfinished put was not reclaimed within 15 s: a fill reached "
-            f"{n} objects of 1 MiB, the fresh pool held {baseline}; master log:\n{master.log_tail()}")
+        poll_fill_matches(s, baseline, master, "the killed client's unfinished put was not reclaimed")
         # Informational: whether the kill landed inside a put this time (the
         # test below makes that case deterministic).
         print("killed mid-put:", "revoked unfinished put" in master.log_tail(100_000))
@@ -671,17 +661,7 @@ def test_client_dying_during_its_copy_is_reclaimed(master, children, tmp_path):
         assert s.get("copy/ok") == b"fine"
         assert s.is_exist("copy/doomed") == 0, "a put whose client died mid-copy became visible"
         assert s.get("copy/doomed") == b""
-        deadline = time.monotonic() + 15
-        while True:
-            s.remove_all(force=True)
-            n = fill_count(s, "fill1/")
-            s.remove_all(force=True)
-            if abs(n - baseline) <= 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert abs(n - baseline) <= 1, (
-            f"the dead client's unfinished put was not reclaimed within 15 s: a fill reached "
-            f"{n} objects of 1 MiB, the fresh pool held {baseline}; master log:\n{master.log_tail()}")
+        poll_fill_matches(s, baseline, master, "the dead client's unfinished put was not reclaimed")
         # The key is free for a new put.
         assert s.put("copy/doomed", b"second try") == 0
         assert s.get("copy/doomed") == b"second try"

@@ -20,7 +20,7 @@ import traceback
 
 import pytest
 
-from conftest import connect, fill, value_for
+from conftest import connect, fill, poll_fill_matches, value_for
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
 
@@ -431,17 +431,7 @@ def test_master_killed_while_a_client_process_puts(master_factory, rpc):
             f"the child's puts did not resume after the restart: {results[first_bad:][:20]}")
         print("recovery log:", [l for l in m2.log_tail(100_000).splitlines() if "recovery:" in l])
 
-        deadline = time.monotonic() + 15
-        while True:
-            s.remove_all(force=True)
-            n = len(fill(s, "fill1/"))
-            s.remove_all(force=True)
-            if abs(n - baseline) <= 1 or time.monotonic() > deadline:
-                break
-            time.sleep(0.5)
-        assert abs(n - baseline) <= 1, (
-            f"space leaked across the master crash: an emptied pool holds {n} objects of 1 MiB, "
-            f"the fresh pool held {baseline}; master log:\n{m2.log_tail()}")
+        poll_fill_matches(s, baseline, m2, "across the master crash")
     finally:
         if s is not None:
             s.close()
@@ -565,22 +555,6 @@ def _stop_child(child, conn):
         os.kill(child.pid, signal.SIGKILL)
     child.join(30)
     conn.close()
-
-
-def poll_fill_matches(s, baseline, master, what):
-    """remove_all + fill, repeated (bounded: 15 s) until the pool holds as many
-    1 MiB objects as the fresh one did."""
-    deadline = time.monotonic() + 15
-    while True:
-        s.remove_all(force=True)
-        n = len(fill(s, "fillx/"))
-        s.remove_all(force=True)
-        if abs(n - baseline) <= 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert abs(n - baseline) <= 1, (
-        f"space leak ({what}): an emptied pool holds {n} objects of 1 MiB, the fresh pool held "
-        f"{baseline}; master log:\n{master.log_tail()}")
 
 
 def _expect(conn, kind, timeout=60):
