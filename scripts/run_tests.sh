@@ -19,7 +19,7 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-python3 -m pip install -q scikit-build-core pybind11
+python3 -m pip install -q scikit-build-core pybind11 "cmake>=3.22" ninja
 # One build serves both: the wheel's CMake build dir also holds the C++ tests.
 python3 -m pip install -q --no-build-isolation ".[test,compare]" -C build-dir=build/ci \
   -C cmake.define.MCXL_BUILD_TESTS=ON
