@@ -65,7 +65,10 @@ void RingServer::Loop() {
     // seq_cst: flag store before the re-scan; pairs with RingDoorbell.
     sb->ring_server_sleeping.store(1, std::memory_order_seq_cst);
     PublishRange(&sb->ring_server_sleeping, sizeof(uint32_t));
-    if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, idle_wake_ms_ * 1000000ull);
+    // Clients on other hosts cannot wake our futex: on a non-coherent
+    // (multi-host) pool, poll every 100 µs instead of sleeping long.
+    uint64_t sleep_ns = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : idle_wake_ms_ * 1000000ull;
+    if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, sleep_ns);
     sb->ring_server_sleeping.store(0, std::memory_order_relaxed);
     last_work = MonoNs();
   }

@@ -151,7 +151,10 @@ bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
     PublishRange(&h_->consumer_waiting, sizeof(uint32_t));
     // seq_cst fence: pairs with WakeConsumer's (flag store before head re-check).
     std::atomic_thread_fence(std::memory_order_seq_cst);
-    if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), 50000000));
+    // A futex wake does not cross hosts: on a non-coherent (multi-host) pool
+    // the producer may be elsewhere, so sleep in short slices and re-poll.
+    uint64_t slice = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : 50000000;
+    if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
     h_->consumer_waiting.store(0, std::memory_order_relaxed);
   }
   return true;

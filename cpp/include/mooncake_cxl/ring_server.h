@@ -5,7 +5,9 @@
 // polling for `spin_ns` (a client's next request usually follows within
 // microseconds), then sets Superblock::ring_server_sleeping and sleeps on the
 // doorbell futex, which a client rings after each request. Idle, it costs
-// nothing but a wake-up every `idle_wake_ms` to notice Stop().
+// nothing but a wake-up every `idle_wake_ms` to notice Stop(). A futex wake
+// does not cross hosts, so on a pool formatted non-coherent (CXL 2.0
+// multi-host) it polls every 100 µs instead: a few percent of one core.
 //
 // Thread safety: Start/Stop from one thread; the loop runs on its own.
 #pragma once
