@@ -21,7 +21,54 @@ class MasterError(RuntimeError):
     pass
 
 
-class MasterProcess:
+class LoggedProcess:
+    """A child process whose stdout/stderr go to `log_path`: log_tail, a clean
+    stop (SIGTERM, then SIGKILL after `timeout`), a kill. Subclasses start it."""
+
+    proc = None
+    log_path = None
+    _log = None
+
+    def log_tail(self, n=2000):
+        try:
+            with open(self.log_path, "rb") as f:
+                return f.read()[-n:].decode(errors="replace")
+        except OSError:
+            return ""
+
+    def stop(self, timeout=10.0):
+        """SIGTERM and wait: a clean shutdown."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._close()
+
+    def kill(self):
+        """SIGKILL: a crash."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._close()
+
+    def _close(self):
+        if self.proc and self.proc.stdout:
+            self.proc.stdout.close()
+        if self._log:
+            self._log.close()
+            self._log = None
+
+    def __enter__(self):
+        return self.start() if self.proc is None else self
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+class MasterProcess(LoggedProcess):
     """A master on 127.0.0.1 with a free port. The pool file is created (sparse)
     when missing; `format=True` erases an existing one."""
 
@@ -75,41 +122,3 @@ class MasterProcess:
         self.kill()
         raise MasterError(f"master did not start (exit {self.proc.returncode}); "
                           f"log: {self.log_path}: {self.log_tail()}")
-
-    def log_tail(self, n=2000):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-n:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, timeout=10.0):
-        """SIGTERM and wait: a clean shutdown."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self._close()
-
-    def kill(self):
-        """SIGKILL: a crash."""
-        if self.proc and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait()
-        self._close()
-
-    def _close(self):
-        if self.proc and self.proc.stdout:
-            self.proc.stdout.close()
-        if getattr(self, "_log", None):
-            self._log.close()
-            self._log = None
-
-    def __enter__(self):
-        return self.start() if self.proc is None else self
-
-    def __exit__(self, *exc):
-        self.stop()

@@ -154,6 +154,15 @@ class BufferHandle {
 
 constexpr int kInvalid = int(ErrorCode::INVALID_PARAMS);
 
+// The zero-copy batch calls take one buffer list and one size list per key.
+bool OneListPerKey(const char* op, const std::vector<std::string>& keys,
+                   const std::vector<std::vector<uint64_t>>& ptrs, const std::vector<std::vector<uint64_t>>& sizes) {
+  if (ptrs.size() == keys.size() && sizes.size() == keys.size()) return true;
+  MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffer lists, %zu size lists: one of each per key", op,
+           keys.size(), ptrs.size(), sizes.size());
+  return false;
+}
+
 class Store {
  public:
   ~Store() {
@@ -290,11 +299,7 @@ class Store {
                                  bool upsert, const char* op) {
     auto c = Ready(op);
     if (!c) return std::vector<int>(keys.size(), kNotReady);
-    if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
-      MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffer lists, %zu size lists", op, keys.size(), ptrs.size(),
-               sizes.size());
-      return std::vector<int>(keys.size(), kInvalid);
-    }
+    if (!OneListPerKey(op, keys, ptrs, sizes)) return std::vector<int>(keys.size(), kInvalid);
     if (const char* why = InvalidConfig(config, keys.size())) {
       MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
       return std::vector<int>(keys.size(), kInvalid);
@@ -334,11 +339,7 @@ class Store {
                                      const std::vector<std::vector<uint64_t>>& sizes, const char* op) {
     auto c = Ready(op);
     if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
-    if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
-      MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffer lists, %zu size lists", op, keys.size(), ptrs.size(),
-               sizes.size());
-      return std::vector<int64_t>(keys.size(), kInvalid);
-    }
+    if (!OneListPerKey(op, keys, ptrs, sizes)) return std::vector<int64_t>(keys.size(), kInvalid);
     py::gil_scoped_release nogil;
     std::vector<int64_t> out(keys.size(), 0);
     std::vector<MutSlice> dsts;
@@ -705,12 +706,10 @@ PYBIND11_MODULE(_core, m) {
            py::arg("metadata_size"), py::arg("config") = C())
       .def("batch_put_from", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
                                 const std::vector<uint64_t>& sizes, const C& config) {
-             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int>(keys.size(), kInvalid);
              return s.PutFromRanges(keys, Nest(ptrs), Nest(sizes), config, false, "batch_put_from"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
       .def("batch_upsert_from", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
                                    const std::vector<uint64_t>& sizes, const C& config) {
-             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int>(keys.size(), kInvalid);
              return s.PutFromRanges(keys, Nest(ptrs), Nest(sizes), config, true, "batch_upsert_from"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
       .def("batch_put_from_multi_buffers",
@@ -723,7 +722,6 @@ PYBIND11_MODULE(_core, m) {
            py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
       .def("batch_get_into", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
                                 const std::vector<uint64_t>& sizes) {
-             if (ptrs.size() != keys.size() || sizes.size() != keys.size()) return std::vector<int64_t>(keys.size(), kInvalid);
              return s.GetIntoRanges(keys, Nest(ptrs), Nest(sizes), "batch_get_into"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"))
       .def("batch_get_into_multi_buffers",

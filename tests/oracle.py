@@ -30,6 +30,8 @@ import sys
 import tempfile
 import time
 
+from mooncake_cxl.launch import LoggedProcess
+
 REFERENCE_PACKAGE = "mooncake-transfer-engine-non-cuda==0.3.13.post1"
 NETNS_ENV = "MCXL_ORACLE_NETNS"
 NETNS_COMMAND = ("unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 "
@@ -132,7 +134,7 @@ def die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM, 0, 0, 0)
 
 
-class ReferenceMaster:
+class ReferenceMaster(LoggedProcess):
     """The wheel's mooncake_master on 127.0.0.1 with free RPC and metrics ports;
     every other flag at its default (lease 10 s, eviction 0.9 / 0.05, ...)."""
 
@@ -170,31 +172,6 @@ class ReferenceMaster:
         self.stop()
         raise RuntimeError(f"reference mooncake_master did not start; log {self.log_path}: "
                            f"{self.log_tail()}")
-
-    def log_tail(self, n=2000):
-        try:
-            with open(self.log_path, "rb") as f:
-                return f.read()[-n:].decode(errors="replace")
-        except OSError:
-            return ""
-
-    def stop(self, timeout=10.0):
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if getattr(self, "_log", None):
-            self._log.close()
-            self._log = None
-
-    def __enter__(self):
-        return self.start()
-
-    def __exit__(self, *exc):
-        self.stop()
 
 
 # ---------------------------------------------------------------- the two implementations

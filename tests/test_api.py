@@ -63,7 +63,7 @@ def test_empty_key_and_value_are_invalid(store):
     assert store.put("", b"x") == ErrorCode.INVALID_PARAMS
     assert store.put("k", b"") == ErrorCode.INVALID_PARAMS
     assert store.upsert("k", b"") == ErrorCode.INVALID_PARAMS
-    assert store.is_exist("") < 0 or store.is_exist("") == 0
+    assert store.is_exist("") == ErrorCode.INVALID_PARAMS
     assert store.get("") == b""
     assert store.put("still-usable", b"v") == OK
 

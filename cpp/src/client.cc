@@ -235,6 +235,8 @@ void Client::HeartbeatLoop() {
     cs->heartbeat_generation.store(gen, std::memory_order_relaxed);
     cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
     PublishRange(&cs->heartbeat_ns, kCacheLine);
+    // Acquire: pairs with the master's release store when it assigns or
+    // reclaims the slot.
     bool lost = cs->generation.load(std::memory_order_acquire) != gen;
     lock.unlock();
     if (lost) {
@@ -458,7 +460,9 @@ Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view k
 void Client::RecordRead(bool hit) {
   ClientSlot* cs = pool_->client_slot(slot_.load(std::memory_order_relaxed));
   // Relaxed: a statistic; only this client writes the line.
-  (hit ? cs->get_hits : cs->get_misses).fetch_add(1, std::memory_order_relaxed);
+  auto& counter = hit ? cs->get_hits : cs->get_misses;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  PublishRange(&counter, sizeof(uint64_t));
 }
 
 Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {

@@ -148,6 +148,8 @@ void Master::Recover() {
       t[r].entry_plus1.store(0, std::memory_order_relaxed);
     cs->pins_in_use.store(0, std::memory_order_relaxed);
     cs->pin_high_water.store(0, std::memory_order_relaxed);
+    PublishRange(t, pool_->superblock()->pins_per_client * sizeof(PinRecord));
+    PublishRange(&cs->heartbeat_ns, kCacheLine);
   }
   PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
 
@@ -873,6 +875,7 @@ uint64_t Master::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
   Superblock* sb = pool_->superblock();
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);  // a hint only
+  PublishRange(&sb->master_heartbeat_ns, sizeof(uint64_t));
   if (!pending_.empty() || !deferred_.empty()) CheckPending();
   uint64_t now = MonoNs();
   if (!pinned_.empty() && now - last_pin_scan_mono_ > 5 * 1000000ull) {

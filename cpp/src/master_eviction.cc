@@ -31,6 +31,8 @@
 // Readers copying an object while it is evicted are safe by the seqlock
 // (DESIGN.md §2): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
+//
+// Atomics follow the three rules stated at the top of master.cc.
 #include <algorithm>
 #include <unordered_set>
 

@@ -120,9 +120,11 @@ void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
   // Relaxed: the lease word publishes no data; it is compared with the clock.
   uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);
   // Skip the write (a shared cache line) unless it extends the lease by >1 ms.
+  bool wrote = false;
   while (until_ns > cur + 1000000 &&
-         !e.lease_until_ns.compare_exchange_weak(cur, until_ns, std::memory_order_relaxed)) {
+         !(wrote = e.lease_until_ns.compare_exchange_weak(cur, until_ns, std::memory_order_relaxed))) {
   }
+  if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
 }
 
 uint64_t ObjectIndex::LeaseUntil(uint64_t slot) const {

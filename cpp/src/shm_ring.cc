@@ -31,6 +31,9 @@ void FutexWakeAll(std::atomic<uint32_t>* word) {
 }
 
 void ShmRing::Reset(RingHeader* h) {
+  // Relaxed + publish: only called while neither side uses the ring (the
+  // master, under its lock, before the slot is handed out or after it is
+  // reclaimed); the slot's release-stored generation orders these stores.
   h->head.store(0, std::memory_order_relaxed);
   h->next_seq.store(0, std::memory_order_relaxed);
   h->tail.store(0, std::memory_order_relaxed);
@@ -155,7 +158,7 @@ bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
     // the producer may be elsewhere, so sleep in short slices and re-poll.
     uint64_t slice = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : 50000000;
     if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
-    h_->consumer_waiting.store(0, std::memory_order_relaxed);
+    h_->consumer_waiting.store(0, std::memory_order_relaxed);  // a hint: a spare wake costs nothing
   }
   return true;
 }

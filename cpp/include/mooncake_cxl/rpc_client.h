@@ -31,8 +31,6 @@ class RpcClient {
   // connection (the caller may need to re-attach).
   Result<std::string> Call(MessageType type, const std::string& payload, bool* reconnected = nullptr);
   void Disconnect();
-  const std::string& host() const { return host_; }
-  int port() const { return port_; }
 
  private:
   Status ConnectLocked();
