@@ -32,7 +32,7 @@
 // (DESIGN.md §2): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
 //
-// Atomics follow the three rules stated at the top of master.cc.
+// Atomics follow the three rules stated in master.h.
 #include <algorithm>
 #include <unordered_set>
 

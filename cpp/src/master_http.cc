@@ -1,7 +1,7 @@
 // What the master shows on its monitoring port: Prometheus text, a summary
 // line, and the key/segment queries SGLang and operators use. Metric names
 // follow mooncake_master's where the meaning is the same.
-// Atomics follow the three rules stated at the top of master.cc.
+// Atomics follow the three rules stated in master.h.
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>

@@ -3,7 +3,7 @@
 // recovers a pool after a restart. Transport-independent: a transport hands
 // it decoded frames (Handle) and calls Tick() periodically.
 //
-// Object life as the master sees it (DESIGN.md §2):
+// Object life as the master sees it (docs/architecture.md, "Object life"):
 //   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
 //             remember it as pending. The client copies the value and CASes the
 //             entry COMPLETE itself; Tick notices and accounts for it.
@@ -19,6 +19,21 @@
 // Recovery (a master started on a formatted pool without --format): every
 // COMPLETE entry whose header checks out is kept and its extent reserved;
 // unfinished puts are revoked; client slots are cleared (clients re-attach).
+//
+// Atomics in master*.cc follow three rules, so each load and store there
+// needs no comment of its own:
+//  * Entry fields other than state_gen and the lease word, superblock and
+//    client-slot lines of the master's: only the master writes them, under
+//    mu_, so its own loads are relaxed (program order) and its stores go
+//    through ObjectIndex's seqlock or a release store + PublishRange.
+//  * state_gen: a client may CAS WRITING->COMPLETE/ABORTED at any time. Loads
+//    that decide on that are acquire (they pair with the client's release
+//    CAS and make its value bytes visible); the master's own transitions of a
+//    WRITING entry go through the same CAS (ObjectIndex::Abort), so exactly
+//    one side wins. A decision uses one load per entry, never two.
+//  * Client-written lines (heartbeat, pins, hit counters) and lease words are
+//    hints compared with the clock or summed for statistics: relaxed, after
+//    ObserveRange.
 //
 // Thread safety: none. One thread calls Create, Handle, Tick and OnDisconnect.
 #pragma once
@@ -146,29 +161,56 @@ class Master {
 
   explicit Master(const MasterConfig& config) : config_(config) {}
   Status Open();
-  void Recover();
 
+  // ---- dispatch and index lookups (master.cc) ----
   std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
   void CountOp(uint16_t type, const std::string& reply);
+  // Live (WRITING or COMPLETE) entries of `key`, in probe order.
+  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
+  std::string_view KeyOf(uint64_t entry_slot) const;
+  // The header the master wrote for a live (or just unlinked) entry: trusted.
+  const ObjectHeader& HeaderOf(uint64_t entry_slot) const;
+
+  // ---- recovery (master_recovery.cc) ----
+  void Recover();
+
+  // ---- clients and reclaim (master_clients.cc) ----
   void SetAttached(uint32_t slot, bool attached);
   std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
   std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
   std::string HandleHeartbeat(Decoder* d);
+  bool ClientValid(const ClientRef& ref) const;
+  void ReclaimClient(uint32_t slot, const char* why);
+  void CheckClients();
+
+  // ---- puts and pending puts (master_puts.cc) ----
   std::string HandlePutStart(Decoder* d);
+  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
+  // The current state of the entry `p` names, or kEmpty when the entry no
+  // longer is that put (removed, or its slot reused): a stale record.
+  EntryState PendingState(const PendingPut& p) const;
+  void CountComplete(uint64_t entry_slot);
+  void FinishPending(const PendingPut& p, EntryState state);
+  void RevokePending(const PendingPut& p, bool owner_dead);
+  // Records put ids the client abandoned and revokes what they allocated.
+  void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
+  void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
+  void CheckPending();
+
+  // ---- removal and deferred frees (master_remove.cc) ----
   std::string HandleRemove(Decoder* d, bool batch);
   std::string HandleRemoveMatching(Decoder* d, bool all);
+  ErrorCode RemoveKey(std::string_view key, bool force);
+  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
+  // True when some client's pin table names this object (zero-copy views
+  // hold a pin that removal and eviction respect).
+  bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
+  void ReleaseUnpinned();
 
-  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
+  // ---- eviction (master_eviction.cc) ----
   // An extent for a new object, evicting first when the pool is above its
   // high watermark or the index near full, and again when allocation fails.
   Result<Extent> AllocateForPut(uint64_t extent_bytes, std::string_view key);
-
-  struct ReadCountsResult {
-    uint64_t hits, misses, clients;
-  };
-  ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
-
-  // ---- eviction (master_eviction.cc) ----
   struct PinSet;
   // Evicts unprotected COMPLETE objects, least recently used first, until
   // `bytes` and `entries` are freed or nothing evictable is left; returns the
@@ -184,30 +226,12 @@ class Master {
   void AddToGroup(uint64_t slot);
   void RemoveFromGroup(uint64_t slot);
   uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
-  ErrorCode RemoveKey(std::string_view key, bool force);
-  // Live (WRITING or COMPLETE) entries of `key`, in probe order.
-  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
-  std::string_view KeyOf(uint64_t entry_slot) const;
-  // The header the master wrote for a live (or just unlinked) entry: trusted.
-  const ObjectHeader& HeaderOf(uint64_t entry_slot) const;
-  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
-  // True when some client's pin table names this object (DESIGN.md §2:
-  // zero-copy views hold a pin that removal and eviction respect).
-  bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
-  void ReleaseUnpinned();
-  // The current state of the entry `p` names, or kEmpty when the entry no
-  // longer is that put (removed, or its slot reused): a stale record.
-  EntryState PendingState(const PendingPut& p) const;
-  void CountComplete(uint64_t entry_slot);
-  void FinishPending(const PendingPut& p, EntryState state);
-  void RevokePending(const PendingPut& p, bool owner_dead);
-  // Records put ids the client abandoned and revokes what they allocated.
-  void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
-  void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
-  bool ClientValid(const ClientRef& ref) const;
-  void ReclaimClient(uint32_t slot, const char* why);
-  void CheckClients();
-  void CheckPending();
+
+  // ---- monitoring (master_http.cc) ----
+  struct ReadCountsResult {
+    uint64_t hits, misses, clients;
+  };
+  ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
 
   MasterConfig config_;
   std::unique_ptr<Pool> pool_;

@@ -1,0 +1,23 @@
+// Helpers shared by the client's parts (client*.cc); not a public header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mooncake_cxl/client.h"
+#include "mooncake_cxl/error_code.h"
+
+namespace mcxl {
+
+// How often a one-sided read retries a copy that a concurrent writer tore.
+constexpr int kCopyRetries = 1000;
+
+// The status at the front of a reply payload (RPC_FAIL when unreadable).
+ErrorCode StatusOfReply(const std::string& reply);
+// Faults in the pages of caller memory ahead of the first copy into it.
+// Best effort: older kernels lack MADV_POPULATE_WRITE and skip it.
+void PrefaultForWrite(void* p, uint64_t n);
+// Sum of the slices' sizes.
+uint64_t TotalSize(const MutSlice* s, size_t n);
+
+}  // namespace mcxl

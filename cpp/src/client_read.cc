@@ -1,0 +1,127 @@
+// One-sided reads: locate the key in the index under the entry's seqlock,
+// check the object header, extend the lease, copy, and re-check the entry's
+// version; a changed version means the copy may be torn and is retried.
+//
+// Atomics: as stated at the top of client.cc.
+#include "mooncake_cxl/client.h"
+
+#include <immintrin.h>
+#include <algorithm>
+#include <cstring>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/ring_server.h"
+#include "client_internal.h"
+
+namespace mcxl {
+
+Result<EntrySnapshot> Client::Locate(std::string_view key) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (!ValidKey(key, "get")) return ErrorCode::INVALID_PARAMS;
+  return index_->FindComplete(key, KeyHash(key));
+}
+
+Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
+                                   size_t ndsts) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (TotalSize(dsts, ndsts) < snap.value_size) return ErrorCode::INVALID_PARAMS;
+  const char* src = index_->ValuePtr(snap, key);
+  if (src == nullptr) return false;  // geometry of a stale snapshot: retry
+  ObserveRange(src, snap.value_size);
+  uint64_t left = snap.value_size;
+  for (size_t i = 0; i < ndsts && left > 0; ++i) {
+    uint64_t n = dsts[i].size < left ? dsts[i].size : left;
+    memcpy(dsts[i].data, src, n);
+    src += n;
+    left -= n;
+  }
+  if (!index_->StillValid(snap)) return false;
+  index_->ExtendLease(snap.slot, NowNs() + LeaseTtlNs());
+  return true;
+}
+
+void Client::RecordRead(bool hit) {
+  ClientSlot* cs = pool_->client_slot(slot_.load(std::memory_order_relaxed));
+  // Relaxed: a statistic; only this client writes the line.
+  auto& counter = hit ? cs->get_hits : cs->get_misses;
+  counter.fetch_add(1, std::memory_order_relaxed);
+  PublishRange(&counter, sizeof(uint64_t));
+}
+
+Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {
+  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
+    auto snap = Locate(key);
+    if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
+    if (!snap) return snap.error();
+    if (TotalSize(dsts, ndsts) < snap->value_size) {
+      MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
+               int(key.size()), key.data(), (unsigned long long)TotalSize(dsts, ndsts),
+               (unsigned long long)snap->value_size);
+      return ErrorCode::INVALID_PARAMS;
+    }
+    auto ok = CopyValidated(*snap, key, dsts, ndsts);
+    if (!ok) return ok.error();
+    if (*ok) {
+      RecordRead(true);
+      return snap->value_size;
+    }
+    _mm_pause();
+  }
+  return ErrorCode::OBJECT_NOT_FOUND;  // rewritten on every attempt: treat as gone
+}
+
+int Client::IsExist(std::string_view key) {
+  auto snap = Locate(key);
+  if (snap.ok()) {
+    index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+    return 1;
+  }
+  return snap.error() == ErrorCode::OBJECT_NOT_FOUND ? 0 : ToInt(snap.error());
+}
+
+Result<uint64_t> Client::GetSize(std::string_view key) {
+  auto snap = Locate(key);
+  if (!snap) return snap.error();
+  index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());  // as the reference does
+  return snap->value_size;
+}
+
+std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges) {
+  std::vector<int64_t> out(ranges.size(), 0);
+  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
+    auto snap = Locate(key);
+    if (!snap) {
+      if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
+      out.assign(ranges.size(), ToInt(snap.error()));
+      return out;
+    }
+    std::shared_lock<std::shared_mutex> lock(life_mu_);
+    if (closed_) break;
+    const char* src = index_->ValuePtr(*snap, key);
+    if (src == nullptr) continue;
+    ObserveRange(src, snap->value_size);
+    for (size_t i = 0; i < ranges.size(); ++i) {
+      const RangeCopy& r = ranges[i];
+      if (r.src_offset > snap->value_size || r.size > snap->value_size - r.src_offset) {
+        out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+        continue;
+      }
+      memcpy(r.dst, src + r.src_offset, r.size);
+      out[i] = int64_t(r.size);
+    }
+    if (index_->StillValid(*snap)) {
+      index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+      RecordRead(true);
+      return out;
+    }
+  }
+  out.assign(ranges.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  return out;
+}
+
+}  // namespace mcxl

@@ -1,0 +1,216 @@
+// Writes: puts (one PutStart round trip, copies straight into the granted
+// extents, then a publishing CAS per entry that names its generation, so a
+// revoked put can never be published) and removes (master calls).
+//
+// Atomics: as stated at the top of client.cc.
+#include "mooncake_cxl/client.h"
+
+#include <algorithm>
+#include <cstring>
+#include <functional>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/ring_server.h"
+#include "client_internal.h"
+
+namespace mcxl {
+
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
+                                   const std::vector<PutParts>& values, const PutOptions& options,
+                                   bool upsert) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  if (closed_) {
+    out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+    return out;
+  }
+  if (values.size() != keys.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", keys.size(), values.size());
+    out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
+    return out;
+  }
+  std::vector<size_t> todo;  // key indices still to place
+  std::vector<uint64_t> sizes(keys.size(), 0);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    for (const ConstSlice& s : values[i]) sizes[i] += s.size;
+    if (!ValidKey(keys[i], "put")) {
+      out[i] = ErrorCode::INVALID_PARAMS;
+      continue;
+    }
+    if (sizes[i] == 0) {
+      MCXL_LOG(kWarn, "client", "put of '%.*s': empty value", int(keys[i].size()), keys[i].data());
+      out[i] = ErrorCode::INVALID_PARAMS;
+      continue;
+    }
+    todo.push_back(i);
+  }
+  // A full pool is usually a matter of moments (leases lapse, eviction
+  // catches up): keys refused for space are retried with backoff for up to
+  // put_wait_ms before NO_AVAILABLE_HANDLE is returned.
+  uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
+  uint64_t data_size = pool_->superblock()->data_size;
+  for (int backoff_us = 500; !todo.empty(); backoff_us = std::min(backoff_us * 2, 50000)) {
+    std::vector<size_t> no_room;
+    PutOnce(keys, values, sizes, options, upsert, todo, &out, &no_room);
+    todo.clear();
+    for (size_t i : no_room) {
+      if (sizes[i] >= data_size || MonoNs() >= deadline) out[i] = ErrorCode::NO_AVAILABLE_HANDLE;
+      else todo.push_back(i);
+    }
+    if (!todo.empty()) std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+  }
+  return out;
+}
+
+void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
+                     const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+                     const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
+                     std::vector<size_t>* no_room) {
+  PutStartRequest req;
+  req.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    req.abandoned = abandoned_puts_;
+  }
+  req.upsert = upsert;
+  req.config.flags = options.flags;
+  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  const auto& g = options.group_ids;
+  for (size_t i : todo) {
+    req.keys.emplace_back(keys[i]);
+    req.sizes.push_back(sizes[i]);
+    req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
+  }
+  auto build = [&] {
+    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
+    Encoder e;
+    Encode(req, &e);
+    return e.data();
+  };
+  auto r = MasterCall(MessageType::kPutStart, build, false);
+  PutStartReply reply;
+  const std::string reply_bytes = r.ok() ? *r : std::string();
+  Decoder d(reply_bytes);
+  ErrorCode whole = !r.ok() ? r.error()
+                    : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
+                    : reply.status != ErrorCode::OK ? reply.status
+                    : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
+                                                        : ErrorCode::OK;
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    if (r.ok() && !req.abandoned.empty()) {  // the master has them: stop resending
+      for (uint64_t id : req.abandoned)
+        abandoned_puts_.erase(std::remove(abandoned_puts_.begin(), abandoned_puts_.end(), id),
+                              abandoned_puts_.end());
+    }
+    if (!r.ok()) {
+      // No answer: the master may still process it later. Tell it with the
+      // next PutStart that this one is abandoned.
+      abandoned_puts_.push_back(req.put_id);
+      if (abandoned_puts_.size() > 64) abandoned_puts_.erase(abandoned_puts_.begin());
+    }
+  }
+  if (whole != ErrorCode::OK) {
+    for (size_t i : todo) (*out)[i] = whole;
+    return;
+  }
+  for (size_t j = 0; j < todo.size(); ++j) {
+    size_t i = todo[j];
+    const PutStartItem& it = reply.items[j];
+    if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) continue;  // first value kept: success
+    if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
+      no_room->push_back(i);
+      continue;
+    }
+    if (it.status != ErrorCode::OK) {
+      (*out)[i] = it.status;
+      continue;
+    }
+    if (!pool_->InDataRegion(it.value_offset, sizes[i])) {
+      MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
+      (void)index_->Abort(it.entry_slot, it.generation);
+      (*out)[i] = ErrorCode::INTERNAL_ERROR;
+      continue;
+    }
+    char* dst = pool_->base() + it.value_offset;
+    char* p = dst;
+    for (const ConstSlice& s : values[i]) {
+      memcpy(p, s.data, s.size);
+      p += s.size;
+    }
+    PublishRange(dst, sizes[i]);
+    if (!index_->PublishComplete(it.entry_slot, it.generation)) {
+      MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
+               int(keys[i].size()), keys[i].data());
+      (*out)[i] = ErrorCode::TRANSFER_FAIL;
+    }
+  }
+}
+
+ErrorCode Client::Remove(std::string_view key, bool force) {
+  auto r = BatchRemove({key}, force);
+  return ErrorCode(r[0]);
+}
+
+std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& keys, bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  std::vector<int32_t> out(keys.size(), 0);
+  RemoveRequest req;
+  req.force = force;
+  std::vector<size_t> sent;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    if (!ValidKey(keys[i], "remove")) {
+      out[i] = ToInt(ErrorCode::INVALID_PARAMS);
+      continue;
+    }
+    req.keys.emplace_back(keys[i]);
+    sent.push_back(i);
+  }
+  if (sent.empty()) return out;
+  Encoder e;
+  Encode(req, &e);
+  auto r = MasterCall(MessageType::kBatchRemove, [&] { return e.data(); }, true);
+  RemoveReply reply;
+  const std::string reply_bytes = r.ok() ? *r : std::string();
+  Decoder d(reply_bytes);
+  ErrorCode whole = !r.ok() ? r.error()
+                    : !Decode(&d, &reply) || reply.results.size() != sent.size() ? ErrorCode::RPC_FAIL
+                                                                                  : reply.status;
+  for (size_t j = 0; j < sent.size(); ++j)
+    out[sent[j]] = whole != ErrorCode::OK ? ToInt(whole) : reply.results[j];
+  return out;
+}
+
+Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  Encoder e;
+  Encode(RemoveByRegexRequest{pattern, force}, &e);
+  auto r = MasterCall(MessageType::kRemoveByRegex, [&] { return e.data(); }, true);
+  if (!r) return r.error();
+  CountReply reply;
+  Decoder d(*r);
+  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+  if (reply.status != ErrorCode::OK) return reply.status;
+  return reply.count;
+}
+
+Result<uint64_t> Client::RemoveAll(bool force) {
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  Encoder e;
+  Encode(RemoveByRegexRequest{"", force}, &e);
+  auto r = MasterCall(MessageType::kRemoveAll, [&] { return e.data(); }, true);
+  if (!r) return r.error();
+  CountReply reply;
+  Decoder d(*r);
+  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+  if (reply.status != ErrorCode::OK) return reply.status;
+  return reply.count;
+}
+
+}  // namespace mcxl

@@ -1,0 +1,204 @@
+// Clients as the master sees them. Contract: Attach assigns a slot and a
+// generation (incarnation << 32 | counter) and resets the slot's rings;
+// every request names (slot, generation) and a stale pair is ILLEGAL_CLIENT.
+// A client is reclaimed when it detaches, when its local process is gone,
+// or when its heartbeat is older than --client_ttl: its unfinished puts are
+// revoked first, then its slot, rings and pin table are cleared.
+//
+// Atomics follow the three rules stated in master.h.
+#include "mooncake_cxl/master.h"
+
+#include <signal.h>
+#include <unistd.h>
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
+#include "master_internal.h"
+
+namespace mcxl {
+
+std::string ThisMachine() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+bool LocalPidDead(uint64_t pid) {
+  if (pid == 0) return false;
+  if (kill(pid_t(pid), 0) != 0 && errno == ESRCH) return true;
+  char path[64];
+  snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)pid);
+  FILE* f = fopen(path, "r");
+  if (f == nullptr) return true;
+  char buf[512] = {};
+  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
+  fclose(f);
+  const char* rp = static_cast<const char*>(memrchr(buf, ')', n));
+  return rp != nullptr && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
+}
+
+bool Master::ClientValid(const ClientRef& ref) const {
+  return ref.slot < clients_.size() && clients_[ref.slot].attached &&
+         clients_[ref.slot].generation == ref.generation;
+}
+
+void Master::SetAttached(uint32_t slot, bool attached) {
+  uint64_t bit = 1ull << (slot % 64);
+  auto& word = attached_bits_[slot / 64];
+  // Release: the ring resets made before are visible to the RingServer
+  // once it sees the bit. Only this (locked) path writes the bitmap.
+  word.store(attached ? word.load(std::memory_order_relaxed) | bit : word.load(std::memory_order_relaxed) & ~bit,
+             std::memory_order_release);
+}
+
+std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
+  AttachRequest req;
+  AttachReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else {
+    uint32_t slot = kNoSlot;
+    if (ClientValid({req.prev_slot, req.prev_generation})) {
+      slot = req.prev_slot;  // a reconnect of a live client keeps its slot
+    } else {
+      for (uint32_t i = 0; i < clients_.size(); ++i)
+        if (!clients_[i].attached) {
+          slot = i;
+          break;
+        }
+    }
+    if (slot == kNoSlot) {
+      MCXL_LOG(kWarn, "master", "attach of %s refused: all %zu client slots are taken",
+               req.local_hostname.c_str(), clients_.size());
+      reply.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    } else {
+      ClientInfo& c = clients_[slot];
+      ClientSlot* cs = pool_->client_slot(slot);
+      if (!c.attached || c.generation != req.prev_generation) {
+        c = ClientInfo{};
+        c.attached = true;
+        c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
+                       next_generation_++;
+        c.pid = req.pid;
+        c.local = req.machine == machine_;
+        c.attach_ns = NowNs();
+        cs->pid.store(req.pid, std::memory_order_relaxed);
+        cs->machine_hash.store(KeyHash(req.machine), std::memory_order_relaxed);
+        snprintf(cs->host, sizeof(cs->host), "%s", req.local_hostname.c_str());
+        // Release: pid and host are visible before the generation that
+        // marks the slot assigned.
+        ShmRing::Reset(pool_->ring(slot, 0));
+        ShmRing::Reset(pool_->ring(slot, 1));
+        cs->generation.store(c.generation, std::memory_order_release);
+        PublishRange(cs, kCacheLine);
+        SetAttached(slot, true);
+        MCXL_LOG(kInfo, "master", "client %s (pid %llu) attached as slot %u",
+                 req.local_hostname.c_str(), (unsigned long long)req.pid, slot);
+      }
+      c.connected = true;
+      *conn_slot = slot;
+      const Superblock* sb = pool_->superblock();
+      reply.slot = slot;
+      reply.slot_generation = c.generation;
+      reply.incarnation = sb->master_incarnation.load(std::memory_order_relaxed);
+      reply.pool_path = pool_->path();
+      reply.pool_size = sb->pool_size;
+      memcpy(reply.uuid, sb->uuid, 16);
+      reply.lease_ttl_ms = config_.default_kv_lease_ttl_ms;
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+std::string Master::HandleDetach(Decoder* d, uint32_t* conn_slot) {
+  ClientRef ref;
+  if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
+  if (!ClientValid(ref)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
+  ReclaimClient(ref.slot, "detached");
+  *conn_slot = kNoSlot;
+  return StatusReply(ErrorCode::OK);
+}
+
+std::string Master::HandleHeartbeat(Decoder* d) {
+  ClientRef ref;
+  if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
+  return StatusReply(ClientValid(ref) ? ErrorCode::OK : ErrorCode::ILLEGAL_CLIENT);
+}
+
+void Master::ReclaimClient(uint32_t slot, const char* why) {
+  ClientInfo& c = clients_[slot];
+  if (!c.attached) return;
+  bool dead = c.local && LocalPidDead(c.pid);
+  // Revoke this client's unfinished puts before the slot can be reused.
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    if (p.owner != slot) {
+      pending_[keep++] = p;
+      continue;
+    }
+    EntryState st = PendingState(p);
+    if (st != EntryState::kWriting) FinishPending(p, st);
+    else RevokePending(p, dead);
+  }
+  pending_.resize(keep);
+  c = ClientInfo{};
+  SetAttached(slot, false);
+  ShmRing::Reset(pool_->ring(slot, 0));
+  ShmRing::Reset(pool_->ring(slot, 1));
+  ClientSlot* cs = pool_->client_slot(slot);
+  retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
+  retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
+  cs->get_hits.store(0, std::memory_order_relaxed);
+  cs->get_misses.store(0, std::memory_order_relaxed);
+  cs->generation.store(0, std::memory_order_release);
+  PublishRange(cs, kCacheLine);
+  // Its pins die with it (DESIGN.md §2): clear the table for the next owner.
+  uint32_t per = pool_->superblock()->pins_per_client;
+  PinRecord* t = pool_->pin_table(slot);
+  for (uint32_t i = 0; i < per; ++i) t[i].entry_plus1.store(0, std::memory_order_relaxed);
+  cs->pins_in_use.store(0, std::memory_order_relaxed);
+  cs->pin_high_water.store(0, std::memory_order_relaxed);
+  PublishRange(t, per * sizeof(PinRecord));
+  PublishRange(&cs->heartbeat_ns, kCacheLine);
+  MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
+}
+
+void Master::OnDisconnect(uint32_t slot) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (slot >= clients_.size() || !clients_[slot].attached) return;
+  clients_[slot].connected = false;
+  if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");
+}
+
+void Master::CheckClients() {
+  uint64_t now = NowNs();
+  uint64_t ttl = config_.client_ttl_s * kNsPerSec;
+  for (uint32_t i = 0; i < clients_.size(); ++i) {
+    ClientInfo& c = clients_[i];
+    if (!c.attached) continue;
+    if (c.local && LocalPidDead(c.pid)) {
+      ReclaimClient(i, "process exited");
+      continue;
+    }
+    ClientSlot* cs = pool_->client_slot(i);
+    ObserveRange(&cs->heartbeat_ns, kCacheLine);
+    uint64_t hb = cs->heartbeat_ns.load(std::memory_order_relaxed);
+    if (cs->heartbeat_generation.load(std::memory_order_relaxed) != c.generation) hb = 0;
+    uint64_t last = std::max(hb, c.attach_ns);
+    if (now > last && now - last > ttl) ReclaimClient(i, "heartbeat expired");
+  }
+}
+
+}  // namespace mcxl

@@ -1,0 +1,21 @@
+// Helpers shared by the master's parts (master*.cc); not a public header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mooncake_cxl/error_code.h"
+
+namespace mcxl {
+
+constexpr uint64_t kNsPerSec = 1000000000ull;
+constexpr uint64_t kClientCheckIntervalNs = 500 * 1000000ull;
+
+// gethostname(): pid checks are meaningful only for clients of this machine.
+std::string ThisMachine();
+// True when `pid` is gone or a zombie (a killed child not yet reaped).
+bool LocalPidDead(uint64_t pid);
+// A reply payload carrying only `status`.
+std::string StatusReply(ErrorCode status);
+
+}  // namespace mcxl

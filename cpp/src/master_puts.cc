@@ -1,0 +1,261 @@
+// Puts as the master sees them. Contract: PutStart allocates an extent,
+// writes the ObjectHeader and key, inserts a WRITING entry and remembers it
+// as pending; the client copies and CASes the entry COMPLETE itself. Tick
+// (CheckPending) notices completions and, for upserts, unlinks the older
+// value of the key (ClearSupersededIfSettled: one snapshot of the states per
+// decision). Puts whose client gave up (abandoned put ids) or that outlived
+// --put_start_discard_timeout_sec are revoked with the client's own CAS.
+//
+// Atomics follow the three rules stated in master.h.
+#include "mooncake_cxl/master.h"
+
+#include <algorithm>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
+#include "master_internal.h"
+
+namespace mcxl {
+
+PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
+  PutStartItem item;
+  const std::string& key = req.keys[i];
+  uint64_t size = req.sizes[i];
+  if (key.empty() || key.size() > kMaxKeyLength) {
+    MCXL_LOG(kWarn, "master", "put refused: key length %zu is outside 1..%u", key.size(), kMaxKeyLength);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  if (size == 0) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: empty value", key.c_str());
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  uint64_t hash = KeyHash(key);
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  if (!live.empty() && !req.upsert) {
+    item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
+    return item;
+  }
+  if ((req.config.flags & kFlagSoftPin) && req.config.soft_pin_ttl_ms > config_.max_kv_soft_pin_ttl_ms) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: soft_pin_ttl_ms %llu is above --max_kv_soft_pin_ttl=%llu",
+             key.c_str(), (unsigned long long)req.config.soft_pin_ttl_ms,
+             (unsigned long long)config_.max_kv_soft_pin_ttl_ms);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  uint64_t extent_bytes = ExtentBytes(key.size(), size);
+  if (extent_bytes < size || extent_bytes > alloc_->capacity()) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
+             key.c_str(), (unsigned long long)size, (unsigned long long)alloc_->capacity());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  auto ext = AllocateForPut(extent_bytes, key);
+  if (!ext) {
+    item.status = ext.error();
+    return item;
+  }
+  uint64_t gen = next_generation_++;
+  uint64_t now = NowNs();
+  ObjectHeaderFields f;
+  f.key_hash = hash;
+  f.generation = gen;
+  f.value_size = size;
+  f.extent_size = ext->size;
+  f.put_time_ns = now;
+  f.group_hash = req.groups[i].empty() ? 0 : KeyHash(req.groups[i]);
+  f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
+  f.soft_pin_ttl_ms = !(f.flags & kFlagSoftPin)     ? 0
+                      : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
+                                                   : config_.default_kv_soft_pin_ttl_ms;
+  WriteObjectHeader(*pool_, ext->offset, f, key);
+  auto slot = index_->Insert({hash, ext->offset, size, gen, now, f.flags, req.client.slot});
+  if (!slot) {
+    (void)alloc_->Free(ext->handle);
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: no index slot in its probe sequence", key.c_str());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  if (req.upsert) {
+    // Every older entry of the key, COMPLETE or still WRITING (a concurrent
+    // upsert), is marked: a reader that meets one keeps probing and takes the
+    // newest generation, so once this upsert returns no reader sees an older
+    // value, whichever of the concurrent upserts completes last. (Looked up
+    // again: making room may have evicted some.)
+    FindLive(key, hash, &live);
+    for (uint64_t s : live) {
+      if (s == *slot) continue;
+      uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+      if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
+    }
+  }
+  entry_meta_[*slot] = EntryMeta{ext->handle, false};
+  AddToGroup(*slot);
+  ++live_entries_;
+  pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
+  item.entry_slot = *slot;
+  item.generation = gen;
+  item.value_offset = index_->ValueOffset(ext->offset, key.size());
+  return item;
+}
+
+std::string Master::HandlePutStart(Decoder* d) {
+  PutStartRequest req;
+  PutStartReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;  // the client re-attaches and retries
+  } else {
+    ForgetAbandoned(req.client.slot, req.abandoned);
+    const auto& gave_up = clients_[req.client.slot].abandoned;
+    if (std::find(gave_up.begin(), gave_up.end(), req.put_id) != gave_up.end()) {
+      // A PutStart its client gave up on, arriving late: do nothing.
+      MCXL_LOG(kInfo, "master", "late PutStart %llu of client slot %u ignored: the client abandoned it",
+               (unsigned long long)req.put_id, req.client.slot);
+      reply.status = ErrorCode::RPC_TIMEOUT;
+    } else {
+      reply.items.reserve(req.keys.size());
+      for (size_t i = 0; i < req.keys.size(); ++i) {
+        ++stats_.put_requests;
+        reply.items.push_back(PutStartOne(req, i));
+        ErrorCode st = reply.items.back().status;
+        if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
+      }
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
+void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  // One snapshot of the states: a client may publish WRITING->COMPLETE at
+  // any moment, and an entry seen WRITING here is not ours to judge (its own
+  // completion settles it later). Deciding on a second look would unlink a
+  // just-published newer value as if it were old.
+  std::vector<uint64_t> states(live.size());
+  uint64_t newest_gen = 0, newest = UINT64_MAX;
+  bool pending_upsert = false;
+  for (size_t i = 0; i < live.size(); ++i) {
+    // Acquire: pairs with the client's COMPLETE CAS.
+    states[i] = index_->entry(live[i]).state_gen.load(std::memory_order_acquire);
+    if (StateOf(states[i]) == EntryState::kWriting) pending_upsert = true;
+    else if (GenOf(states[i]) > newest_gen) newest_gen = GenOf(states[i]), newest = live[i];
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    uint64_t s = live[i];
+    if (StateOf(states[i]) != EntryState::kComplete) continue;
+    if (s != newest) {  // an older value of an upserted key
+      Unlink(s, true, 0);
+      continue;
+    }
+    uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+    if (!pending_upsert && (fl & kFlagSuperseded)) index_->SetFlags(s, fl & ~kFlagSuperseded);
+  }
+}
+
+EntryState Master::PendingState(const PendingPut& p) const {
+  uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
+  EntryState st = StateOf(sg);
+  bool ours = GenOf(sg) == p.generation &&
+              (st == EntryState::kWriting || st == EntryState::kComplete || st == EntryState::kAborted);
+  return ours ? st : EntryState::kEmpty;
+}
+
+void Master::CountComplete(uint64_t entry_slot) {
+  EntryMeta& meta = entry_meta_[entry_slot];
+  if (!meta.counted) ++stats_.complete_keys;
+  meta.counted = true;
+}
+
+void Master::FinishPending(const PendingPut& p, EntryState state) {
+  if (state == EntryState::kEmpty) return;  // already unlinked by a remove
+  if (state == EntryState::kComplete) {
+    CountComplete(p.entry_slot);
+    if (p.upsert) {
+      std::string key(KeyOf(p.entry_slot));
+      ClearSupersededIfSettled(key, KeyHash(key));
+    }
+    return;
+  }
+  // ABORTED by its client: reclaim now (the client stopped writing first).
+  std::string key(KeyOf(p.entry_slot));
+  Unlink(p.entry_slot, true, 0);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::RevokePending(const PendingPut& p, bool owner_dead) {
+  std::string key(KeyOf(p.entry_slot));
+  if (!index_->Abort(p.entry_slot, p.generation)) {
+    // The client published it meanwhile (a normal object now), or the entry
+    // is no longer this put at all.
+    FinishPending(p, PendingState(p));
+    return;
+  }
+  ++stats_.revoked_puts;
+  MCXL_LOG(kInfo, "master", "revoked unfinished put of '%s' (client slot %u %s)", key.c_str(), p.owner,
+           owner_dead ? "exited" : "unresponsive or too slow");
+  Unlink(p.entry_slot, owner_dead,
+         p.start_mono_ns + config_.put_start_release_timeout_sec * kNsPerSec);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
+  if (ids.empty()) return;
+  auto& list = clients_[slot].abandoned;
+  for (uint64_t id : ids)
+    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+  if (list.size() > 256) list.erase(list.begin(), list.end() - 256);
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    if (p.owner == slot && std::find(ids.begin(), ids.end(), p.put_id) != ids.end()) {
+      // The client will never write it: revoke and free at once.
+      if (PendingState(p) == EntryState::kWriting) RevokePending(p, true);
+      else FinishPending(p, PendingState(p));
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+}
+
+void Master::CheckPending() {
+  // Completion and the discard timeout only; dead clients are found by
+  // CheckClients, which revokes their puts with the slot.
+  uint64_t now = MonoNs();
+  uint64_t discard_ns = config_.put_start_discard_timeout_sec * kNsPerSec;
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    EntryState st = PendingState(p);
+    if (st != EntryState::kWriting) {
+      FinishPending(p, st);
+      continue;
+    }
+    if (now - p.start_mono_ns > discard_ns) {
+      RevokePending(p, false);
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+  size_t dkeep = 0;
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    if (now >= deferred_[i].release_mono_ns) (void)alloc_->Free(deferred_[i].handle);
+    else deferred_[dkeep++] = deferred_[i];
+  }
+  deferred_.resize(dkeep);
+}
+
+}  // namespace mcxl

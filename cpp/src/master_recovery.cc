@@ -1,0 +1,140 @@
+// Recovery: a master started on a formatted pool without --format rebuilds
+// its state from the pool alone. Contract: every COMPLETE entry whose object
+// header checks out is kept and its extent reserved in the allocator; a key
+// with two COMPLETE entries (an upsert caught mid-flight) keeps the newest;
+// unfinished puts are revoked with the same CAS their client would use to
+// publish (so exactly one side wins), and their extents stay reserved until
+// the owner is known dead or --put_start_release_timeout_sec passes; client
+// slots and pin tables of the previous incarnation are cleared.
+//
+// Atomics follow the three rules stated in master.h.
+#include "mooncake_cxl/master.h"
+
+#include <algorithm>
+#include <unordered_map>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
+#include "master_internal.h"
+
+namespace mcxl {
+
+void Master::Recover() {
+  // Pids of the previous incarnation's clients, to free their unfinished
+  // extents at once when they are dead.
+  std::vector<uint64_t> old_pid(clients_.size(), 0);
+  for (uint32_t i = 0; i < clients_.size(); ++i) {
+    ClientSlot* cs = pool_->client_slot(i);
+    // Only a client of this machine can be known dead by its pid.
+    if (cs->generation.load(std::memory_order_relaxed) != 0 &&
+        cs->machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_))
+      old_pid[i] = cs->pid.load(std::memory_order_relaxed);
+    cs->generation.store(0, std::memory_order_relaxed);  // every client re-attaches
+    // Pins of the previous incarnation's clients are void: they re-attach
+    // with empty tables.
+    PinRecord* t = pool_->pin_table(i);
+    for (uint32_t r = 0; r < pool_->superblock()->pins_per_client; ++r)
+      t[r].entry_plus1.store(0, std::memory_order_relaxed);
+    cs->pins_in_use.store(0, std::memory_order_relaxed);
+    cs->pin_high_water.store(0, std::memory_order_relaxed);
+    PublishRange(t, pool_->superblock()->pins_per_client * sizeof(PinRecord));
+    PublishRange(&cs->heartbeat_ns, kCacheLine);
+  }
+  PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
+
+  struct Found {
+    uint64_t slot, offset, extent, generation;
+  };
+  std::vector<Found> complete;
+  std::vector<uint64_t> unfinished;
+  uint64_t capacity = index_->capacity();
+  for (uint64_t slot = 0; slot < capacity; ++slot) {
+    IndexEntry& e = index_->entry(slot);
+    index_->RepairVersion(slot);
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    next_generation_ = std::max(next_generation_, GenOf(sg) + 1);
+    EntryState st = StateOf(sg);
+    if (st == EntryState::kEmpty || st == EntryState::kTombstone) continue;
+    uint64_t off = e.object_offset.load(std::memory_order_relaxed);
+    const ObjectHeader* h = CheckedObjectHeader(*pool_, off);
+    bool ok = h != nullptr && h->key_hash == e.key_hash.load(std::memory_order_relaxed) &&
+              h->value_size == e.value_size.load(std::memory_order_relaxed) &&
+              h->generation == GenOf(sg);
+    // A live client of the previous incarnation may publish an unfinished
+    // put this very moment: revoke with the same CAS it uses, so exactly one
+    // of us wins, and keep the put if it won.
+    if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
+      st = StateOf(e.state_gen.load(std::memory_order_acquire));
+    if (st == EntryState::kComplete && ok) {
+      complete.push_back({slot, off, h->extent_size, GenOf(sg)});
+    } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
+      unfinished.push_back(slot);
+    } else {
+      MCXL_LOG(kWarn, "master", "recovery: entry %llu (state %d) has no valid object header; dropped",
+               (unsigned long long)slot, int(st));
+      index_->Tombstone(slot);
+      ++stats_.dropped_on_recovery;
+    }
+  }
+  // Reserve in address order (the allocator's fast path for recovery).
+  auto by_offset = [](const Found& a, const Found& b) { return a.offset < b.offset; };
+  std::sort(complete.begin(), complete.end(), by_offset);
+  std::unordered_map<uint64_t, std::vector<uint64_t>> by_hash;
+  for (const Found& f : complete) {
+    auto ext = alloc_->Reserve(f.offset, f.extent);
+    if (!ext) {
+      MCXL_LOG(kWarn, "master", "recovery: entry %llu overlaps another object; dropped",
+               (unsigned long long)f.slot);
+      index_->Tombstone(f.slot);
+      ++stats_.dropped_on_recovery;
+      continue;
+    }
+    entry_meta_[f.slot] = EntryMeta{ext->handle, false};
+    AddToGroup(f.slot);
+    ++live_entries_;
+    CountComplete(f.slot);
+    by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
+  }
+  // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
+  // the newest.
+  for (auto& [hash, slots] : by_hash) {
+    if (slots.size() < 2) {
+      uint32_t fl = index_->entry(slots[0]).flags.load(std::memory_order_relaxed);
+      if (fl & kFlagSuperseded) index_->SetFlags(slots[0], fl & ~kFlagSuperseded);
+      continue;
+    }
+    for (uint64_t s : slots) {
+      if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+        continue;  // unlinked as an older value of a key handled just before
+      ClearSupersededIfSettled(std::string(KeyOf(s)), hash);
+    }
+  }
+  // Unfinished puts: revoke. Their extents are reserved (a live client of the
+  // old incarnation might still write) and released later unless the owner is
+  // known dead.
+  uint64_t release_at = MonoNs() + config_.put_start_release_timeout_sec * kNsPerSec;
+  std::vector<std::pair<uint64_t, uint64_t>> unfinished_ext;
+  for (uint64_t slot : unfinished) {
+    IndexEntry& e = index_->entry(slot);
+    const ObjectHeader* h = pool_->At<const ObjectHeader>(e.object_offset.load(std::memory_order_relaxed));
+    unfinished_ext.emplace_back(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
+    uint32_t owner = e.owner_slot.load(std::memory_order_relaxed);
+    bool dead = owner < old_pid.size() && old_pid[owner] != 0 && LocalPidDead(old_pid[owner]);
+    auto ext = alloc_->Reserve(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
+    index_->Tombstone(slot);
+    ++stats_.revoked_puts;
+    if (!ext) continue;  // overlapped a kept object: it was never ours to free
+    if (dead) (void)alloc_->Free(ext->handle);
+    else deferred_.push_back({ext->handle, release_at});
+  }
+  stats_.recovered_objects = stats_.complete_keys;
+  MCXL_LOG(kInfo, "master", "recovery: kept %llu objects, revoked %zu unfinished puts, dropped %llu",
+           (unsigned long long)stats_.complete_keys, unfinished.size(),
+           (unsigned long long)stats_.dropped_on_recovery);
+}
+
+}  // namespace mcxl
