@@ -171,9 +171,12 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
     sent.push_back(i);
   }
   if (sent.empty()) return out;
-  Encoder e;
-  Encode(req, &e);
-  auto r = MasterCall(MessageType::kBatchRemove, [&] { return e.data(); }, true);
+  auto r = MasterCall(MessageType::kBatchRemove, [&] {
+    req.client = Ref();  // current after a re-attach
+    Encoder e;
+    Encode(req, &e);
+    return e.data();
+  }, true);
   RemoveReply reply;
   const std::string reply_bytes = r.ok() ? *r : std::string();
   Decoder d(reply_bytes);
@@ -188,9 +191,11 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  Encoder e;
-  Encode(RemoveByRegexRequest{pattern, force}, &e);
-  auto r = MasterCall(MessageType::kRemoveByRegex, [&] { return e.data(); }, true);
+  auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
+    Encoder e;
+    Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
+    return e.data();
+  }, true);
   if (!r) return r.error();
   CountReply reply;
   Decoder d(*r);
@@ -202,9 +207,11 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
 Result<uint64_t> Client::RemoveAll(bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  Encoder e;
-  Encode(RemoveByRegexRequest{"", force}, &e);
-  auto r = MasterCall(MessageType::kRemoveAll, [&] { return e.data(); }, true);
+  auto r = MasterCall(MessageType::kRemoveAll, [&] {
+    Encoder e;
+    Encode(RemoveByRegexRequest{Ref(), "", force}, &e);
+    return e.data();
+  }, true);
   if (!r) return r.error();
   CountReply reply;
   Decoder d(*r);
