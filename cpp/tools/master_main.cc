@@ -67,7 +67,8 @@ int main(int argc, char** argv) {
   flags.Add("put_start_discard_timeout_sec", &cfg.put_start_discard_timeout_sec,
             "an unfinished put is revoked after this many seconds");
   flags.Add("put_start_release_timeout_sec", &cfg.put_start_release_timeout_sec,
-            "a revoked put's space is freed after this many seconds (at once if its client died)");
+            "a revoked put's space is freed after this many seconds when its writer is on another "
+            "host (at once if its client died; a live writer on this host: when its process exits)");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
