@@ -147,6 +147,8 @@ Status Client::Attach(bool initial) {
     uint32_t ring_bytes = pool_->superblock()->ring_bytes;
     ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
     ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
+    ring_slot_ = reply.slot;
+    ring_generation_ = reply.slot_generation;
   }
   ClientSlot* cs = pool_->client_slot(reply.slot);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
@@ -163,10 +165,15 @@ Result<std::string> Client::MasterCall(MessageType type, const std::function<std
   uint64_t inc_before = incarnation_.load(std::memory_order_relaxed);
   auto r = CallOnce(type, build());
   if (r.ok() && StatusOfReply(*r) != ErrorCode::ILLEGAL_CLIENT) return r;
-  if (!r.ok() && r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT) return r;
+  if (!r.ok() && r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT &&
+      r.error() != ErrorCode::ILLEGAL_CLIENT)
+    return r;
   // The connection broke, or the master no longer knows our slot (restarted
-  // or reclaimed us): re-attach, then retry once if it cannot duplicate work.
-  bool lost_slot = r.ok();
+  // or reclaimed us; RingCall saw it in the pool): re-attach, then retry once
+  // if it cannot duplicate work. (A lost slot can be retried: the reclaim
+  // revoked whatever our request may have started, and the master serves no
+  // request of a stale attachment.)
+  bool lost_slot = r.ok() || r.error() == ErrorCode::ILLEGAL_CLIENT;
   Status a = Attach(false);
   if (!a.ok()) return r.ok() ? ErrorCode::RPC_FAIL : r.error();
   bool restarted = incarnation_.load(std::memory_order_relaxed) != inc_before;
@@ -182,10 +189,18 @@ Result<std::string> Client::CallOnce(MessageType type, const std::string& payloa
   return rpc_->Call(type, payload);
 }
 
+bool Client::SlotCurrent(uint32_t slot, uint64_t gen) const {
+  const ClientSlot* cs = pool_->client_slot(slot);
+  ObserveRange(&cs->generation, sizeof(uint64_t));
+  // Acquire: pairs with the master's release store when it assigns or
+  // reclaims the slot (it resets the rings before).
+  return cs->generation.load(std::memory_order_acquire) == gen;
+}
+
 Result<std::string> Client::RingCall(MessageType type, const std::string& payload) {
   std::lock_guard<std::mutex> lock(ring_mu_);
   if (!ring_requests_.valid()) return ErrorCode::NOT_SUPPORTED;
-  uint64_t id = ring_next_id_++;
+  uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);
   std::string frame = MakeFrame(type, id, payload);
   if (frame.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
   Superblock* sb = pool_->superblock();
@@ -200,29 +215,50 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
     return sb->master_machine_hash.load(std::memory_order_relaxed) == machine_hash_ && pid > 0 &&
            kill(pid, 0) != 0 && errno == ESRCH;
   };
-  if (master_gone() || !ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
+  // Our slot was reclaimed (we were stopped or silent past --client_ttl) and
+  // its rings may be another client's now: touch nothing, re-attach
+  // (MasterCall). Checked right before every write into a ring; what remains
+  // is a stop between this check and the write it guards (a few
+  // instructions), and the master drops a request with a stale tag.
+  auto stale = [&] { return !SlotCurrent(ring_slot_, ring_generation_); };
+  if (master_gone()) return ErrorCode::RPC_FAIL;
+  if (stale()) return ErrorCode::ILLEGAL_CLIENT;
+  if (!ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
   RingDoorbell(sb);
   uint64_t deadline = MonoNs() + uint64_t(options_.rpc_timeout_ms) * 1000000ull;
   std::string reply;
   for (;;) {
     uint64_t now = MonoNs();
     if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
+    // (WaitForData writes the ring's consumer_waiting hint.)
+    if (stale()) return ErrorCode::ILLEGAL_CLIENT;
     // Spin ~30 µs (the master answers in a few), then sleep in short slices
     // so that a dead master is noticed.
     if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull))) {
       if (master_gone()) return ErrorCode::RPC_FAIL;
       continue;
     }
-    ShmRing::PopResult pr = ring_replies_.Pop(&reply);
+    ShmRing::Position at;
+    ShmRing::PopResult pr = ring_replies_.Peek(&reply, &at);
+    if (pr == ShmRing::PopResult::kEmpty) continue;
+    FrameHeader h{};
+    bool ours = pr == ShmRing::PopResult::kOk && reply.size() >= sizeof(h) &&
+                (memcpy(&h, reply.data(), sizeof(h)), RingRequestOf(h.request_id, ring_generation_));
+    // Before we consume anything: if the slot is no longer ours, the record
+    // is the next client's; leave it.
+    if (stale()) return ErrorCode::ILLEGAL_CLIENT;
     if (pr == ShmRing::PopResult::kCorrupt) {
       MCXL_LOG(kWarn, "client", "reply ring holds a torn or stale record; skipped");
       ring_replies_.SkipAll();
       continue;
     }
-    if (pr != ShmRing::PopResult::kOk || reply.size() < sizeof(FrameHeader)) continue;
-    FrameHeader h;
-    memcpy(&h, reply.data(), sizeof(h));
-    if (h.request_id != id) continue;  // a late reply to a request that timed out
+    ring_replies_.Consume(at);
+    if (!ours) {
+      MCXL_LOG(kWarn, "client", "reply ring of slot %u held a reply for another attachment; skipped",
+               ring_slot_);
+      continue;
+    }
+    if (h.request_id != id) continue;  // a late reply to a request of ours that timed out
     std::string body = reply.substr(sizeof(h));
     if (h.type == uint16_t(MessageType::kError)) {
       Decoder d(body);
@@ -240,13 +276,15 @@ void Client::HeartbeatLoop() {
     uint32_t slot = slot_.load(std::memory_order_relaxed);
     uint64_t gen = slot_generation_.load(std::memory_order_relaxed);
     ClientSlot* cs = pool_->client_slot(slot);
-    // Relaxed + publish: the master compares it with its clock, nothing more.
-    cs->heartbeat_generation.store(gen, std::memory_order_relaxed);
-    cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
-    PublishRange(&cs->heartbeat_ns, kCacheLine);
-    // Acquire: pairs with the master's release store when it assigns or
-    // reclaims the slot.
-    bool lost = cs->generation.load(std::memory_order_acquire) != gen;
+    // Checked first: a reclaimed slot may be another client's by now, and
+    // our stale heartbeat must not land on its line.
+    bool lost = !SlotCurrent(slot, gen);
+    if (!lost) {
+      // Relaxed + publish: the master compares it with its clock, nothing more.
+      cs->heartbeat_generation.store(gen, std::memory_order_relaxed);
+      cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+      PublishRange(&cs->heartbeat_ns, kCacheLine);
+    }
     lock.unlock();
     if (lost) {
       // The master restarted or reclaimed us: take a slot again so that the

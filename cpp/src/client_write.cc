@@ -2,7 +2,17 @@
 // extents, then a publishing CAS per entry that names its generation, so a
 // revoked put can never be published) and removes (master calls).
 //
-// Atomics: as stated at the top of client.cc.
+// A value is copied in chunks of kPutChunkBytes; before each chunk the put
+// must still be ours (entry WRITING with our generation, our client slot
+// still of the generation the PutStart named), else the copy stops. So a
+// writer stopped (SIGSTOP, a fault) while the master revoked its put and
+// resumed later writes at most the rest of one chunk into the revoked
+// extent; the master keeps that extent reserved while the writer may run
+// (master_puts.cc), so even that chunk lands in space nobody else uses.
+// The client never writes the object header (master-written, before the
+// value) nor any index field but its generation-naming CAS.
+//
+// Atomics: as stated at the top of client.cc; the chunk check is below.
 #include "mooncake_cxl/client.h"
 
 #include <algorithm>
@@ -17,6 +27,40 @@
 #include "client_internal.h"
 
 namespace mcxl {
+
+bool Client::PutStillOurs(const PutStartItem& it, const ClientRef& owner) const {
+  // Relaxed loads after ObserveRange: a stop hint, not a publish. A stale
+  // WRITING seen here costs one more chunk, the bound stated above.
+  const IndexEntry& e = index_->entry(it.entry_slot);
+  ObserveRange(&e.state_gen, sizeof(uint64_t));
+  if (e.state_gen.load(std::memory_order_relaxed) != PackStateGen(it.generation, EntryState::kWriting))
+    return false;
+  const ClientSlot* cs = pool_->client_slot(owner.slot);
+  ObserveRange(&cs->generation, sizeof(uint64_t));
+  return cs->generation.load(std::memory_order_relaxed) == owner.generation;
+}
+
+bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartItem& it,
+                              const ClientRef& owner) {
+  uint64_t budget = 0;  // bytes left before the next check
+  char* p = dst;
+  for (const ConstSlice& s : parts) {
+    const char* src = static_cast<const char*>(s.data);
+    for (uint64_t done = 0; done < s.size;) {
+      if (budget == 0) {
+        if (!PutStillOurs(it, owner)) return false;
+        budget = kPutChunkBytes;
+      }
+      uint64_t n = std::min<uint64_t>(budget, s.size - done);
+      memcpy(p, src + done, n);
+      PublishRange(p, n);
+      p += n;
+      done += n;
+      budget -= n;
+    }
+  }
+  return true;
+}
 
 std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
                                    const std::vector<PutParts>& values, const PutOptions& options,
@@ -129,19 +173,18 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
       (*out)[i] = it.status;
       continue;
     }
-    if (!pool_->InDataRegion(it.value_offset, sizes[i])) {
+    if (!pool_->InDataRegion(it.value_offset, sizes[i]) || it.entry_slot >= index_->capacity()) {
       MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
       (void)index_->Abort(it.entry_slot, it.generation);
       (*out)[i] = ErrorCode::INTERNAL_ERROR;
       continue;
     }
-    char* dst = pool_->base() + it.value_offset;
-    char* p = dst;
-    for (const ConstSlice& s : values[i]) {
-      memcpy(p, s.data, s.size);
-      p += s.size;
+    if (!CopyValueChecked(values[i], pool_->base() + it.value_offset, it, req.client)) {
+      MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
+               int(keys[i].size()), keys[i].data());
+      (*out)[i] = ErrorCode::TRANSFER_FAIL;
+      continue;
     }
-    PublishRange(dst, sizes[i]);
     if (!index_->PublishComplete(it.entry_slot, it.generation)) {
       MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
                int(keys[i].size()), keys[i].data());

@@ -146,6 +146,10 @@ void Master::CountOp(uint16_t type, const std::string& reply) {
 void Master::ServeRing(uint32_t slot) {
   std::lock_guard<std::mutex> lock(mu_);
   if (slot >= clients_.size() || !clients_[slot].attached) return;
+  // Only the current attachment's requests are served (see shm_ring.h): a
+  // reclaimed client that resumed may still push one into its old rings.
+  const uint64_t gen = clients_[slot].generation;
+  bool stale_logged = false;
   uint32_t ring_bytes = pool_->superblock()->ring_bytes;
   ShmRing requests(pool_->ring(slot, 0), ring_bytes), replies(pool_->ring(slot, 1), ring_bytes);
   std::string frame;
@@ -162,8 +166,20 @@ void Master::ServeRing(uint32_t slot) {
       requests.SkipAll();
       Encoder e;
       EncodeStatus(ErrorCode::INVALID_PARAMS, &e);
-      (void)replies.Push(MakeFrame(MessageType::kError, ok ? h.request_id : 0, e.data()));
+      // Tagged for the current attachment when the id is unreadable, so that
+      // its client drops the reply as a late one.
+      uint64_t id = ok && RingRequestOf(h.request_id, gen) ? h.request_id : RingRequestId(gen, 0);
+      (void)replies.Push(MakeFrame(MessageType::kError, id, e.data()));
       replies.WakeConsumer();
+      continue;
+    }
+    if (!RingRequestOf(h.request_id, gen)) {
+      // No reply: the reply ring is the current client's, and the sender
+      // notices its lost slot by itself.
+      if (!stale_logged)
+        MCXL_LOG(kWarn, "ring", "request ring of client slot %u holds a %s request of an earlier "
+                 "attachment of the slot; dropped", slot, MessageTypeName(h.type));
+      stale_logged = true;
       continue;
     }
     if (h.type == uint16_t(MessageType::kAttach) || h.type == uint16_t(MessageType::kDetach)) {

@@ -4,7 +4,8 @@
 // (CheckPending) notices completions and, for upserts, unlinks the older
 // value of the key (ClearSupersededIfSettled: one snapshot of the states per
 // decision). Puts whose client gave up (abandoned put ids) or that outlived
-// --put_start_discard_timeout_sec are revoked with the client's own CAS.
+// --put_start_discard_timeout_sec are revoked with the client's own CAS;
+// the extent of one whose writer may still run is quarantined (Unlink).
 //
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
@@ -203,10 +204,18 @@ void Master::RevokePending(const PendingPut& p, bool owner_dead) {
     return;
   }
   ++stats_.revoked_puts;
-  MCXL_LOG(kInfo, "master", "revoked unfinished put of '%s' (client slot %u %s)", key.c_str(), p.owner,
-           owner_dead ? "exited" : "unresponsive or too slow");
-  Unlink(p.entry_slot, owner_dead,
-         p.start_mono_ns + config_.put_start_release_timeout_sec * kNsPerSec);
+  // A live writer may resume and finish the chunk it was copying: its extent
+  // is quarantined while its process runs (on this machine: until the pid is
+  // gone; a remote one: --put_start_release_timeout_sec).
+  const ClientInfo& owner = clients_[p.owner];
+  uint64_t pid = owner.attached && owner.local ? owner.pid : 0;
+  MCXL_LOG(kInfo, "master", "revoked unfinished put of '%s' (client slot %u %s)%s", key.c_str(), p.owner,
+           owner_dead ? "exited" : "unresponsive or too slow",
+           owner_dead ? ""
+           : pid != 0 ? "; its extent stays reserved until the writer's process exits"
+                      : "; its extent stays reserved for --put_start_release_timeout_sec");
+  Unlink(p.entry_slot, owner_dead, p.start_mono_ns + config_.put_start_release_timeout_sec * kNsPerSec,
+         owner_dead ? 0 : pid);
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
@@ -250,12 +259,7 @@ void Master::CheckPending() {
     pending_[keep++] = p;
   }
   pending_.resize(keep);
-  size_t dkeep = 0;
-  for (size_t i = 0; i < deferred_.size(); ++i) {
-    if (now >= deferred_[i].release_mono_ns) (void)alloc_->Free(deferred_[i].handle);
-    else deferred_[dkeep++] = deferred_[i];
-  }
-  deferred_.resize(dkeep);
+  ReleaseQuarantined(now);
 }
 
 }  // namespace mcxl

@@ -4,7 +4,8 @@
 // with two COMPLETE entries (an upsert caught mid-flight) keeps the newest;
 // unfinished puts are revoked with the same CAS their client would use to
 // publish (so exactly one side wins), and their extents stay reserved until
-// the owner is known dead or --put_start_release_timeout_sec passes; client
+// the owner's process is gone (a client of this machine) or, for a remote
+// owner, --put_start_release_timeout_sec passes; client
 // slots and pin tables of the previous incarnation are cleared.
 //
 // Atomics follow the three rules stated in master.h.
@@ -114,8 +115,8 @@ void Master::Recover() {
     }
   }
   // Unfinished puts: revoke. Their extents are reserved (a live client of the
-  // old incarnation might still write) and released later unless the owner is
-  // known dead.
+  // old incarnation might still write) and released once its local process
+  // is gone, or after the release timeout for a remote owner.
   uint64_t release_at = MonoNs() + config_.put_start_release_timeout_sec * kNsPerSec;
   std::vector<std::pair<uint64_t, uint64_t>> unfinished_ext;
   for (uint64_t slot : unfinished) {
@@ -129,7 +130,7 @@ void Master::Recover() {
     ++stats_.revoked_puts;
     if (!ext) continue;  // overlapped a kept object: it was never ours to free
     if (dead) (void)alloc_->Free(ext->handle);
-    else deferred_.push_back({ext->handle, release_at});
+    else deferred_.push_back({ext->handle, release_at, owner < old_pid.size() ? old_pid[owner] : 0});
   }
   stats_.recovered_objects = stats_.complete_keys;
   MCXL_LOG(kInfo, "master", "recovery: kept %llu objects, revoked %zu unfinished puts, dropped %llu",

@@ -1,6 +1,7 @@
 // Removal and frees. Contract: only the master unlinks an entry (Unlink:
 // tombstone under the seqlock, then free). An extent is freed at once, or
-// deferred: until a time (a revoked put whose writer may still run), or
+// deferred: quarantined while a revoked put's writer may still run (until
+// its local process is gone, or until a time for a remote writer), or
 // while a client's pin table names the object (a live BufferHandle). An
 // unforced remove of a leased or pinned object is OBJECT_HAS_LEASE.
 //
@@ -51,7 +52,7 @@ void Master::ReleaseUnpinned() {
   pinned_.resize(keep);
 }
 
-void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns) {
+void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   index_->Tombstone(entry_slot);
   --live_entries_;
@@ -66,8 +67,29 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
     if (!s.ok())
       MCXL_LOG(kError, "master", "extent of entry %llu was already free", (unsigned long long)entry_slot);
   } else {
-    deferred_.push_back({meta.extent, release_mono_ns});
+    deferred_.push_back({meta.extent, release_mono_ns, quarantine_pid});
   }
+}
+
+void Master::ReleaseQuarantined(uint64_t now_mono) {
+  // Pid checks read /proc: at most every kClientCheckIntervalNs, once per pid.
+  bool check_pids = now_mono - last_quarantine_check_mono_ > kClientCheckIntervalNs;
+  if (check_pids) last_quarantine_check_mono_ = now_mono;
+  std::vector<std::pair<uint64_t, bool>> dead;  // pid -> gone, this pass
+  auto gone = [&](uint64_t pid) {
+    for (const auto& [p, d] : dead)
+      if (p == pid) return d;
+    dead.emplace_back(pid, LocalPidDead(pid));
+    return dead.back().second;
+  };
+  size_t keep = 0;
+  for (size_t i = 0; i < deferred_.size(); ++i) {
+    const DeferredFree& d = deferred_[i];
+    bool release = d.owner_pid == 0 ? now_mono >= d.release_mono_ns : check_pids && gone(d.owner_pid);
+    if (release) (void)alloc_->Free(d.handle);
+    else deferred_[keep++] = d;
+  }
+  deferred_.resize(keep);
 }
 
 ErrorCode Master::RemoveKey(std::string_view key, bool force) {

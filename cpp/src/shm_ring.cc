@@ -92,6 +92,13 @@ bool ShmRing::HasData() const {
 }
 
 ShmRing::PopResult ShmRing::Pop(std::string* frame) {
+  Position at;
+  PopResult r = Peek(frame, &at);
+  if (r == PopResult::kOk) Consume(at);
+  return r;
+}
+
+ShmRing::PopResult ShmRing::Peek(std::string* frame, Position* at) const {
   uint64_t tail = h_->tail.load(std::memory_order_relaxed);  // ours
   ObserveRange(&h_->head, sizeof(uint64_t));
   uint64_t head = h_->head.load(std::memory_order_acquire);  // pairs with Push
@@ -119,12 +126,16 @@ ShmRing::PopResult ShmRing::Pop(std::string* frame) {
     if (rec > to_end || rec > head - tail) return PopResult::kCorrupt;
     ObserveRange(data_ + pos + kRecordHeader, len);
     frame->assign(data_ + pos + kRecordHeader, len);
-    h_->expected_seq.store(expected + 1, std::memory_order_relaxed);
-    // Release: our reads of the record are done before the producer reuses it.
-    h_->tail.store(tail + rec, std::memory_order_release);
-    PublishRange(&h_->tail, 2 * sizeof(uint64_t));
+    *at = Position{tail + rec, expected + 1};
     return PopResult::kOk;
   }
+}
+
+void ShmRing::Consume(const Position& at) {
+  h_->expected_seq.store(at.seq, std::memory_order_relaxed);
+  // Release: our reads of the record are done before the producer reuses it.
+  h_->tail.store(at.tail, std::memory_order_release);
+  PublishRange(&h_->tail, 2 * sizeof(uint64_t));
 }
 
 void ShmRing::SkipAll() {

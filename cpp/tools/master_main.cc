@@ -84,7 +84,8 @@ int main(int argc, char** argv) {
   flags.Add("put_start_discard_timeout_sec", &cfg.put_start_discard_timeout_sec,
             "an unfinished put is revoked after this many seconds");
   flags.Add("put_start_release_timeout_sec", &cfg.put_start_release_timeout_sec,
-            "a revoked put's space is freed after this many seconds (at once if its client died)");
+            "a revoked put's space is freed after this many seconds when its writer is on another "
+            "host (at once if its client died; a live writer on this host: when its process exits)");
   flags.Add("enable_key_listing", &g_enable_key_listing,
             "serve /get_all_keys and /query_key (they reveal keys) to non-loopback peers too");
   flags.Add("pool_group", &cfg.pool_group,

@@ -166,6 +166,13 @@ class Client {
                const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
                const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
+  // The value's copy for one granted item, in chunks with PutStillOurs
+  // before each; false (copy stopped) once the put is no longer ours.
+  bool CopyValueChecked(const PutParts& parts, char* dst, const PutStartItem& it, const ClientRef& owner);
+  bool PutStillOurs(const PutStartItem& it, const ClientRef& owner) const;
+  // True while `slot` in the pool still has generation `gen` (the master has
+  // not reclaimed it): a stale client must not touch that slot's rings.
+  bool SlotCurrent(uint32_t slot, uint64_t gen) const;
 
   ClientOptions options_;
   std::shared_ptr<Pool> pool_;
@@ -194,8 +201,12 @@ class Client {
   std::vector<uint64_t> abandoned_puts_;
 
   // CXL RPC: this slot's request (we produce) and reply (we consume) rings.
+  // ring_slot_/ring_generation_: the attachment the rings belong to (set
+  // with them under ring_mu_, so a call never pairs new ids with old rings).
   std::mutex ring_mu_;
   ShmRing ring_requests_, ring_replies_;
+  uint32_t ring_slot_ = 0;
+  uint64_t ring_generation_ = 0;
   uint64_t ring_next_id_ = 1;
 
   // Pin records of the current slot: free list and high-water mark.

@@ -13,8 +13,10 @@
 //             object is OBJECT_HAS_LEASE, like a leased one.
 //   Pending puts whose client died or that outlived
 //   --put_start_discard_timeout_sec are revoked; their extent is freed at once
-//   when the client is known dead, else after --put_start_release_timeout_sec
-//   (a stalled but live client may still be writing into it).
+//   when the client is known dead, else quarantined: a stalled but live
+//   client may still be writing into it. A client of this machine keeps it
+//   until its process is gone (checked in Tick); a remote one until
+//   --put_start_release_timeout_sec has passed.
 //
 // Recovery (a master started on a formatted pool without --format): every
 // COMPLETE entry whose header checks out is kept and its extent reserved;
@@ -149,9 +151,13 @@ class Master {
     uint64_t start_mono_ns;
     bool upsert;
   };
+  // The extent of a revoked put whose writer may still run: freed once
+  // `owner_pid` (a process of this machine) is gone, or, when the owner's
+  // pid cannot be checked here (0), at release_mono_ns.
   struct DeferredFree {
     uint64_t handle;
     uint64_t release_mono_ns;
+    uint64_t owner_pid = 0;
   };
   // An unlinked object whose extent a BufferHandle still pins.
   struct PinnedFree {
@@ -219,7 +225,11 @@ class Master {
   std::string HandleRemove(Decoder* d, bool batch);
   std::string HandleRemoveMatching(Decoder* d, bool all);
   ErrorCode RemoveKey(std::string_view key, bool force);
-  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns);
+  // Tombstones the entry and frees its extent now (or when unpinned), or
+  // quarantines it (DeferredFree) until release_mono_ns / quarantine_pid.
+  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid = 0);
+  // Frees the quarantined extents whose time or owner process is over.
+  void ReleaseQuarantined(uint64_t now_mono);
   // True when some client's pin table names this object (zero-copy views
   // hold a pin that removal and eviction respect).
   bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
@@ -269,6 +279,7 @@ class Master {
   std::vector<DeferredFree> deferred_;
   std::vector<PinnedFree> pinned_;
   uint64_t last_pin_scan_mono_ = 0;
+  uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;

@@ -17,6 +17,13 @@
 // a futex (the low 32 bits of head) with the consumer_waiting flag set, so a
 // producer wakes it only when it actually sleeps.
 //
+// Attachments: a slot's rings outlive the client that used them (the master
+// resets them and hands the slot to the next client). Ring request ids carry
+// a tag of the attachment (RingRequestId): the master serves only requests
+// tagged with the slot's current generation, and a client takes (Peek, then
+// Consume) only replies with its own id, so a reclaimed client that resumes
+// can neither be served in nor steal replies from its successor's rings.
+//
 // Thread safety: one producer thread and one consumer thread per ring
 // (callers serialise their own side).
 #pragma once
@@ -46,6 +53,14 @@ class ShmRing {
   // ---- consumer ----
   enum class PopResult { kEmpty, kOk, kCorrupt };
   PopResult Pop(std::string* frame);
+  // Pop in two steps: Peek copies the record at the tail without consuming
+  // it (Peek writes nothing); Consume(at) then releases it. A consumer that
+  // finds a record that is not its own leaves it in place.
+  struct Position {
+    uint64_t tail = 0, seq = 0;  // just past the record
+  };
+  PopResult Peek(std::string* frame, Position* at) const;
+  void Consume(const Position& at);
   bool HasData() const;
   // Waits until data is present or `timeout_ns` passes; true if data.
   bool WaitForData(uint64_t spin_ns, uint64_t timeout_ns);
@@ -60,6 +75,20 @@ class ShmRing {
   char* data_ = nullptr;
   uint64_t cap_ = 0;
 };
+
+// The tag of an attachment: unique among the generations of one master
+// incarnation (their low halves differ; the high half, the incarnation, is
+// folded in so that tags of two incarnations rarely meet).
+inline uint32_t RingTag(uint64_t slot_generation) {
+  return uint32_t(slot_generation) ^ (uint32_t(slot_generation >> 32) * 0x9E3779B1u);
+}
+// Request id of a client's n-th ring request under `slot_generation`.
+inline uint64_t RingRequestId(uint64_t slot_generation, uint64_t n) {
+  return (uint64_t(RingTag(slot_generation)) << 32) | uint32_t(n);
+}
+inline bool RingRequestOf(uint64_t request_id, uint64_t slot_generation) {
+  return uint32_t(request_id >> 32) == RingTag(slot_generation);
+}
 
 // futex(2) on a 32-bit word in a MAP_SHARED mapping (works across processes).
 void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, uint64_t timeout_ns);

@@ -1,0 +1,219 @@
+// Stalled and reclaimed clients, in process: the quarantine of a revoked
+// put's extent (kept while its local writer process lives, or until the
+// release timeout for a remote one), ShmRing's Peek/Consume, and the ring
+// server serving only the current attachment of a slot.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <vector>
+#include <filesystem>
+#include <string>
+#include <thread>
+
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/shm_ring.h"
+
+namespace mcxl {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+template <typename M>
+std::string Enc(const M& m) {
+  Encoder e;
+  Encode(m, &e);
+  return e.data();
+}
+
+ErrorCode StatusOfReplyForTest(const std::string& reply) {
+  Decoder d(reply);
+  ErrorCode st = ErrorCode::RPC_FAIL;
+  EXPECT_TRUE(DecodeStatus(&d, &st));
+  return st;
+}
+
+std::string Hostname() {
+  char buf[256] = {};
+  gethostname(buf, sizeof(buf) - 1);
+  return buf;
+}
+
+class StallTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogLevel(LogLevel::kError);
+    char tmpl[] = "/dev/shm/mcxl_stall_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_.cxl_path = dir_ + "/pool";
+    config_.cxl_size = 64 * kMiB;
+    config_.format = true;
+    config_.put_start_release_timeout_sec = 0;  // a remote owner's quarantine ends at once
+  }
+  void TearDown() override {
+    master_.reset();
+    if (child_ > 0) {
+      kill(child_, SIGKILL);
+      waitpid(child_, nullptr, 0);
+    }
+    std::filesystem::remove_all(dir_);
+    SetLogLevel(LogLevel::kInfo);
+  }
+  void StartMaster() {
+    auto m = Master::Create(config_);
+    ASSERT_TRUE(m.ok());
+    master_ = std::move(m.value());
+  }
+  std::string Call(MessageType type, const std::string& payload) {
+    return master_->Handle(uint16_t(type), payload, &conn_slot_);
+  }
+  ClientRef Attach(const std::string& machine, uint64_t pid) {
+    AttachRequest req;
+    req.local_hostname = "client:1";
+    req.machine = machine;
+    req.pid = pid;
+    memcpy(req.token, master_->pool().superblock()->auth_token, sizeof(req.token));
+    const std::string bytes = Call(MessageType::kAttach, Enc(req));
+    Decoder d(bytes);
+    AttachReply reply;
+    EXPECT_TRUE(Decode(&d, &reply));
+    EXPECT_EQ(reply.status, ErrorCode::OK);
+    return {reply.slot, reply.slot_generation};
+  }
+  PutStartReply PutStart(const ClientRef& c, const std::string& key, uint64_t size) {
+    PutStartRequest req;
+    req.client = c;
+    req.keys = {key};
+    req.sizes = {size};
+    req.groups = {""};
+    const std::string bytes = Call(MessageType::kPutStart, Enc(req));
+    Decoder d(bytes);
+    PutStartReply r;
+    EXPECT_TRUE(Decode(&d, &r));
+    return r;
+  }
+  // Ticks until the client check interval (500 ms) has surely passed.
+  void TickFor(int ms) {
+    auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
+    while (std::chrono::steady_clock::now() < end) {
+      master_->Tick();
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+  }
+  pid_t SpawnSleeper() {
+    pid_t pid = fork();
+    if (pid == 0) {
+      pause();
+      _exit(0);
+    }
+    return pid;
+  }
+
+  std::string dir_;
+  MasterConfig config_;
+  std::unique_ptr<Master> master_;
+  uint32_t conn_slot_ = Master::kNoSlot;
+  pid_t child_ = -1;
+};
+
+TEST_F(StallTest, RevokedPutOfALiveLocalWriterStaysQuarantinedUntilItExits) {
+  StartMaster();
+  child_ = SpawnSleeper();
+  ASSERT_GT(child_, 0);
+  uint64_t empty = master_->stats().allocated_bytes;
+  ClientRef c = Attach(Hostname(), uint64_t(child_));
+  PutStartReply r = PutStart(c, "stalled", 4 * kMiB);
+  ASSERT_EQ(r.items.size(), 1u);
+  ASSERT_EQ(r.items[0].status, ErrorCode::OK);
+  uint64_t with_put = master_->stats().allocated_bytes;
+  EXPECT_GT(with_put, empty);
+  // The client is gone from the master's view (as past --client_ttl), its
+  // process alive: the put is revoked, its extent kept.
+  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_EQ(master_->stats().revoked_puts, 1u);
+  TickFor(700);  // past the release timeout (0 s) and a pid check
+  EXPECT_EQ(master_->stats().allocated_bytes, with_put) << "freed while its writer may still run";
+  kill(child_, SIGKILL);
+  waitpid(child_, nullptr, 0);
+  child_ = -1;
+  TickFor(700);
+  EXPECT_EQ(master_->stats().allocated_bytes, empty) << "not freed after its writer exited";
+}
+
+TEST_F(StallTest, RevokedPutOfARemoteWriterIsReleasedAfterTheTimeout) {
+  StartMaster();
+  uint64_t empty = master_->stats().allocated_bytes;
+  ClientRef c = Attach("another-host", 1);
+  PutStartReply r = PutStart(c, "stalled", 4 * kMiB);
+  ASSERT_EQ(r.items.size(), 1u);
+  ASSERT_EQ(r.items[0].status, ErrorCode::OK);
+  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  TickFor(100);
+  EXPECT_EQ(master_->stats().allocated_bytes, empty);
+}
+
+TEST(ShmRingTest, PeekLeavesTheRecordUntilConsumed) {
+  std::vector<uint64_t> mem(4096 / 8, 0);
+  auto* h = reinterpret_cast<RingHeader*>(mem.data());
+  ShmRing producer(h, 4096), consumer(h, 4096);
+  ASSERT_TRUE(producer.Push("first"));
+  ASSERT_TRUE(producer.Push("second"));
+  std::string f;
+  ShmRing::Position at;
+  ASSERT_EQ(consumer.Peek(&f, &at), ShmRing::PopResult::kOk);
+  EXPECT_EQ(f, "first");
+  ASSERT_EQ(consumer.Peek(&f, &at), ShmRing::PopResult::kOk);  // still there
+  EXPECT_EQ(f, "first");
+  consumer.Consume(at);
+  ASSERT_EQ(consumer.Pop(&f), ShmRing::PopResult::kOk);
+  EXPECT_EQ(f, "second");
+  EXPECT_EQ(consumer.Peek(&f, &at), ShmRing::PopResult::kEmpty);
+}
+
+TEST(ShmRingTest, RequestIdsTagTheAttachment) {
+  uint64_t g1 = (uint64_t(3) << 32) + 17, g2 = (uint64_t(3) << 32) + 18, g3 = (uint64_t(4) << 32) + 17;
+  EXPECT_TRUE(RingRequestOf(RingRequestId(g1, 5), g1));
+  EXPECT_FALSE(RingRequestOf(RingRequestId(g1, 5), g2));
+  EXPECT_FALSE(RingRequestOf(RingRequestId(g1, 5), g3));
+  EXPECT_NE(RingRequestId(g1, 5), RingRequestId(g1, 6));
+}
+
+TEST_F(StallTest, RingServerServesOnlyTheCurrentAttachment) {
+  StartMaster();
+  ClientRef a = Attach(Hostname(), uint64_t(getpid()));
+  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(a))), ErrorCode::OK);
+  ClientRef b = Attach(Hostname(), uint64_t(getpid()));
+  ASSERT_EQ(b.slot, a.slot);
+  const Pool& pool = master_->pool();
+  uint32_t ring_bytes = pool.superblock()->ring_bytes;
+  ShmRing requests(pool.ring(b.slot, 0), ring_bytes), replies(pool.ring(b.slot, 1), ring_bytes);
+  // A's stale request (its tag) in B's ring: dropped, no reply, nothing done.
+  PutStartRequest req;
+  req.client = a;
+  req.keys = {"k"};
+  req.sizes = {64};
+  req.groups = {""};
+  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kPutStart, RingRequestId(a.generation, 1), Enc(req))));
+  master_->ServeRing(b.slot);
+  std::string f;
+  EXPECT_EQ(replies.Pop(&f), ShmRing::PopResult::kEmpty);
+  EXPECT_EQ(master_->stats().put_requests, 0u);
+  // B's own request is served.
+  req.client = b;
+  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kPutStart, RingRequestId(b.generation, 1), Enc(req))));
+  master_->ServeRing(b.slot);
+  ASSERT_EQ(replies.Pop(&f), ShmRing::PopResult::kOk);
+  FrameHeader h;
+  memcpy(&h, f.data(), sizeof(h));
+  EXPECT_EQ(h.request_id, RingRequestId(b.generation, 1));
+  EXPECT_EQ(master_->stats().put_requests, 1u);
+}
+
+}  // namespace
+}  // namespace mcxl
