@@ -91,6 +91,10 @@ int main(int argc, char** argv) {
     fprintf(stderr, "mooncake_cxl_master: --rpc_port must be 0..65535\n");
     return 2;
   }
+  // A shrunk pool device: Tick logs it and exits with kPoolLostExitCode; a
+  // SIGBUS in the mapping before Tick notices logs the offset and exits so.
+  cfg.exit_on_pool_loss = true;
+  mcxl::InstallPoolFaultHandler(mcxl::PoolFaultAction::kExit);
   auto master = mcxl::Master::Create(cfg);
   if (!master) {
     fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",
