@@ -619,6 +619,18 @@ PYBIND11_MODULE(_core, m) {
     d["superblock.client_slot_count"] = offsetof(Superblock, client_slot_count);
     d["superblock.master_incarnation"] = offsetof(Superblock, master_incarnation);
     d["ring_header_size"] = sizeof(RingHeader);
+    // For the pool-corruption tests (test_pool_corruption.py).
+    d["superblock.pool_size"] = offsetof(Superblock, pool_size);
+    d["superblock.index_offset"] = offsetof(Superblock, index_offset);
+    d["superblock.index_capacity"] = offsetof(Superblock, index_capacity);
+    d["superblock.data_offset"] = offsetof(Superblock, data_offset);
+    d["superblock.data_size"] = offsetof(Superblock, data_size);
+    d["entry.state_gen"] = offsetof(IndexEntry, state_gen);
+    d["entry.object_offset"] = offsetof(IndexEntry, object_offset);
+    d["entry.value_size"] = offsetof(IndexEntry, value_size);
+    d["entry_size"] = sizeof(IndexEntry);
+    d["header.key_len"] = offsetof(ObjectHeader, key_len);
+    d["header_size"] = sizeof(ObjectHeader);
     return d;
   });
   py::class_<MemcpyBench>(m, "_MemcpyBench")

@@ -65,6 +65,9 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
     MCXL_LOG(kError, "client", "master_server_addr '%s' is not host:port", options.master_addr.c_str());
     return ErrorCode::INVALID_PARAMS;
   }
+  // A SIGBUS in our mapping (the device shrank) fails the pool instead of
+  // killing the user's process; other faults go to the previous handler.
+  InstallPoolFaultHandler(PoolFaultAction::kRemap);
   std::shared_ptr<Client> c(new Client(options));
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
   Status s = c->MapPool();
@@ -96,12 +99,15 @@ Status Client::MapPool() {
   }
   std::string path = options_.pool_path_override.empty() ? boot.pool_path : options_.pool_path_override;
   uint64_t size = options_.pool_size_override ? options_.pool_size_override : boot.pool_size;
+  // Open checks the file holds `size` bytes before it maps them; Verify
+  // that the superblock's pool_size fits what is mapped.
   auto pool = Pool::Open(path, size, false);
   if (!pool) return pool.error();
   Status v = (*pool)->Verify(boot.uuid);
   if (!v.ok()) return v;
+  if (!(*pool)->CheckSize()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
-  SetCoherenceMode(CoherenceMode(pool_->superblock()->coherence_mode));
+  SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
   // Verify observed the superblock; the token is read-only after Format.
@@ -137,6 +143,10 @@ Status Client::Attach(bool initial) {
     MCXL_LOG(kError, "client", "the master now serves pool %s, not the mapped pool %s",
              UuidToString(reply.uuid).c_str(), UuidToString(uuid_).c_str());
     return ErrorCode::INVALID_PARAMS;
+  } else if (reply.slot >= pool_->geometry().client_slot_count) {
+    MCXL_LOG(kError, "client", "the master gave client slot %u of a pool with %u slots", reply.slot,
+             pool_->geometry().client_slot_count);
+    return ErrorCode::RPC_FAIL;
   }
   // Relaxed: ordered by attach_mu_ for writers; see the member comment.
   slot_.store(reply.slot, std::memory_order_relaxed);
@@ -144,7 +154,7 @@ Status Client::Attach(bool initial) {
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> ring_lock(ring_mu_);
-    uint32_t ring_bytes = pool_->superblock()->ring_bytes;
+    uint32_t ring_bytes = pool_->geometry().ring_bytes;
     ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
     ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
     ring_slot_ = reply.slot;
@@ -203,6 +213,7 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);
   std::string frame = MakeFrame(type, id, payload);
   if (frame.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
+  if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   Superblock* sb = pool_->superblock();
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
   auto master_gone = [&] {
@@ -273,6 +284,13 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
 void Client::HeartbeatLoop() {
   std::unique_lock<std::mutex> lock(hb_mu_);
   while (!hb_stop_) {
+    // A device that shrank would SIGBUS on the next touch: notice it first
+    // (fstat; CheckSize logs once) and stop using the pool.
+    if (!pool_->CheckSize()) {
+      hb_cv_.wait_for(lock, std::chrono::milliseconds(options_.heartbeat_interval_ms),
+                      [this] { return hb_stop_; });
+      continue;
+    }
     uint32_t slot = slot_.load(std::memory_order_relaxed);
     uint64_t gen = slot_generation_.load(std::memory_order_relaxed);
     ClientSlot* cs = pool_->client_slot(slot);

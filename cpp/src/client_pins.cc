@@ -40,7 +40,7 @@ Result<PinnedView> Client::PinValue(std::string_view key) {
         pins_in_use_ = 0;
         pin_slot_generation_ = v.slot_generation;
       }
-      uint32_t per = pool_->superblock()->pins_per_client;
+      uint32_t per = pool_->geometry().pins_per_client;
       if (free_pins_.empty() && pin_high_water_ >= per) {
         MCXL_LOG(kWarn, "client", "get_buffer of '%.*s': all %u pin records of this client are in use; "
                  "drop some BufferHandles", int(key.size()), key.data(), per);
@@ -66,6 +66,11 @@ Result<PinnedView> Client::PinValue(std::string_view key) {
     // seq_cst: pin stores before the version re-check (the Dekker pair with
     // the master's tombstone-then-scan; see Master::IsPinned).
     std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (pool_->failed()) {
+      lock.unlock();
+      Unpin(v);
+      return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+    }
     if (index_->StillValid(*snap)) {
       index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
       v.data = data;

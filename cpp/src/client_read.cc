@@ -20,7 +20,7 @@ namespace mcxl {
 
 Result<EntrySnapshot> Client::Locate(std::string_view key) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (closed_ || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (!ValidKey(key, "get")) return ErrorCode::INVALID_PARAMS;
   return index_->FindComplete(key, KeyHash(key));
 }
@@ -40,6 +40,8 @@ Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view k
     src += n;
     left -= n;
   }
+  // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
+  if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (!index_->StillValid(snap)) return false;
   index_->ExtendLease(snap.slot, NowNs() + LeaseTtlNs());
   return true;
@@ -114,6 +116,7 @@ std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<R
       memcpy(r.dst, src + r.src_offset, r.size);
       out[i] = int64_t(r.size);
     }
+    if (pool_->failed()) break;  // see CopyValidated
     if (index_->StillValid(*snap)) {
       index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
       RecordRead(true);

@@ -67,7 +67,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
                                    bool upsert) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
-  if (closed_) {
+  if (closed_ || pool_->failed()) {
     out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
     return out;
   }
@@ -95,7 +95,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   // catches up): keys refused for space are retried with backoff for up to
   // put_wait_ms before NO_AVAILABLE_HANDLE is returned.
   uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
-  uint64_t data_size = pool_->superblock()->data_size;
+  uint64_t data_size = pool_->geometry().data_size;
   for (int backoff_us = 500; !todo.empty(); backoff_us = std::min(backoff_us * 2, 50000)) {
     std::vector<size_t> no_room;
     PutOnce(keys, values, sizes, options, upsert, todo, &out, &no_room);
@@ -183,6 +183,10 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
       MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
                int(keys[i].size()), keys[i].data());
       (*out)[i] = ErrorCode::TRANSFER_FAIL;
+      continue;
+    }
+    if (pool_->failed()) {  // the copy may have gone to replacement pages (see PoolFaultAction)
+      (*out)[i] = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
       continue;
     }
     if (!index_->PublishComplete(it.entry_slot, it.generation)) {

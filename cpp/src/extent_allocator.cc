@@ -145,6 +145,14 @@ Result<Extent> ExtentAllocator::Allocate(uint64_t size) {
   return Extent{blocks_[b].offset, blocks_[b].size, HandleOf(b)};
 }
 
+bool ExtentAllocator::Lookup(uint64_t handle, Extent* out) const {
+  uint32_t b = uint32_t(handle);
+  if (b >= blocks_.size() || !blocks_[b].live || blocks_[b].free || blocks_[b].gen != uint32_t(handle >> 32))
+    return false;
+  *out = Extent{blocks_[b].offset, blocks_[b].size, handle};
+  return true;
+}
+
 Status ExtentAllocator::Free(uint64_t handle) {
   uint32_t b = uint32_t(handle);
   if (b >= blocks_.size() || !blocks_[b].live || blocks_[b].free || blocks_[b].gen != uint32_t(handle >> 32))

@@ -76,13 +76,13 @@ Status Master::Open() {
   std::string why;
   if (!fresh && !PoolModeAcceptable(pool_->file_mode(), false, &why))
     MCXL_LOG(kWarn, "master", "pool %s: %s (chmod o-rw it)", pool_->path().c_str(), why.c_str());
-  SetCoherenceMode(CoherenceMode(sb->coherence_mode));
+  const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
+  SetCoherenceMode(geo.coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
-  alloc_ = std::make_unique<ExtentAllocator>(sb->data_offset, sb->data_size,
-                                             2 * sb->index_capacity + 2);
-  entry_meta_.assign(sb->index_capacity, EntryMeta{});
-  clients_.assign(sb->client_slot_count, ClientInfo{});
-  attached_bits_.reset(new std::atomic<uint64_t>[(sb->client_slot_count + 63) / 64]());
+  alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
+  entry_meta_.assign(geo.index_capacity, EntryMeta{});
+  clients_.assign(geo.client_slot_count, ClientInfo{});
+  attached_bits_.reset(new std::atomic<uint64_t>[(geo.client_slot_count + 63) / 64]());
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
@@ -100,21 +100,80 @@ Status Master::Open() {
   return ErrorCode::OK;
 }
 
-const ObjectHeader& Master::HeaderOf(uint64_t entry_slot) const {
-  return *pool_->At<const ObjectHeader>(index_->entry(entry_slot).object_offset.load(std::memory_order_relaxed));
+const ObjectHeader* Master::HeaderOf(uint64_t entry_slot) const {
+  const EntryMeta& m = entry_meta_[entry_slot];
+  Extent ext;
+  if (!m.live || !alloc_->Lookup(m.extent, &ext)) return nullptr;
+  return pool_->At<const ObjectHeader>(ext.offset);
 }
 
 std::string_view Master::KeyOf(uint64_t entry_slot) const {
-  // The master wrote this header itself; it is trusted.
-  const auto* h = pool_->At<const ObjectHeader>(
-      index_->entry(entry_slot).object_offset.load(std::memory_order_relaxed));
-  return std::string_view(reinterpret_cast<const char*>(h + 1), h->key_len);
+  // The key length is ours and the extent holds header + key (we sized it).
+  const ObjectHeader* h = HeaderOf(entry_slot);
+  if (h == nullptr) return {};
+  return std::string_view(reinterpret_cast<const char*>(h + 1), entry_meta_[entry_slot].key_len);
+}
+
+bool Master::CheckedLive(uint64_t slot) const {
+  const EntryMeta& m = entry_meta_[slot];
+  if (m.quarantined) return false;
+  const IndexEntry& e = index_->entry(slot);
+  const char* why = nullptr;
+  Extent ext;
+  uint64_t off = e.object_offset.load(std::memory_order_relaxed);
+  uint64_t value_size = e.value_size.load(std::memory_order_relaxed);
+  if (!m.live || !alloc_->Lookup(m.extent, &ext)) {
+    why = "no object of the master's is recorded there";
+  } else if (off != ext.offset) {
+    why = "its object_offset is not the extent the master allocated";
+  } else if (value_size == 0 || value_size > ext.size || ExtentBytes(m.key_len, value_size) > ext.size) {
+    why = "its value_size does not fit the extent the master allocated";
+  } else {
+    const ObjectHeader* h = pool_->At<const ObjectHeader>(ext.offset);
+    ObserveRange(h, sizeof(ObjectHeader));
+    if (h->magic != kObjectMagic || h->key_len != m.key_len ||
+        h->key_hash != e.key_hash.load(std::memory_order_relaxed) || h->value_size != value_size)
+      why = "its object header was overwritten";
+  }
+  if (why == nullptr) return true;
+  m.quarantined = true;
+  quarantine_.push_back(slot);
+  ++corrupt_entries_;
+  MCXL_LOG(kError, "master", "index entry %llu is corrupt (%s: object_offset %llu, value_size %llu); "
+           "skipped and reclaimed", (unsigned long long)slot, why, (unsigned long long)off,
+           (unsigned long long)value_size);
+  return false;
+}
+
+void Master::ReclaimCorrupt() {
+  std::vector<uint64_t> slots;
+  slots.swap(quarantine_);
+  for (uint64_t s : slots) {
+    EntryMeta& m = entry_meta_[s];
+    if (!m.quarantined) continue;  // the slot was reused since (a new EntryMeta)
+    m.quarantined = false;
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    EntryState st = StateOf(sg);
+    bool linked = st != EntryState::kEmpty && st != EntryState::kTombstone;
+    if (!m.live) {
+      if (linked) index_->Tombstone(s);  // not ours at all: nothing to free
+      continue;
+    }
+    // Ours: unlink as a remove would (pins respected); the extent freed is
+    // the one our handle names, never one the entry claims. A pending put of
+    // it finds the entry gone and is dropped. A writer may still be copying
+    // into a WRITING one: revoke it and free only after the release timeout.
+    if (st == EntryState::kWriting && index_->Abort(s, GenOf(sg)))
+      Unlink(s, false, MonoNs() + config_.put_start_release_timeout_sec * kNsPerSec);
+    else
+      Unlink(s, true, 0);
+  }
 }
 
 void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
   uint64_t cap = index_->capacity();
-  uint64_t max_probe = std::min(pool_->superblock()->max_probe.load(std::memory_order_relaxed), cap - 1);
+  uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
   uint64_t home = index_->HomeSlot(hash);
   for (uint64_t i = 0; i <= max_probe; ++i) {
     uint64_t slot = (home + i) & (cap - 1);
@@ -124,12 +183,29 @@ void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>
     if (st == EntryState::kEmpty) break;
     if (st != EntryState::kWriting && st != EntryState::kComplete) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
-    if (KeyOf(slot) == key) out->push_back(slot);
+    if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);
   }
+}
+
+bool Master::PoolLost() {
+  if (pool_lost_) return true;
+  if (pool_->CheckSize() && !pool_->failed()) return false;
+  pool_lost_ = true;
+  stats_.pool_lost = true;
+  MCXL_LOG(kError, "master", "pool device shrank from %llu to %llu bytes: the master stops serving %s%s",
+           (unsigned long long)pool_->size(), (unsigned long long)pool_->DeviceSize(), pool_->path().c_str(),
+           config_.exit_on_pool_loss ? " and exits" : "; every request is refused");
+  if (config_.exit_on_pool_loss) {
+    fflush(stdout);
+    fflush(stderr);
+    _exit(kPoolLostExitCode);
+  }
+  return true;
 }
 
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pool_lost_) return StatusReply(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   std::string reply = Dispatch(type, payload, conn_slot);
   CountOp(type, reply);
   return reply;
@@ -145,12 +221,12 @@ void Master::CountOp(uint16_t type, const std::string& reply) {
 
 void Master::ServeRing(uint32_t slot) {
   std::lock_guard<std::mutex> lock(mu_);
-  if (slot >= clients_.size() || !clients_[slot].attached) return;
+  if (pool_lost_ || slot >= clients_.size() || !clients_[slot].attached) return;
   // Only the current attachment's requests are served (see shm_ring.h): a
   // reclaimed client that resumed may still push one into its old rings.
   const uint64_t gen = clients_[slot].generation;
   bool stale_logged = false;
-  uint32_t ring_bytes = pool_->superblock()->ring_bytes;
+  uint32_t ring_bytes = pool_->geometry().ring_bytes;
   ShmRing requests(pool_->ring(slot, 0), ring_bytes), replies(pool_->ring(slot, 1), ring_bytes);
   std::string frame;
   for (int served = 0; served < 64; ++served) {  // bounded: other clients wait
@@ -232,11 +308,22 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
 
 uint64_t Master::Tick() {
   std::lock_guard<std::mutex> lock(mu_);
+  uint64_t now = MonoNs();
+  if (pool_lost_) return 100;
+  if (now - last_size_check_mono_ > kClientCheckIntervalNs || pool_->failed()) {
+    last_size_check_mono_ = now;
+    if (PoolLost()) return 100;  // before touching the pool again
+  }
   Superblock* sb = pool_->superblock();
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);  // a hint only
   PublishRange(&sb->master_heartbeat_ns, sizeof(uint64_t));
+  if (!quarantine_.empty()) ReclaimCorrupt();
+  if (index_->RestoreMaxProbe()) {
+    ++corrupt_entries_;
+    MCXL_LOG(kError, "master", "the superblock's max_probe was overwritten; restored to %llu",
+             (unsigned long long)index_->max_probe());
+  }
   if (!pending_.empty() || !deferred_.empty()) CheckPending();
-  uint64_t now = MonoNs();
   if (!pinned_.empty() && now - last_pin_scan_mono_ > 5 * 1000000ull) {
     last_pin_scan_mono_ = now;
     ReleaseUnpinned();
@@ -251,6 +338,7 @@ uint64_t Master::Tick() {
 MasterStats Master::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   MasterStats s = stats_;
+  s.corrupt_entries = corrupt_entries_;
   s.pending_puts = pending_.size();
   s.allocated_bytes = alloc_->used_bytes();
   s.attached_clients = 0;

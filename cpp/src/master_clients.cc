@@ -152,6 +152,8 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (PoolLost()) {  // checked at each attach as well as in Tick
+    reply.status = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   } else if (!TokensEqual(req.token, token_)) {
     LogRefusal("Attach of '%.64s' (claimed pid %llu) without the pool's token", req.local_hostname.c_str(),
                (unsigned long long)req.pid);
@@ -211,8 +213,8 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       reply.slot_generation = c.generation;
       reply.incarnation = sb->master_incarnation.load(std::memory_order_relaxed);
       reply.pool_path = pool_->path();
-      reply.pool_size = sb->pool_size;
-      memcpy(reply.uuid, sb->uuid, 16);
+      reply.pool_size = pool_->geometry().pool_size;  // the verified copies, not the shared words
+      memcpy(reply.uuid, pool_->geometry().uuid, 16);
       reply.lease_ttl_ms = config_.default_kv_lease_ttl_ms;
     }
   }
@@ -265,7 +267,7 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // Its pins die with it (DESIGN.md §2): clear the table for the next owner.
-  uint32_t per = pool_->superblock()->pins_per_client;
+  uint32_t per = pool_->geometry().pins_per_client;
   PinRecord* t = pool_->pin_table(slot);
   for (uint32_t i = 0; i < per; ++i) t[i].entry_plus1.store(0, std::memory_order_relaxed);
   cs->pins_in_use.store(0, std::memory_order_relaxed);

@@ -61,8 +61,9 @@ uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
 }
 
 bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
-  const ObjectHeader& h = HeaderOf(slot);
-  return h.soft_pin_ttl_ms != 0 && h.put_time_ns + h.soft_pin_ttl_ms * 1000000ull > now;
+  // Values only (a client that rewrote them changes a decision, not a bound).
+  const ObjectHeader* h = HeaderOf(slot);
+  return h != nullptr && h->soft_pin_ttl_ms != 0 && h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull > now;
 }
 
 Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
@@ -74,14 +75,17 @@ Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& 
   return Protection::kNone;
 }
 
-void Master::AddToGroup(uint64_t slot) {
-  uint64_t g = HeaderOf(slot).group_hash;
-  if (g != 0) groups_[g].push_back(slot);
+void Master::AddToGroup(uint64_t slot, uint64_t g) {
+  if (g == 0) return;
+  groups_[g].push_back(slot);
+  group_of_[slot] = g;
 }
 
 void Master::RemoveFromGroup(uint64_t slot) {
-  uint64_t g = HeaderOf(slot).group_hash;
-  if (g == 0) return;
+  auto gi = group_of_.find(slot);
+  if (gi == group_of_.end()) return;
+  uint64_t g = gi->second;
+  group_of_.erase(gi);
   auto it = groups_.find(g);
   if (it == groups_.end()) return;
   auto& v = it->second;
@@ -91,18 +95,20 @@ void Master::RemoveFromGroup(uint64_t slot) {
 
 uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
   std::vector<uint64_t> members{slot};
-  uint64_t g = HeaderOf(slot).group_hash;
-  if (g != 0) {
-    auto it = groups_.find(g);
+  auto gi = group_of_.find(slot);
+  if (gi != group_of_.end()) {
+    auto it = groups_.find(gi->second);
     if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
   }
   for (uint64_t m : members) {
+    if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
     Protection p = Protected(m, now, pins);
     if (p == Protection::kTransient) round_blocked_transiently_ = true;
     if (p != Protection::kNone) return 0;  // the whole group stays
   }
   for (uint64_t m : members) {
-    *bytes += HeaderOf(m).extent_size;
+    Extent ext;  // the size our allocator handed out, not the header's claim
+    if (alloc_->Lookup(entry_meta_[m].extent, &ext)) *bytes += ext.size;
     Unlink(m, true, 0);
   }
   return members.size();
@@ -115,7 +121,7 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   PinSet pins;
   {
-    uint32_t per = pool_->superblock()->pins_per_client;
+    uint32_t per = pool_->geometry().pins_per_client;
     for (uint32_t c = 0; c < clients_.size(); ++c) {
       if (!clients_[c].attached) continue;
       ClientSlot* cs = pool_->client_slot(c);
@@ -149,6 +155,7 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
         uint64_t slot = (start + scanned) & (cap - 1);
         if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
           continue;
+        if (!CheckedLive(slot)) continue;  // corrupt: Tick reclaims it
         ++complete;
         if (SoftPinActive(slot, now) != soft_pass) continue;
         Protection p = Protected(slot, now, pins);

@@ -84,14 +84,19 @@ Master::ReadCountsResult Master::ReadCounts() const {
 
 std::string Master::MetricsText() {
   std::lock_guard<std::mutex> lock(mu_);
-  CheckPending();  // count puts completed since the last Tick
   PromWriter w;
+  if (pool_lost_) {  // the pool is not to be touched again
+    w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
+    return std::move(w.text());
+  }
+  CheckPending();  // count puts completed since the last Tick
   uint64_t now = NowNs();
   auto [hits, misses, clients] = ReadCounts();
   uint64_t leased = 0, hard = 0, soft = 0;
   for (uint64_t s = 0; s < index_->capacity(); ++s) {
     const IndexEntry& e = index_->entry(s);
     if (StateOf(e.state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete) continue;
+    if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
     if (index_->LeaseUntil(s) > now) ++leased;
     if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
     if (SoftPinActive(s, now)) ++soft;
@@ -125,6 +130,8 @@ std::string Master::MetricsText() {
            stats_.refused_requests);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
+  w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
+           "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
     std::string req = std::string("master_") + kOpNames[t] + "_requests_total";
     std::string fail = std::string("master_") + kOpNames[t] + "_failures_total";
@@ -136,6 +143,7 @@ std::string Master::MetricsText() {
 
 std::string Master::SummaryLine() {
   std::lock_guard<std::mutex> lock(mu_);
+  if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
   CheckPending();  // count puts completed since the last Tick
   auto [hits, misses, clients] = ReadCounts();
   char buf[512];
@@ -153,6 +161,8 @@ std::string Master::SummaryLine() {
 std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint64_t> live;
+  if (pool_lost_)
+    return {503, "{\"success\":false,\"error_code\":-1010,\"error_message\":\"UNAVAILABLE_IN_CURRENT_STATUS\"}"};
   if (!key.empty() && key.size() <= kMaxKeyLength) FindLive(key, KeyHash(key), &live);
   for (uint64_t s : live) {
     const IndexEntry& e = index_->entry(s);
@@ -177,8 +187,10 @@ std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
 std::string Master::AllKeys() const {
   std::lock_guard<std::mutex> lock(mu_);
   std::string out;
+  if (pool_lost_) return out;
   for (uint64_t s = 0; s < index_->capacity(); ++s) {
     if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
     if (!out.empty()) out += '\n';
     out += KeyOf(s);
   }

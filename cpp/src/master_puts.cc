@@ -96,8 +96,8 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  entry_meta_[*slot] = EntryMeta{ext->handle, false};
-  AddToGroup(*slot);
+  entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
+  AddToGroup(*slot, f.group_hash);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
   item.entry_slot = *slot;
@@ -148,7 +148,7 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   uint64_t newest_gen = 0, newest = UINT64_MAX;
   bool pending_upsert = false;
   for (size_t i = 0; i < live.size(); ++i) {
-    // Acquire: pairs with the client's COMPLETE CAS.
+    // Acquire: pairs with the client's COMPLETE CAS. (FindLive checked them.)
     states[i] = index_->entry(live[i]).state_gen.load(std::memory_order_acquire);
     if (StateOf(states[i]) == EntryState::kWriting) pending_upsert = true;
     else if (GenOf(states[i]) > newest_gen) newest_gen = GenOf(states[i]), newest = live[i];

@@ -38,42 +38,48 @@ void Master::Recover() {
     // Pins of the previous incarnation's clients are void: they re-attach
     // with empty tables.
     PinRecord* t = pool_->pin_table(i);
-    for (uint32_t r = 0; r < pool_->superblock()->pins_per_client; ++r)
+    uint32_t per = pool_->geometry().pins_per_client;
+    for (uint32_t r = 0; r < per; ++r)
       t[r].entry_plus1.store(0, std::memory_order_relaxed);
     cs->pins_in_use.store(0, std::memory_order_relaxed);
     cs->pin_high_water.store(0, std::memory_order_relaxed);
-    PublishRange(t, pool_->superblock()->pins_per_client * sizeof(PinRecord));
+    PublishRange(t, per * sizeof(PinRecord));
     PublishRange(&cs->heartbeat_ns, kCacheLine);
   }
   PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
 
+  // What the checked header copy said (never re-read from the pool).
   struct Found {
-    uint64_t slot, offset, extent, generation;
+    uint64_t slot, offset, extent, generation, group;
+    uint32_t key_len;
   };
-  std::vector<Found> complete;
-  std::vector<uint64_t> unfinished;
+  std::vector<Found> complete, unfinished;
+  // Generations grow by one per put: one this large was written by someone else.
+  constexpr uint64_t kMaxSaneGeneration = 1ull << 55;
   uint64_t capacity = index_->capacity();
   for (uint64_t slot = 0; slot < capacity; ++slot) {
     IndexEntry& e = index_->entry(slot);
     index_->RepairVersion(slot);
     uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-    next_generation_ = std::max(next_generation_, GenOf(sg) + 1);
+    bool sane_gen = GenOf(sg) < kMaxSaneGeneration;
+    if (sane_gen) next_generation_ = std::max(next_generation_, GenOf(sg) + 1);
     EntryState st = StateOf(sg);
     if (st == EntryState::kEmpty || st == EntryState::kTombstone) continue;
     uint64_t off = e.object_offset.load(std::memory_order_relaxed);
-    const ObjectHeader* h = CheckedObjectHeader(*pool_, off);
-    bool ok = h != nullptr && h->key_hash == e.key_hash.load(std::memory_order_relaxed) &&
-              h->value_size == e.value_size.load(std::memory_order_relaxed) &&
-              h->generation == GenOf(sg);
+    ObjectHeader h;
+    bool ok = sane_gen && CheckedObjectHeader(*pool_, off, &h) &&
+              h.key_hash == e.key_hash.load(std::memory_order_relaxed) &&
+              h.value_size == e.value_size.load(std::memory_order_relaxed) && h.generation == GenOf(sg);
     // A live client of the previous incarnation may publish an unfinished
     // put this very moment: revoke with the same CAS it uses, so exactly one
     // of us wins, and keep the put if it won.
     if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
       st = StateOf(e.state_gen.load(std::memory_order_acquire));
+    Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_len};
     if (st == EntryState::kComplete && ok) {
-      complete.push_back({slot, off, h->extent_size, GenOf(sg)});
+      complete.push_back(f);
     } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
-      unfinished.push_back(slot);
+      unfinished.push_back(f);
     } else {
       MCXL_LOG(kWarn, "master", "recovery: entry %llu (state %d) has no valid object header; dropped",
                (unsigned long long)slot, int(st));
@@ -83,6 +89,7 @@ void Master::Recover() {
   }
   // Reserve in address order (the allocator's fast path for recovery).
   auto by_offset = [](const Found& a, const Found& b) { return a.offset < b.offset; };
+  uint64_t max_probe = 0;  // recomputed from what is kept: the shared word may have been overwritten
   std::sort(complete.begin(), complete.end(), by_offset);
   std::unordered_map<uint64_t, std::vector<uint64_t>> by_hash;
   for (const Found& f : complete) {
@@ -94,12 +101,15 @@ void Master::Recover() {
       ++stats_.dropped_on_recovery;
       continue;
     }
-    entry_meta_[f.slot] = EntryMeta{ext->handle, false};
-    AddToGroup(f.slot);
+    entry_meta_[f.slot] = EntryMeta{ext->handle, f.key_len, true, false, false};
+    AddToGroup(f.slot, f.group);
     ++live_entries_;
+    max_probe = std::max(max_probe, (f.slot - index_->HomeSlot(index_->entry(f.slot).key_hash.load(
+                                                  std::memory_order_relaxed))) & (capacity - 1));
     CountComplete(f.slot);
     by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
   }
+  index_->SetMaxProbe(max_probe);
   // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
   // the newest.
   for (auto& [hash, slots] : by_hash) {
@@ -118,15 +128,12 @@ void Master::Recover() {
   // old incarnation might still write) and released once its local process
   // is gone, or after the release timeout for a remote owner.
   uint64_t release_at = MonoNs() + config_.put_start_release_timeout_sec * kNsPerSec;
-  std::vector<std::pair<uint64_t, uint64_t>> unfinished_ext;
-  for (uint64_t slot : unfinished) {
-    IndexEntry& e = index_->entry(slot);
-    const ObjectHeader* h = pool_->At<const ObjectHeader>(e.object_offset.load(std::memory_order_relaxed));
-    unfinished_ext.emplace_back(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
+  for (const Found& f : unfinished) {
+    IndexEntry& e = index_->entry(f.slot);
     uint32_t owner = e.owner_slot.load(std::memory_order_relaxed);
     bool dead = owner < old_pid.size() && old_pid[owner] != 0 && LocalPidDead(old_pid[owner]);
-    auto ext = alloc_->Reserve(e.object_offset.load(std::memory_order_relaxed), h->extent_size);
-    index_->Tombstone(slot);
+    auto ext = alloc_->Reserve(f.offset, f.extent);
+    index_->Tombstone(f.slot);
     ++stats_.revoked_puts;
     if (!ext) continue;  // overlapped a kept object: it was never ours to free
     if (dead) (void)alloc_->Free(ext->handle);

@@ -26,7 +26,7 @@ bool Master::IsPinned(uint64_t entry_slot, uint64_t generation) const {
   // after it form a Dekker pair with the client's pin store, fence, version
   // re-check: either we see its pin or it sees our version change.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  uint32_t per = pool_->superblock()->pins_per_client;
+  uint32_t per = pool_->geometry().pins_per_client;  // ours: a shared word could stretch the scan
   for (uint32_t c = 0; c < clients_.size(); ++c) {
     if (!clients_[c].attached) continue;
     ClientSlot* cs = pool_->client_slot(c);
@@ -60,6 +60,7 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   EntryMeta& meta = entry_meta_[entry_slot];
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
+  meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
   if (free_now && IsPinned(entry_slot, gen)) {
     pinned_.push_back({meta.extent, entry_slot, gen});
   } else if (free_now) {
@@ -157,6 +158,7 @@ std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
     const IndexEntry& e = index_->entry(s);
     uint64_t sg = e.state_gen.load(std::memory_order_acquire);
     if (StateOf(sg) != EntryState::kComplete) continue;
+    if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
     if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) continue;
     if (!all) {
       std::string_view k = KeyOf(s);

@@ -7,11 +7,10 @@
 
 namespace mcxl {
 namespace {
-uint32_t HeaderChecksum(const ObjectHeader* h) {
-  // Over every byte before the checksum field, and the key.
-  std::string_view fixed(reinterpret_cast<const char*>(h), offsetof(ObjectHeader, header_checksum));
-  std::string_view key(reinterpret_cast<const char*>(h + 1), h->key_len);
-  return uint32_t(KeyHash(fixed) ^ (KeyHash(key) >> 17));
+// Over every byte before the checksum field of `fixed`, and the key.
+uint32_t HeaderChecksum(const ObjectHeader* fixed, const char* key, uint32_t key_len) {
+  std::string_view f(reinterpret_cast<const char*>(fixed), offsetof(ObjectHeader, header_checksum));
+  return uint32_t(KeyHash(f) ^ (KeyHash(std::string_view(key, key_len)) >> 17));
 }
 }  // namespace
 
@@ -30,22 +29,29 @@ void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFiel
   h->flags = f.flags;
   h->reserved = 0;
   memcpy(reinterpret_cast<char*>(h + 1), key.data(), key.size());
-  h->header_checksum = HeaderChecksum(h);
+  h->header_checksum = HeaderChecksum(h, key.data(), uint32_t(key.size()));
   PublishRange(h, sizeof(ObjectHeader) + key.size());
 }
 
-const ObjectHeader* CheckedObjectHeader(const Pool& pool, uint64_t offset) {
-  if (offset % kCacheLine != 0 || !pool.InDataRegion(offset, sizeof(ObjectHeader))) return nullptr;
+bool HeaderInBounds(const Pool& pool, uint64_t offset, uint64_t key_len) {
+  return offset % kCacheLine == 0 && key_len <= kMaxKeyLength &&
+         pool.InDataRegion(offset, ObjectHeaderBytes(key_len));
+}
+
+bool CheckedObjectHeader(const Pool& pool, uint64_t offset, ObjectHeader* out) {
+  if (!HeaderInBounds(pool, offset, 0)) return false;
   const auto* h = pool.At<const ObjectHeader>(offset);
   ObserveRange(h, sizeof(ObjectHeader));
-  if (h->magic != kObjectMagic || h->key_len == 0 || h->key_len > kMaxKeyLength) return nullptr;
-  if (!pool.InDataRegion(offset, ObjectHeaderBytes(h->key_len))) return nullptr;
-  if (h->extent_size < ExtentBytes(h->key_len, h->value_size) || h->value_size == 0 ||
-      !pool.InDataRegion(offset, h->extent_size))
-    return nullptr;
-  ObserveRange(h + 1, h->key_len);
-  if (HeaderChecksum(h) != h->header_checksum) return nullptr;
-  return h;
+  memcpy(out, h, sizeof(ObjectHeader));  // one read; only the copy is checked and used
+  const ObjectHeader& c = *out;
+  uint64_t data_size = pool.geometry().data_size;
+  if (c.magic != kObjectMagic || c.key_len == 0 || !HeaderInBounds(pool, offset, c.key_len)) return false;
+  // value_size first: ExtentBytes must not wrap.
+  if (c.value_size == 0 || c.value_size > data_size || c.extent_size < ExtentBytes(c.key_len, c.value_size) ||
+      !pool.InDataRegion(offset, c.extent_size))
+    return false;
+  ObserveRange(h + 1, c.key_len);
+  return HeaderChecksum(&c, reinterpret_cast<const char*>(h + 1), c.key_len) == c.header_checksum;
 }
 
 }  // namespace mcxl

@@ -2,8 +2,12 @@
 
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/object_header.h"
 #include "mooncake_cxl/publish.h"
 
 namespace mcxl {
@@ -15,8 +19,11 @@ constexpr int kLookupRetries = 64;
 ObjectIndex::ObjectIndex(const Pool* pool)
     : pool_(pool),
       entries_(pool->index()),
-      capacity_(pool->superblock()->index_capacity),
-      sb_(pool->superblock()) {}
+      capacity_(pool->geometry().index_capacity),
+      sb_(pool->superblock()) {
+  // Relaxed: the master's start value (Recover sets the real one).
+  max_probe_ = std::min<uint64_t>(sb_->max_probe.load(std::memory_order_relaxed), capacity_ - 1);
+}
 
 bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
   IndexEntry& e = entries_[slot];
@@ -60,7 +67,7 @@ bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
 }
 
 bool ObjectIndex::KeyMatches(const EntrySnapshot& s, std::string_view key) const {
-  if (!pool_->InDataRegion(s.object_offset, ObjectHeaderBytes(key.size()))) return false;
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return false;
   const auto* h = pool_->At<const ObjectHeader>(s.object_offset);
   ObserveRange(h, sizeof(ObjectHeader) + key.size());
   // The header may be rewritten under us; every field is checked, and the
@@ -76,7 +83,7 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
     bool last = attempt == kLookupRetries;
     // Acquire: pairs with the master's release when it raises max_probe, so
     // an entry inserted further away is reached.
-    uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);
+    uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);  // clamped: shared word
     if (max_probe >= capacity_) max_probe = capacity_ - 1;
     bool found = false, retry = false;
     EntrySnapshot best, s;
@@ -91,6 +98,20 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       if (s.state() == EntryState::kEmpty) break;
       if (s.state() != EntryState::kComplete || s.key_hash != hash) continue;
       if (!KeyMatches(s, key)) continue;
+      if (ValuePtr(s, key) == nullptr) {
+        // A consistent snapshot of an entry only the master writes cannot
+        // point outside the data region: someone wrote into the pool.
+        if (StillValid(s)) {
+          corrupt_seen_.fetch_add(1, std::memory_order_relaxed);
+          uint64_t now = MonoNs(), last = corrupt_last_log_ns_.load(std::memory_order_relaxed);
+          if (now - last > 1000000000ull &&
+              corrupt_last_log_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+            MCXL_LOG(kError, "index", "entry %llu of key '%.*s' is corrupt (value of %llu bytes at offset %llu "
+                     "is outside the data region); skipped", (unsigned long long)slot, int(key.size()),
+                     key.data(), (unsigned long long)s.value_size, (unsigned long long)s.object_offset);
+        }
+        continue;
+      }
       if (!StillValid(s)) {
         retry = true;
         break;
@@ -110,6 +131,8 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
 }
 
 const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
+  // The header is checked first: ValueOffset cannot wrap once it is in bounds.
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
   uint64_t off = ValueOffset(s.object_offset, key.size());
   if (!pool_->InDataRegion(off, s.value_size)) return nullptr;
   return pool_->base() + off;
@@ -186,7 +209,8 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
     e.put_time_ns.store(a.put_time_ns, std::memory_order_relaxed);
     e.state_gen.store(PackStateGen(a.generation, EntryState::kWriting), std::memory_order_relaxed);
     EndWrite(e);
-    if (i > sb_->max_probe.load(std::memory_order_relaxed)) {
+    if (i > max_probe_) {
+      max_probe_ = i;
       // Release: readers that load the larger bound also see the entry.
       sb_->max_probe.store(i, std::memory_order_release);
       PublishRange(&sb_->max_probe, sizeof(uint64_t));
@@ -223,6 +247,21 @@ void ObjectIndex::SetFlags(uint64_t slot, uint32_t flags) {
   BeginWrite(e);
   e.flags.store(flags, std::memory_order_relaxed);
   EndWrite(e);
+}
+
+void ObjectIndex::SetMaxProbe(uint64_t v) {
+  max_probe_ = std::min(v, capacity_ - 1);
+  // Release: as in Insert.
+  sb_->max_probe.store(max_probe_, std::memory_order_release);
+  PublishRange(&sb_->max_probe, sizeof(uint64_t));
+}
+
+bool ObjectIndex::RestoreMaxProbe() {
+  ObserveRange(&sb_->max_probe, sizeof(uint64_t));
+  // Relaxed: only the master writes it legitimately; compared with our copy.
+  if (sb_->max_probe.load(std::memory_order_relaxed) == max_probe_) return false;
+  SetMaxProbe(max_probe_);
+  return true;
 }
 
 void ObjectIndex::RepairVersion(uint64_t slot) {

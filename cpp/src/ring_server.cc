@@ -33,7 +33,8 @@ void RingServer::Stop() {
 
 bool RingServer::ServeAll() {
   const Pool& pool = master_->pool();
-  uint32_t ring_bytes = pool.superblock()->ring_bytes;
+  if (pool.failed()) return false;  // the device shrank: its rings are not to be touched
+  uint32_t ring_bytes = pool.geometry().ring_bytes;
   bool any = false;
   for (uint32_t slot = 0; slot < master_->client_slot_count(); ++slot) {
     if (!master_->SlotAttached(slot)) continue;

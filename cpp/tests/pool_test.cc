@@ -1,18 +1,27 @@
 // Pool: opening (create, missing path, short file, size below the minimum),
 // Format + Verify (UUID, magic, layout version, size mismatch), the region
 // table's order and alignment, two mappings of one file, and the default
-// index capacity. Pools are files in a temp dir under /dev/shm.
+// index capacity; every superblock field corrupted one at a time (Verify and
+// Master::Create refuse, naming the field; no overflow passes); the device
+// shrinking under a mapping (CheckSize, the SIGBUS handler's remap).
+// Pools are files in a temp dir under /dev/shm.
 #include "mooncake_cxl/pool.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <bit>
+#include <cstddef>
 #include <cstring>
 #include <filesystem>
 #include <string>
+#include <vector>
+
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
 
 namespace mcxl {
 namespace {
@@ -206,6 +215,204 @@ TEST_F(PoolTest, TwoMappingsShareOneFile) {
   EXPECT_TRUE((*b)->Verify(a->superblock()->uuid).ok());
   a->index()[5].key_hash.store(1234);
   EXPECT_EQ((*b)->index()[5].key_hash.load(), 1234u);
+}
+
+// One superblock field set to `value` (a `width`-byte store, as a hostile
+// client could make), and the field name the refusal must mention.
+struct FieldCase {
+  const char* what;
+  size_t offset, width;
+  uint64_t value;  // absolute, or relative to the pool: see Resolve
+  const char* names;
+};
+
+uint64_t Read(const char* base, size_t off, size_t width) {
+  uint64_t v = 0;
+  memcpy(&v, base + off, width);
+  return v;
+}
+
+std::vector<FieldCase> FieldCases(const Superblock& sb) {
+  auto at = [](size_t off) { return off; };
+  // offsetof on a struct with atomics: fine on every ABI we build for.
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Winvalid-offsetof"
+  std::vector<FieldCase> c = {
+      {"pool_size above the mapping", at(offsetof(Superblock, pool_size)), 8, sb.pool_size + 4096, "pool_size"},
+      {"pool_size below the minimum", at(offsetof(Superblock, pool_size)), 8, 4096, "pool_size"},
+      {"coherence_mode unknown", at(offsetof(Superblock, coherence_mode)), 4, 7, "coherence_mode"},
+      {"client_slot_size wrong", at(offsetof(Superblock, client_slot_size)), 4, 64, "client_slot_size"},
+      {"client_slot_count 0", at(offsetof(Superblock, client_slot_count)), 4, 0, "client_slot_count"},
+      {"client_slot_count 2^32-1", at(offsetof(Superblock, client_slot_count)), 4, 0xffffffffu, "client_slot_count"},
+      {"pins_per_client 0", at(offsetof(Superblock, pins_per_client)), 4, 0, "pins_per_client"},
+      {"pins_per_client 2^31", at(offsetof(Superblock, pins_per_client)), 4, 1u << 31, "pins_per_client"},
+      {"ring_bytes tiny", at(offsetof(Superblock, ring_bytes)), 4, 100, "ring_bytes"},
+      {"ring_bytes 2^31", at(offsetof(Superblock, ring_bytes)), 4, 1u << 31, "ring_bytes"},
+      {"ring_region_size off by 64", at(offsetof(Superblock, ring_region_size)), 8, sb.ring_region_size + 64,
+       "ring_region_size"},
+      {"index_capacity 2^58", at(offsetof(Superblock, index_capacity)), 8, 1ull << 58, "index_capacity"},
+      {"index_capacity 2^63", at(offsetof(Superblock, index_capacity)), 8, 1ull << 63, "index_capacity"},
+      {"index_capacity not a power of two", at(offsetof(Superblock, index_capacity)), 8, sb.index_capacity - 1,
+       "index_capacity"},
+      {"index_capacity doubled", at(offsetof(Superblock, index_capacity)), 8, sb.index_capacity * 2,
+       "index_capacity"},
+      {"index_capacity 0", at(offsetof(Superblock, index_capacity)), 8, 0, "index_capacity"},
+      {"data_size 2^64 - data_offset", at(offsetof(Superblock, data_size)), 8, 0 - sb.data_offset, "data_size"},
+      {"data_size one line too many", at(offsetof(Superblock, data_size)), 8, sb.data_size + 64 * 64, "data_size"},
+      {"data_size 0", at(offsetof(Superblock, data_size)), 8, 0, "data_size"},
+      {"data_offset unaligned", at(offsetof(Superblock, data_offset)), 8, sb.data_offset + 1, "data_offset"},
+      {"data_offset inside the index", at(offsetof(Superblock, data_offset)), 8, sb.index_offset, "data_offset"},
+      {"data_offset 2^64-64", at(offsetof(Superblock, data_offset)), 8, 0 - 64ull, "data_offset"},
+      {"index_offset 2^64-64", at(offsetof(Superblock, index_offset)), 8, 0 - 64ull, "index_offset"},
+      {"index_offset inside the rings", at(offsetof(Superblock, index_offset)), 8, sb.ring_region_offset,
+       "index_offset"},
+      {"ring_region_offset 0", at(offsetof(Superblock, ring_region_offset)), 8, 0, "ring_region_offset"},
+      {"pin_table_offset 2^64-4096", at(offsetof(Superblock, pin_table_offset)), 8, 0 - 4096ull,
+       "pin_table_offset"},
+      {"client_table_offset inside the superblock", at(offsetof(Superblock, client_table_offset)), 8, 64,
+       "client_table_offset"},
+      {"layout_version", at(offsetof(Superblock, layout_version)), 4, kLayoutVersion + 1, "layout version"},
+  };
+#pragma GCC diagnostic pop
+  return c;
+}
+
+TEST_F(PoolTest, EveryCorruptSuperblockFieldIsRefusedByName) {
+  auto pool = OpenFormatted(Path("a"), 8 * kMiB);
+  ASSERT_TRUE(pool);
+  char* base = pool->base();
+  for (const FieldCase& c : FieldCases(*pool->superblock())) {
+    uint64_t saved = Read(base, c.offset, c.width);
+    memcpy(base + c.offset, &c.value, c.width);
+    // A fresh mapping, as a client attaching (or a master starting) has.
+    auto other = Pool::Open(Path("a"), 0, false);
+    ASSERT_TRUE(other.ok()) << c.what;
+    testing::internal::CaptureStderr();
+    Status s = (*other)->Verify(nullptr);
+    std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(s.error(), ErrorCode::INVALID_PARAMS) << c.what;
+    EXPECT_NE(log.find(c.names), std::string::npos) << c.what << ": " << log;
+    // The mapping that verified first does not adopt a changed table either.
+    EXPECT_EQ(pool->Verify(nullptr).error(), ErrorCode::INVALID_PARAMS) << c.what;
+    memcpy(base + c.offset, &saved, c.width);
+    EXPECT_TRUE(pool->Verify(nullptr).ok()) << c.what;
+  }
+}
+
+TEST_F(PoolTest, MasterRefusesToStartOnACorruptSuperblockNamingTheField) {
+  SetLogLevel(LogLevel::kError);
+  MasterConfig cfg;
+  cfg.cxl_path = Path("m");
+  cfg.cxl_size = 16 * kMiB;
+  cfg.format = true;
+  {
+    auto m = Master::Create(cfg);
+    ASSERT_TRUE(m.ok());
+  }
+  cfg.format = false;
+  auto pool = Pool::Open(Path("m"), 0, false);
+  ASSERT_TRUE(pool.ok());
+  ASSERT_TRUE((*pool)->Verify(nullptr).ok());
+  char* base = (*pool)->base();
+  for (const FieldCase& c : FieldCases(*(*pool)->superblock())) {
+    uint64_t saved = Read(base, c.offset, c.width);
+    memcpy(base + c.offset, &c.value, c.width);
+    testing::internal::CaptureStderr();
+    auto m = Master::Create(cfg);  // used to abort in vector::reserve for index_capacity 2^58
+    std::string log = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(m.error(), ErrorCode::INVALID_PARAMS) << c.what;
+    EXPECT_NE(log.find(c.names), std::string::npos) << c.what << ": " << log;
+    memcpy(base + c.offset, &saved, c.width);
+  }
+  EXPECT_TRUE(Master::Create(cfg).ok());  // restored: it starts (and recovers) again
+}
+
+TEST_F(PoolTest, FormatRefusesOptionsThatWouldOverflow) {
+  auto r = Pool::Open(Path("a"), 8 * kMiB, true);
+  ASSERT_TRUE(r.ok());
+  FormatOptions fo;
+  fo.index_capacity = (1ull << 63) + 1;  // NextPow2 would never end
+  EXPECT_EQ((*r)->Format(fo).error(), ErrorCode::INVALID_PARAMS);
+  fo = FormatOptions{};
+  fo.client_slots = 0;
+  EXPECT_EQ((*r)->Format(fo).error(), ErrorCode::INVALID_PARAMS);
+  fo = FormatOptions{};
+  fo.ring_bytes_per_client = 1ull << 40;
+  EXPECT_EQ((*r)->Format(fo).error(), ErrorCode::INVALID_PARAMS);
+  EXPECT_TRUE((*r)->Format(FormatOptions{}).ok());
+}
+
+TEST_F(PoolTest, GeometryIsAPrivateCopy) {
+  auto pool = OpenFormatted(Path("a"), 8 * kMiB);
+  ASSERT_TRUE(pool);
+  Superblock* sb = pool->superblock();
+  IndexEntry* index = pool->index();
+  uint64_t data_offset = sb->data_offset, data_size = sb->data_size;
+  // A client rewrites the region table after we verified it.
+  sb->index_offset = 1ull << 62;
+  sb->data_size = ~uint64_t(0) - sb->data_offset;
+  sb->pins_per_client = 1u << 30;
+  EXPECT_EQ(pool->index(), index);
+  EXPECT_FALSE(pool->InDataRegion(data_offset + data_size, 64));
+  EXPECT_TRUE(pool->InDataRegion(data_offset, data_size));
+  EXPECT_EQ(pool->geometry().pins_per_client, FormatOptions{}.pins_per_client);
+}
+
+TEST_F(PoolTest, ShrunkDeviceFailsThePool) {
+  auto pool = OpenFormatted(Path("a"), 8 * kMiB);
+  ASSERT_TRUE(pool);
+  EXPECT_TRUE(pool->CheckSize());
+  EXPECT_FALSE(pool->failed());
+  ASSERT_EQ(truncate(Path("a").c_str(), 4 * kMiB), 0);
+  testing::internal::CaptureStderr();
+  EXPECT_FALSE(pool->CheckSize());
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(pool->failed());
+  EXPECT_NE(log.find("pool device shrank from 8388608 to 4194304 bytes"), std::string::npos) << log;
+  // Growing it back does not make the pool trustworthy again.
+  ASSERT_EQ(truncate(Path("a").c_str(), 8 * kMiB), 0);
+  EXPECT_FALSE(pool->CheckSize());
+  // A client refuses to map a file smaller than the pool it was told of.
+  ASSERT_EQ(truncate(Path("a").c_str(), 6 * kMiB), 0);
+  EXPECT_EQ(Pool::Open(Path("a"), 8 * kMiB, false).error(), ErrorCode::INVALID_PARAMS);
+}
+
+// In a child process (the handler is process-wide): a SIGBUS past the end of
+// a shrunk file is survived with kRemap, and kills with kPoolLostExitCode and
+// a log line naming the offset with kExit.
+int ChildTouchesShrunkPool(const std::string& path, PoolFaultAction action) {
+  pid_t pid = fork();
+  if (pid == 0) {
+    InstallPoolFaultHandler(action);
+    auto pool = Pool::Open(path, 0, false);
+    if (!pool.ok() || !(*pool)->Verify(nullptr).ok()) _exit(10);
+    if (truncate(path.c_str(), 4 * kMiB) != 0) _exit(11);
+    volatile char* p = (*pool)->base() + 6 * kMiB + 100;
+    char v = *p;  // beyond EOF: SIGBUS
+    *p = 1;
+    if (v != 0 || !(*pool)->failed()) _exit(12);
+    volatile char* low = (*pool)->base() + 4096;  // below the fault: still the file
+    (void)*low;
+    _exit(0);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+TEST_F(PoolTest, SigbusInTheMappingIsHandled) {
+  { ASSERT_TRUE(OpenFormatted(Path("a"), 8 * kMiB)); }
+  EXPECT_EQ(ChildTouchesShrunkPool(Path("a"), PoolFaultAction::kRemap), 0);
+  ASSERT_EQ(truncate(Path("a").c_str(), 0), 0);
+  { ASSERT_TRUE(OpenFormatted(Path("a"), 8 * kMiB)); }
+  std::string log_path = Path("child.log");
+  testing::internal::CaptureStderr();
+  int code = ChildTouchesShrunkPool(Path("a"), PoolFaultAction::kExit);
+  std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(code, kPoolLostExitCode);
+  EXPECT_NE(log.find("SIGBUS at offset 6291556 of pool"), std::string::npos) << log;
+  EXPECT_NE(log.find("pool device shrank from 8388608 to 4194304 bytes; the master exits"), std::string::npos)
+      << log;
 }
 
 TEST(DefaultIndexCapacityTest, PowerOfTwoAtLeast1024) {

@@ -118,6 +118,10 @@ int main(int argc, char** argv) {
   for (const auto& w : mcxl::ExposureWarnings(cfg.rpc_address, flags.WasSet("rpc_address"), cfg.metrics_host,
                                               flags.WasSet("metrics_host")))
     MCXL_LOG(kWarn, "master", "%s", w.c_str());
+  // A shrunk pool device: Tick logs it and exits with kPoolLostExitCode; a
+  // SIGBUS in the mapping before Tick notices logs the offset and exits so.
+  cfg.exit_on_pool_loss = true;
+  mcxl::InstallPoolFaultHandler(mcxl::PoolFaultAction::kExit);
   auto master = mcxl::Master::Create(cfg);
   if (!master) {
     fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",

@@ -42,6 +42,9 @@ class ExtentAllocator {
   // Marks [offset, offset + size) used, for restart recovery. Fails when any
   // part of it is not free (overlap with a reserved extent) or out of range.
   Result<Extent> Reserve(uint64_t offset, uint64_t size);
+  // The extent `handle` names, when it is allocated (not freed since): the
+  // master's own record of where an object lies, independent of the pool.
+  bool Lookup(uint64_t handle, Extent* out) const;
 
   uint64_t capacity() const { return size_; }
   uint64_t used_bytes() const { return used_; }

@@ -22,6 +22,15 @@
 // COMPLETE entry whose header checks out is kept and its extent reserved;
 // unfinished puts are revoked; client slots are cleared (clients re-attach).
 //
+// The pool is memory every client can write: the master never dereferences
+// an offset or length it reads from an entry or header. Where an object lies
+// (its extent) and how long its key is come from the master's own records
+// (EntryMeta + the allocator); CheckedLive compares the entry and header with
+// them before any use, and an entry that disagrees is corrupt: logged,
+// counted (mooncake_cxl_corrupt_entries_total), skipped, and reclaimed by the
+// next Tick (tombstoned; only the extent the master's own handle names is
+// freed). A shrunk pool device stops the master (see Tick).
+//
 // Atomics in master*.cc follow three rules, so each load and store there
 // needs no comment of its own:
 //  * Entry fields other than state_gen and the lease word, superblock and
@@ -86,6 +95,10 @@ struct MasterConfig {
   // be formatted.
   std::string pool_group;
   bool allow_world_readable_pool = false;
+  // When Tick finds the pool device smaller than the mapping: log and
+  // _exit(kPoolLostExitCode) (the master binary), or, false (in-process
+  // users, tests), refuse every request with UNAVAILABLE_IN_CURRENT_STATUS.
+  bool exit_on_pool_loss = false;
 };
 
 struct MasterStats {
@@ -102,6 +115,8 @@ struct MasterStats {
   uint64_t evicted_keys = 0, evicted_bytes = 0;
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
+  uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
+  bool pool_lost = false;        // the device shrank: nothing is served
 };
 
 class Master {
@@ -129,6 +144,7 @@ class Master {
   }
   uint32_t client_slot_count() const { return uint32_t(clients_.size()); }
   // Periodic work; returns how long the caller may sleep before the next call.
+  // Every kClientCheckIntervalNs it also checks the pool device's size.
   uint64_t Tick();
 
   MasterStats stats() const;
@@ -180,11 +196,25 @@ class Master {
   // ---- dispatch and index lookups (master.cc) ----
   std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
   void CountOp(uint16_t type, const std::string& reply);
-  // Live (WRITING or COMPLETE) entries of `key`, in probe order.
+  // Live (WRITING or COMPLETE) entries of `key`, in probe order; corrupt
+  // ones are left out (see CheckedLive).
   void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
+  // True when the live entry `slot` agrees with the master's records: an
+  // extent the master allocated for it, at the entry's object_offset, a value
+  // that fits it, a header with the magic, key length and hash the master
+  // wrote. Otherwise the entry is quarantined (logged once, counted) for
+  // ReclaimCorrupt and false is returned. Cheap: compares, one header line.
+  bool CheckedLive(uint64_t slot) const;
+  // Tombstones quarantined entries; frees what the master's handle names.
+  void ReclaimCorrupt();
+  // The key / header of a live entry, located by the master's own record
+  // (allocator handle + key length), never by the pool: in bounds whatever
+  // a client wrote (the bytes themselves may have been overwritten). Empty /
+  // nullptr for an entry the master holds no record of.
   std::string_view KeyOf(uint64_t entry_slot) const;
-  // The header the master wrote for a live (or just unlinked) entry: trusted.
-  const ObjectHeader& HeaderOf(uint64_t entry_slot) const;
+  const ObjectHeader* HeaderOf(uint64_t entry_slot) const;
+  // The device shrank (Tick): refuse everything.
+  bool PoolLost();
 
   // ---- recovery (master_recovery.cc) ----
   void Recover();
@@ -251,7 +281,9 @@ class Master {
   // Evicts `slot` and, when it belongs to a group, every member of the group;
   // nothing when any member is protected. Adds to *bytes; returns objects.
   uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
-  void AddToGroup(uint64_t slot);
+  // Group membership is the master's own (group_of_), not re-read from the
+  // header: `group` is the hash the master wrote or recovery checked.
+  void AddToGroup(uint64_t slot, uint64_t group);
   void RemoveFromGroup(uint64_t slot);
   uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
 
@@ -265,16 +297,25 @@ class Master {
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<ObjectIndex> index_;
   std::unique_ptr<ExtentAllocator> alloc_;
-  // Per index slot, for live entries: the allocator handle of its extent, and
-  // whether the master has counted it COMPLETE (settles the race between a
-  // remove and the Tick that notices the completion).
-  // (Group, soft pin and extent size live in the ObjectHeader the master
-  // wrote: read from there, so the master's own memory per object stays small.)
+  // Per index slot, for live entries: the allocator handle of its extent (its
+  // offset and size come from the allocator), the key length, and whether the
+  // master has counted it COMPLETE (settles the race between a remove and the
+  // Tick that notices the completion). 16 bytes per slot.
+  // (Soft pin and put time live in the ObjectHeader the master wrote, read
+  // via HeaderOf: values only, never offsets or lengths.)
   struct EntryMeta {
-    uint64_t extent = 0;  // allocator handle
+    uint64_t extent = 0;  // allocator handle, when `live`
+    uint32_t key_len = 0;
+    bool live = false;         // the master inserted (or recovered) this entry
     bool counted = false;
+    mutable bool quarantined = false;  // found corrupt; ReclaimCorrupt unlinks it
   };
   std::vector<EntryMeta> entry_meta_;
+  mutable std::vector<uint64_t> quarantine_;  // slots found corrupt (by const scans too)
+  mutable uint64_t corrupt_entries_ = 0;
+  bool pool_lost_ = false;
+  uint64_t last_size_check_mono_ = 0;
+  std::unordered_map<uint64_t, uint64_t> group_of_;  // slot -> group hash, grouped slots only
   std::vector<PendingPut> pending_;
   std::vector<DeferredFree> deferred_;
   std::vector<PinnedFree> pinned_;

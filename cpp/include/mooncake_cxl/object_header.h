@@ -1,11 +1,18 @@
 // ObjectHeader helpers: how the master writes the header at the start of an
-// extent and how recovery checks one it did not write in this incarnation.
+// extent, and the checked ways anyone reads one back.
 //
 // Contract: WriteObjectHeader fills header + key and publishes them (the
-// index entry that points here is inserted afterwards). CheckedObjectHeader
-// returns the header at `offset` only when it lies in the data region, has
-// the magic, a key within bounds, an extent that holds header + value, and a
-// matching checksum; otherwise nullptr.
+// index entry that points here is inserted afterwards). A header is in
+// memory every client can write, so nothing in it is used before a check:
+//   * HeaderInBounds: the header and a key of `key_len` bytes at `offset`
+//     lie in the data region (64-aligned). A reader that compares a key it
+//     already knows (its own length, never the header's) needs only this.
+//   * CheckedObjectHeader: a copy of the header, taken once (so a concurrent
+//     store cannot change it between check and use), returned only when it
+//     lies in the data region, has the magic, a key within bounds, a value
+//     and an extent that fit the data region, and a matching checksum.
+//     Recovery uses it; the running master trusts its own records instead
+//     (Master::CheckedLive).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +31,7 @@ struct ObjectHeaderFields {
 
 void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f,
                        std::string_view key);
-const ObjectHeader* CheckedObjectHeader(const Pool& pool, uint64_t offset);
+bool HeaderInBounds(const Pool& pool, uint64_t offset, uint64_t key_len);
+bool CheckedObjectHeader(const Pool& pool, uint64_t offset, ObjectHeader* out);
 
 }  // namespace mcxl

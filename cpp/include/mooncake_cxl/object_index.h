@@ -13,10 +13,19 @@
 // state_gen that names the generation it was given, so it cannot touch an
 // entry the master has since revoked or reused.
 //
+// Any client can write any entry, so a reader dereferences nothing an entry
+// says before a bounds check: the header (with the length of the key it
+// looks for, never the header's) and the value must lie in the data region.
+// An entry whose value does not is corrupt: skipped (a miss), counted in
+// corrupt_seen(), logged (rate-limited). The probe bound, max_probe, is a
+// shared word: readers clamp it to the capacity; the master keeps its own
+// copy and restores the shared one if someone else changed it.
+//
 // Thread safety: reader methods are safe from any thread of any process.
 // Master methods REQUIRE the master's single thread.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <string_view>
 
@@ -62,6 +71,8 @@ class ObjectIndex {
   // Where the value of `s` starts in this process's mapping, or nullptr when
   // the snapshot's geometry is not inside the data region.
   const char* ValuePtr(const EntrySnapshot& s, std::string_view key) const;
+  // Entries FindComplete skipped as corrupt (value outside the data region).
+  uint64_t corrupt_seen() const { return corrupt_seen_.load(std::memory_order_relaxed); }
   uint64_t ValueOffset(uint64_t object_offset, uint64_t key_len) const {
     return object_offset + ObjectHeaderBytes(key_len);
   }
@@ -87,6 +98,12 @@ class ObjectIndex {
   void SetFlags(uint64_t slot, uint32_t flags);
   // Repairs an entry left odd by a master that died mid-write.
   void RepairVersion(uint64_t slot);
+  // The master's own probe bound (recovery sets it from the entries it
+  // kept); RestoreMaxProbe republishes it when the shared word differs and
+  // says whether it had to.
+  void SetMaxProbe(uint64_t v);
+  bool RestoreMaxProbe();
+  uint64_t max_probe() const { return max_probe_; }
   IndexEntry& entry(uint64_t slot) const { return entries_[slot]; }
   const Pool* pool() const { return pool_; }
 
@@ -99,6 +116,10 @@ class ObjectIndex {
   IndexEntry* entries_;
   uint64_t capacity_;
   Superblock* sb_;
+  uint64_t max_probe_ = 0;  // master side only
+  // Relaxed: a statistic.
+  mutable std::atomic<uint64_t> corrupt_seen_{0};
+  mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};
 };
 
 }  // namespace mcxl

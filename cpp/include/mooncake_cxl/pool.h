@@ -4,18 +4,34 @@
 // MAP_SHARED. Its size is `size` when non-zero (the device must be at least
 // that large), else the device's own size (sysfs for device-DAX, st_size for
 // files). Format writes a fresh superblock and zeroes the tables; Verify checks
-// an existing one. Every mismatch is INVALID_PARAMS with a log line naming
-// what differs; nothing is ever re-formatted silently.
+// an existing one, field by field with overflow-safe arithmetic, against the
+// mapped size. Every mismatch is INVALID_PARAMS with a log line naming the
+// field; nothing is ever re-formatted silently.
 // File modes (access control): a pool file Open creates is mode 0600, or
 // 0660 owned by PoolFileOptions::group; Format refuses a pool that others may
 // read or write (S_IROTH/S_IWOTH) unless FormatOptions::allow_world_readable.
 // Format writes a fresh random credential (Superblock::auth_token).
 //
-// Thread safety: a Pool is immutable after Open; accessors are thread-safe.
+// The superblock lives in memory every client can write: Format and Verify
+// copy its region table into the Pool (Geometry), and every accessor below
+// (index(), client_slot(), pin_table(), ring(), InDataRegion) uses that copy,
+// never the shared words, so a later store into the superblock cannot move a
+// region or stretch a bound. Callers check their slot/record indices against
+// geometry() counts.
+//
+// The device can shrink under us (a truncated file, a failed device). The
+// Pool keeps its fd: CheckSize() compares the device's size with the mapping
+// (fstat, or sysfs for device-DAX), and once it is smaller the pool is
+// failed() for good. InstallPoolFaultHandler catches SIGBUS inside any open
+// Pool's mapping (see below).
+//
+// Thread safety: a Pool is immutable after Verify/Format but for the failed
+// flag (atomic); accessors are thread-safe.
 #pragma once
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -44,6 +60,44 @@ struct PoolFileOptions {
 uint64_t DefaultIndexCapacity(uint64_t pool_size);
 
 constexpr uint64_t kMinPoolSize = 4ull << 20;
+// Bounds Verify puts on the superblock's counts (Format never exceeds them).
+constexpr uint32_t kMaxClientSlots = 4096;
+constexpr uint32_t kMaxPinsPerClient = 1u << 20;
+constexpr uint64_t kMaxRingBytes = 1ull << 30;
+
+// The superblock's region table as Format wrote it and Verify checked it: a
+// private copy (see the contract above).
+struct PoolGeometry {
+  uint64_t pool_size = 0;
+  uint64_t client_table_offset = 0;
+  uint32_t client_slot_count = 0;
+  uint64_t pin_table_offset = 0;
+  uint32_t pins_per_client = 0;
+  uint32_t ring_bytes = 0;
+  uint64_t ring_region_offset = 0;
+  uint64_t index_offset = 0;
+  uint64_t index_capacity = 0;
+  uint64_t data_offset = 0;
+  uint64_t data_size = 0;
+  CoherenceMode coherence = CoherenceMode::kCoherent;
+  uint8_t uuid[16] = {};
+  bool operator==(const PoolGeometry&) const = default;
+};
+
+// SIGBUS in an open Pool's mapping (the device shrank or failed under us).
+//   kExit (the master): one line on stderr (write(2)) naming the pool offset
+//     and, when the file shrank, "pool device shrank from X to Y bytes", then
+//     _exit(kPoolLostExitCode): nothing the master holds is trustworthy.
+//   kRemap (a client library in a user's process): the pool is marked
+//     failed, the pages from the faulting one to the end of the mapping are
+//     replaced by anonymous zero pages, and the access is retried; every call
+//     then fails with UNAVAILABLE_IN_CURRENT_STATUS (copies re-check failed()
+//     after copying, so zeros are never returned as a value).
+// Faults outside every Pool mapping go to the handler that was installed
+// before (or the default action). Idempotent; the first call's action wins.
+enum class PoolFaultAction { kExit, kRemap };
+void InstallPoolFaultHandler(PoolFaultAction action);
+constexpr int kPoolLostExitCode = 3;
 
 class Pool {
  public:
@@ -57,8 +111,11 @@ class Pool {
 
   bool IsFormatted() const;
   Status Format(const FormatOptions& options);
-  // Checks magic, layout version, size and region table. `expected_uuid`
-  // (16 bytes) is compared when non-null.
+  // Checks magic, layout version, size and every field of the region table
+  // (named in the log line when wrong). The first successful Verify (or
+  // Format) takes the Geometry copy, before the Pool is shared; a later one
+  // also fails when the table differs from that copy. `expected_uuid` (16
+  // bytes) is compared when non-null.
   Status Verify(const uint8_t* expected_uuid) const;
 
   char* base() const { return base_; }
@@ -66,39 +123,63 @@ class Pool {
   const std::string& path() const { return path_; }
   // st_mode of the device or file when opened (after Open created it).
   mode_t file_mode() const { return mode_; }
+  // Only the live words (incarnation, heartbeat, lease ttl, max_probe, pids,
+  // doorbell) are read from here; the region table comes from geometry().
   Superblock* superblock() const { return reinterpret_cast<Superblock*>(base_); }
-  IndexEntry* index() const {
-    return reinterpret_cast<IndexEntry*>(base_ + superblock()->index_offset);
-  }
+  const PoolGeometry& geometry() const { return geo_; }
+  IndexEntry* index() const { return reinterpret_cast<IndexEntry*>(base_ + geo_.index_offset); }
+  // REQUIRES: i < geometry().client_slot_count.
   ClientSlot* client_slot(uint32_t i) const {
-    return reinterpret_cast<ClientSlot*>(base_ + superblock()->client_table_offset +
-                                         uint64_t(i) * sizeof(ClientSlot));
+    return reinterpret_cast<ClientSlot*>(base_ + geo_.client_table_offset + uint64_t(i) * sizeof(ClientSlot));
   }
+  // REQUIRES: client < geometry().client_slot_count.
   PinRecord* pin_table(uint32_t client) const {
-    const Superblock* sb = superblock();
-    return reinterpret_cast<PinRecord*>(base_ + sb->pin_table_offset +
-                                        uint64_t(client) * sb->pins_per_client * sizeof(PinRecord));
+    return reinterpret_cast<PinRecord*>(base_ + geo_.pin_table_offset +
+                                        uint64_t(client) * geo_.pins_per_client * sizeof(PinRecord));
   }
   // Client `client`'s request (dir 0) or response (dir 1) ring.
+  // REQUIRES: client < geometry().client_slot_count.
   RingHeader* ring(uint32_t client, int dir) const {
-    const Superblock* sb = superblock();
-    return reinterpret_cast<RingHeader*>(base_ + sb->ring_region_offset +
-                                         (uint64_t(client) * 2 + uint64_t(dir)) * sb->ring_bytes);
+    return reinterpret_cast<RingHeader*>(base_ + geo_.ring_region_offset +
+                                         (uint64_t(client) * 2 + uint64_t(dir)) * geo_.ring_bytes);
   }
-  // True when [offset, offset+len) lies inside the data region.
-  bool InDataRegion(uint64_t offset, uint64_t len) const;
+  // True when [offset, offset+len) lies inside the data region (overflow-safe).
+  bool InDataRegion(uint64_t offset, uint64_t len) const {
+    return offset >= geo_.data_offset && len <= geo_.data_size &&
+           offset - geo_.data_offset <= geo_.data_size - len;
+  }
+
+  // The device's size now (fstat, sysfs for device-DAX); kUnknownSize when
+  // it cannot be told (then CheckSize assumes it did not shrink).
+  static constexpr uint64_t kUnknownSize = UINT64_MAX;
+  uint64_t DeviceSize() const;
+  // Fails the pool (logged once: "pool device shrank from X to Y bytes") when
+  // the device is now smaller than the mapping; false once failed.
+  bool CheckSize();
+  // True once the device shrank or a SIGBUS hit the mapping: nothing in the
+  // mapping may be trusted any more (seq_cst: see failed_; a plain load on x86).
+  bool failed() const { return failed_.load(std::memory_order_seq_cst); }
+  void MarkFailed() { failed_.store(true, std::memory_order_seq_cst); }
+  int fd() const { return fd_; }
   template <typename T>
   T* At(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
 
   std::string UuidString() const;
 
  private:
-  Pool(std::string path, char* base, uint64_t size, mode_t mode)
-      : path_(std::move(path)), base_(base), size_(size), mode_(mode) {}
+  Pool(std::string path, int fd, char* base, uint64_t size, mode_t mode)
+      : path_(std::move(path)), fd_(fd), base_(base), size_(size), mode_(mode) {}
   std::string path_;
+  int fd_;  // kept open for DeviceSize
   char* base_;
   uint64_t size_;
   mode_t mode_;
+  // Set once by Format or the first Verify (see there), then read-only.
+  mutable PoolGeometry geo_;
+  mutable bool geo_set_ = false;
+  // seq_cst: the fault handler stores it before it remaps; a thread that
+  // copied remapped zeros loads it after its copy and sees it (see kRemap).
+  std::atomic<bool> failed_{false};
 };
 
 std::string UuidToString(const uint8_t* uuid);

@@ -1,0 +1,170 @@
+// Master, in process, against stores into the pool that only a hostile or
+// buggy client would make: a COMPLETE entry the master never inserted, an
+// entry's object_offset / value_size or a header's key_len overwritten, the
+// superblock's max_probe overwritten, the pool file shrunk. The master must
+// never dereference what it reads, count each corrupt entry, skip it in every
+// scan and lookup, and reclaim it (freeing only the extent its own allocator
+// handle names); a shrunk pool makes it refuse every request.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <string>
+
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
+
+namespace mcxl {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+template <typename M>
+std::string Enc(const M& m) {
+  Encoder e;
+  Encode(m, &e);
+  return e.data();
+}
+
+class MasterCorruptionTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SetLogLevel(LogLevel::kError);
+    char tmpl[] = "/dev/shm/mcxl_corrupt_test.XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    config_.cxl_path = dir_ + "/pool";
+    config_.cxl_size = 64 * kMiB;
+    config_.format = true;
+    auto m = Master::Create(config_);
+    ASSERT_TRUE(m.ok());
+    master_ = std::move(m.value());
+    index_ = std::make_unique<ObjectIndex>(&master_->pool());
+    AttachRequest req;
+    req.local_hostname = "c";
+    req.pid = uint64_t(getpid());
+    memcpy(req.token, master_->pool().superblock()->auth_token, sizeof(req.token));
+    std::string bytes = master_->Handle(uint16_t(MessageType::kAttach), Enc(req), &conn_);
+    Decoder d(bytes);
+    AttachReply reply;
+    ASSERT_TRUE(Decode(&d, &reply));
+    client_ = {reply.slot, reply.slot_generation};
+  }
+  void TearDown() override {
+    index_.reset();
+    master_.reset();
+    std::filesystem::remove_all(dir_);
+    SetLogLevel(LogLevel::kInfo);
+  }
+  // A whole put: PutStart, copy, publish, Tick. Returns the item.
+  PutStartItem Put(const std::string& key, uint64_t size) {
+    PutStartRequest req;
+    req.client = client_;
+    req.keys = {key};
+    req.sizes = {size};
+    std::string bytes = master_->Handle(uint16_t(MessageType::kPutStart), Enc(req), &conn_);
+    Decoder d(bytes);
+    PutStartReply r;
+    EXPECT_TRUE(Decode(&d, &r));
+    EXPECT_EQ(r.items.size(), 1u);
+    if (r.items.size() != 1 || r.items[0].status != ErrorCode::OK) return {};
+    memset(master_->pool().base() + r.items[0].value_offset, 'v', size);
+    EXPECT_TRUE(index_->PublishComplete(r.items[0].entry_slot, r.items[0].generation));
+    master_->Tick();
+    return r.items[0];
+  }
+  bool Found(const std::string& key) { return index_->FindComplete(key, KeyHash(key)).ok(); }
+  IndexEntry& Entry(uint64_t slot) { return master_->pool().index()[slot]; }
+  ObjectHeader* Header(uint64_t slot) {
+    return master_->pool().At<ObjectHeader>(Entry(slot).object_offset.load());
+  }
+
+  std::string dir_;
+  MasterConfig config_;
+  std::unique_ptr<Master> master_;
+  std::unique_ptr<ObjectIndex> index_;
+  uint32_t conn_ = Master::kNoSlot;
+  ClientRef client_;
+};
+
+TEST_F(MasterCorruptionTest, EntryTheMasterNeverInsertedIsSkippedAndTombstoned) {
+  PutStartItem keep = Put("keep", 1000);
+  uint64_t used = master_->stats().allocated_bytes;
+  uint64_t slot = (keep.entry_slot + 100) % index_->capacity();
+  Entry(slot).object_offset.store(1ull << 62);
+  Entry(slot).value_size.store(1ull << 40);
+  Entry(slot).key_hash.store(KeyHash("ghost"));
+  Entry(slot).state_gen.store(PackStateGen(7, EntryState::kComplete));
+  EXPECT_EQ(master_->AllKeys(), "keep");
+  EXPECT_EQ(master_->QueryKey("ghost").first, 404);
+  EXPECT_FALSE(Found("ghost"));
+  EXPECT_EQ(master_->stats().corrupt_entries, 1u);
+  master_->Tick();
+  EXPECT_EQ(StateOf(Entry(slot).state_gen.load()), EntryState::kEmpty);  // tombstone, then EMPTY
+  EXPECT_EQ(master_->stats().allocated_bytes, used);  // nothing of ours was freed
+  EXPECT_TRUE(Found("keep"));
+  EXPECT_NE(master_->MetricsText().find("mooncake_cxl_corrupt_entries_total 1"), std::string::npos);
+}
+
+TEST_F(MasterCorruptionTest, OverwrittenKeyLenObjectOffsetOrValueSizeIsReclaimed) {
+  for (int field = 0; field < 3; ++field) {
+    std::string victim = "victim" + std::to_string(field);
+    Put("other", 2000);
+    uint64_t used_other = master_->stats().allocated_bytes;
+    PutStartItem v = Put(victim, 3000);
+    uint64_t slot = v.entry_slot;
+    if (field == 0) Header(slot)->key_len = 0xFFFFFFFFu;
+    if (field == 1) Entry(slot).object_offset.store(~uint64_t(0) - 63);
+    if (field == 2) Entry(slot).value_size.store(1ull << 62);
+    EXPECT_EQ(master_->AllKeys(), "other") << field;  // used to read 4 GiB of "key" or far outside
+    EXPECT_FALSE(Found(victim)) << field;  // a miss for readers, never a read outside the data region
+    if (field == 2) {
+      EXPECT_EQ(index_->corrupt_seen(), 1u);  // key matched, value out of bounds: counted
+    }
+    master_->Tick();  // reclaims: tombstone + free of the master's own extent
+    EXPECT_EQ(master_->stats().allocated_bytes, used_other) << field;
+    EXPECT_EQ(master_->stats().complete_keys, 1u) << field;
+    Put(victim, 500);
+    EXPECT_TRUE(Found(victim)) << field;
+    std::string bytes = master_->Handle(uint16_t(MessageType::kRemoveAll), Enc(RemoveByRegexRequest{client_, "", true}),
+                                        &conn_);
+    Decoder d(bytes);
+    CountReply r;
+    ASSERT_TRUE(Decode(&d, &r));
+    EXPECT_EQ(r.count, 2u) << field;
+    EXPECT_EQ(master_->stats().allocated_bytes, 0u) << field;
+  }
+  EXPECT_EQ(master_->stats().corrupt_entries, 3u);
+}
+
+TEST_F(MasterCorruptionTest, OverwrittenMaxProbeIsRestored) {
+  Put("a", 100);
+  uint64_t mine = index_->max_probe();
+  Superblock* sb = master_->pool().superblock();
+  sb->max_probe.store(~uint64_t(0));
+  EXPECT_TRUE(Found("a"));  // readers clamp it to the capacity
+  master_->Tick();
+  EXPECT_EQ(sb->max_probe.load(), mine);
+  EXPECT_EQ(master_->stats().corrupt_entries, 1u);
+}
+
+TEST_F(MasterCorruptionTest, ShrunkPoolIsRefusedNotDereferenced) {
+  Put("a", 100);
+  ASSERT_EQ(truncate(config_.cxl_path.c_str(), 8 * kMiB), 0);
+  usleep(600 * 1000);  // past the size-check interval
+  master_->Tick();
+  EXPECT_TRUE(master_->stats().pool_lost);
+  std::string ping = master_->Handle(uint16_t(MessageType::kPing), "", &conn_);
+  Decoder d(ping);
+  ErrorCode st = ErrorCode::OK;
+  ASSERT_TRUE(DecodeStatus(&d, &st));
+  EXPECT_EQ(st, ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+  EXPECT_EQ(master_->AllKeys(), "");
+  EXPECT_NE(master_->MetricsText().find("mooncake_cxl_pool_lost 1"), std::string::npos);
+  EXPECT_EQ(master_->QueryKey("a").first, 503);
+}
+
+}  // namespace
+}  // namespace mcxl
