@@ -120,7 +120,17 @@ void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>
   }
 }
 
+bool Master::RunsInSlices(uint16_t type) {
+  return type == uint16_t(MessageType::kRemoveByRegex) || type == uint16_t(MessageType::kRemoveAll);
+}
+
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  if (RunsInSlices(type)) {
+    std::string reply = HandleRemoveMatching(payload, type == uint16_t(MessageType::kRemoveAll));
+    std::lock_guard<std::mutex> lock(mu_);
+    CountOp(type, reply);
+    return reply;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   std::string reply = Dispatch(type, payload, conn_slot);
   CountOp(type, reply);
@@ -167,6 +177,15 @@ void Master::ServeRing(uint32_t slot) {
       replies.WakeConsumer();
       continue;
     }
+    if (RunsInSlices(h.type)) {
+      // A whole-index scan would stall every ring client behind it (one
+      // ring thread): NOT_SUPPORTED makes the client send it over TCP.
+      Encoder e;
+      EncodeStatus(ErrorCode::NOT_SUPPORTED, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
     uint32_t conn_slot = slot;
     std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
     CountOp(h.type, reply);
@@ -190,8 +209,8 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
     case MessageType::kPutStart: return HandlePutStart(&d);
     case MessageType::kRemove: return HandleRemove(&d, false);
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
-    case MessageType::kRemoveByRegex: return HandleRemoveMatching(&d, false);
-    case MessageType::kRemoveAll: return HandleRemoveMatching(&d, true);
+    case MessageType::kRemoveByRegex:
+    case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:
       MCXL_LOG(kWarn, "master", "request of unknown type %u (%zu bytes) rejected", type, payload.size());
       return StatusReply(ErrorCode::INVALID_PARAMS);
