@@ -15,6 +15,8 @@ import resource
 import socket
 import struct
 import time
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -181,6 +183,26 @@ def test_remove_all_over_a_big_index_lets_other_puts_through(master_factory, tra
         s.close()
 
 
+def test_get_all_keys_honours_a_limit_with_a_truncation_marker(master, store):
+    for i in range(5):
+        assert store.put(f"lk/{i}", b"v") == 0
+
+    def get(q):
+        try:
+            with urllib.request.urlopen(master.metrics_url + "/get_all_keys" + q, timeout=10) as r:
+                return r.status, r.read().decode().splitlines()
+        except urllib.error.HTTPError as e:
+            return e.code, []
+
+    status, lines = get("")
+    assert status == 200 and sorted(lines) == [f"lk/{i}" for i in range(5)]
+    status, lines = get("?limit=2")
+    assert status == 200 and len(lines) == 3 and lines[-1].startswith("...(truncated")
+    assert set(lines[:2]) <= {f"lk/{i}" for i in range(5)}
+    assert sorted(get("?limit=5")[1]) == [f"lk/{i}" for i in range(5)]  # all there: no marker
+    assert get("?limit=x")[0] == 400
+
+
 # --------------------------------------------------------------- item 6
 
 def test_put_start_with_400k_abandoned_ids_is_refused_and_others_put(master, transport):
@@ -225,13 +247,16 @@ def test_peer_pipelining_without_reading_is_paused_then_dropped(master):
     sock.setblocking(False)
     rss_before = vm_rss_kib(master.proc.pid)
     burst = b"".join(frame(PING, b"", i) for i in range(2000))
-    sent, deadline = 0, time.monotonic() + 3
+    sent, pending, deadline = 0, b"", time.monotonic() + 3
     try:
         while time.monotonic() < deadline and sent < (1 << 30):
+            pending = pending or burst  # whole frames: a partial send is resumed
             try:
-                sent += sock.send(burst)
+                n = sock.send(pending)
             except BlockingIOError:
                 time.sleep(0.01)  # the master stopped reading us: backpressure
+                continue
+            sent, pending = sent + n, pending[n:]
         growth_mib = (vm_rss_kib(master.proc.pid) - rss_before) / 1024
         assert growth_mib < 100, f"master RSS grew {growth_mib:.0f} MiB after {sent >> 20} MiB of requests"
         # Others are still served meanwhile.
@@ -257,6 +282,7 @@ def test_peer_pipelining_without_reading_is_paused_then_dropped(master):
                 break
             got += len(chunk)
         assert closed, f"still connected after reading {got} bytes of replies"
+        assert "has read none of" in master.log_tail(), master.log_tail()
     finally:
         sock.close()
     assert master.proc.poll() is None
@@ -290,6 +316,8 @@ def test_fd_exhaustion_does_not_spin_and_clients_attach_after(master):
     assert rc == 0, master.log_tail()
     assert s.put("after-flood", b"ok") == 0 and s.get("after-flood") == b"ok"
     s.close()
+    with urllib.request.urlopen(master.metrics_url + "/health", timeout=10) as r:
+        assert r.status == 200  # the monitoring port too
     assert "pausing accepts" in master.log_tail()
 
 

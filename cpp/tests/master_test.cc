@@ -18,6 +18,7 @@
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
+#include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 namespace {
@@ -634,6 +635,24 @@ TEST_F(MasterTest, RemoveAllScansInSlicesAndRemovesEverything) {
   EXPECT_EQ(RemoveMatching(MessageType::kRemoveAll, "", false).count, uint64_t(n) - 1111);
   EXPECT_EQ(master_->stats().complete_keys, 0u);
   EXPECT_EQ(master_->stats().allocated_bytes, 0u);
+}
+
+TEST_F(MasterTest, RingRefusesWholeIndexScansSoTheClientUsesTcp) {
+  ClientRef c = Attach();
+  Put(c, "r/1", 16);
+  uint32_t ring_bytes = master_->pool().superblock()->ring_bytes;
+  ShmRing requests(master_->pool().ring(c.slot, 0), ring_bytes), replies(master_->pool().ring(c.slot, 1), ring_bytes);
+  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kRemoveAll, 42, Enc(RemoveByRegexRequest{"", true}))));
+  master_->ServeRing(c.slot);
+  std::string frame;
+  ASSERT_EQ(replies.Pop(&frame), ShmRing::PopResult::kOk);
+  FrameHeader h;
+  ASSERT_GE(frame.size(), sizeof(h));
+  memcpy(&h, frame.data(), sizeof(h));
+  EXPECT_EQ(h.type, uint16_t(MessageType::kError));
+  EXPECT_EQ(h.request_id, 42u);
+  EXPECT_EQ(StatusOf(frame.substr(sizeof(h))), ErrorCode::NOT_SUPPORTED);
+  EXPECT_EQ(Get("r/1"), ValueFor("r/1", 16));  // nothing removed
 }
 
 TEST_F(MasterTest, PerRequestListsAreCappedAndAbandonedIdsHashed) {
