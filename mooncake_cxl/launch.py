@@ -4,6 +4,7 @@ benchmark and the tests, so that all three start it the same way.
     with MasterProcess(pool_path="/dev/shm/pool", pool_size=256 << 20) as m:
         store.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", m.address)
 """
+import grp
 import os
 import re
 import select
@@ -68,13 +69,38 @@ class LoggedProcess:
         self.stop()
 
 
+def create_pool_file(path, size, group=None):
+    """Creates a sparse pool file of `size` bytes that only its owner may read
+    (0600), or its owner and `group` (0660, owned by that group): every value
+    in a pool is readable by whoever can read the file. False when it exists."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        return False
+    try:
+        if group:
+            os.fchown(fd, -1, grp.getgrnam(group).gr_gid)
+            os.fchmod(fd, 0o660)
+        else:
+            os.fchmod(fd, 0o600)  # exact, whatever the umask
+        os.ftruncate(fd, size)
+    except BaseException:
+        os.close(fd)
+        os.unlink(path)
+        raise
+    os.close(fd)
+    return True
+
+
 class MasterProcess(LoggedProcess):
-    """A master on 127.0.0.1 with a free port. The pool file is created (sparse)
-    when missing; `format=True` erases an existing one."""
+    """A master on 127.0.0.1 with a free port. The pool file is created (sparse,
+    mode 0600, or 0660 for `pool_group`) when missing; `format=True` erases an
+    existing one."""
 
     def __init__(self, pool_path, pool_size=256 << 20, format=False, extra_flags=(),
-                 log_path=None, start_timeout=20.0):
+                 log_path=None, start_timeout=20.0, pool_group=None):
         self.pool_path = pool_path
+        self.pool_group = pool_group
         self.pool_size = pool_size
         self.format = format
         self.extra_flags = list(extra_flags)
@@ -95,12 +121,13 @@ class MasterProcess(LoggedProcess):
 
     def start(self):
         if not os.path.exists(self.pool_path):
-            with open(self.pool_path, "wb") as f:
-                f.truncate(self.pool_size)
+            create_pool_file(self.pool_path, self.pool_size, self.pool_group)
         args = [binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0",
                 "--metrics_host=127.0.0.1", "--metrics_port=0",
                 "--enable_cxl=true", f"--cxl_path={self.pool_path}",
                 f"--cxl_size={self.pool_size}"]
+        if self.pool_group:
+            args.append(f"--pool_group={self.pool_group}")
         if self.format:
             args.append("--format=true")
         args += self.extra_flags

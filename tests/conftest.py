@@ -1,9 +1,14 @@
-"""Fixtures: a master on 127.0.0.1 over a pool file in /dev/shm, and stores
-attached to it. Every pool file is removed afterwards."""
+"""Shared fixtures and helpers: a master on 127.0.0.1 over a pool file in
+/dev/shm, stores attached to it (over rings and TCP), values any process can
+check, pool fills that measure leaks, and spawned client processes
+(`children`). Every pool file is removed afterwards."""
+import multiprocessing as mp
 import os
 import random
+import signal
 import sys
 import time
+import traceback
 import uuid
 
 import pytest
@@ -120,3 +125,119 @@ def poll_fill_matches(s, baseline, master, what):
     assert abs(n - baseline) <= 1, (
         f"space leak ({what}): an emptied pool holds {n} objects of 1 MiB, the fresh pool held "
         f"{baseline}; master log:\n{master.log_tail()}")
+
+
+def fill_count(store, prefix, size=1 << 20):
+    """How many hard-pinned objects of `size` fit (hard pins keep eviction, if
+    the master ever evicts on a failed allocation, from hiding the capacity)."""
+    return len(fill(store, prefix, size))
+
+
+def baseline_fill(store):
+    """Fill count of the freshly formatted pool; leaves the pool empty again."""
+    n = fill_count(store, "fill0/")
+    assert n > 0
+    assert store.remove_all(force=True) == n
+    return n
+
+
+def assert_no_leak(store, baseline, what):
+    store.remove_all(force=True)
+    n = fill_count(store, "fill1/")
+    assert abs(n - baseline) <= 1, (
+        f"space leak after {what}: a fill of 1 MiB objects reached {n} objects, "
+        f"the fresh pool held {baseline}")
+    store.remove_all(force=True)
+
+
+# --------------------------------------------------------------------------
+# Client processes (spawned: a fresh interpreter, no inherited mapping of the
+# pool). A child's target must be a module-level function of an importable
+# module (a test file or a *_workers.py), so that the child can import it.
+
+SPAWN = mp.get_context("spawn")
+
+# Hang guards (seconds). Generous: a noisy 2-core machine must never trip them.
+CHILD_START_TIMEOUT = 60
+CALL_TIMEOUT = 120
+
+
+def open_store(address, hostname="127.0.0.1:0"):
+    s = MooncakeDistributedStore()
+    rc = s.setup(hostname, "P2PHANDSHAKE", 0, 0, "cxl", "", address)
+    if rc != 0:
+        raise RuntimeError(f"setup in child pid {os.getpid()} returned {rc}")
+    return s
+
+
+def _child_entry(conn, target, args):
+    """Runs target(conn, *args) in the child; sends ("ok", result) or ("err", traceback)."""
+    try:
+        result = target(conn, *args)
+        conn.send(("ok", result))
+    except BaseException:
+        try:
+            conn.send(("err", traceback.format_exc()))
+        except Exception:
+            pass
+    finally:
+        conn.close()
+
+
+class Child:
+    """A spawned child running `target(conn, *args)`; its return value comes back
+    through the pipe. `target` may also send intermediate messages on `conn`."""
+
+    def __init__(self, target, *args):
+        self.conn, child_conn = SPAWN.Pipe()
+        self.proc = SPAWN.Process(target=_child_entry, args=(child_conn, target, args), daemon=True)
+        self.proc.start()
+        child_conn.close()
+
+    def recv(self, timeout=CALL_TIMEOUT):
+        if not self.conn.poll(timeout):
+            raise AssertionError(f"child pid {self.proc.pid} sent nothing within {timeout}s (hung?)")
+        return self.conn.recv()
+
+    def result(self, timeout=CALL_TIMEOUT):
+        """The child's return value; intermediate messages are skipped."""
+        deadline = time.monotonic() + timeout
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError(f"child pid {self.proc.pid} did not finish within {timeout}s")
+            msg = self.recv(left)
+            if isinstance(msg, tuple) and len(msg) == 2 and msg[0] in ("ok", "err"):
+                status, value = msg
+                if status == "err":
+                    raise AssertionError(f"child pid {self.proc.pid} failed:\n{value}")
+                self.proc.join(30)
+                return value
+
+    def kill(self):
+        if self.proc.is_alive():
+            os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.join(30)
+
+    def cleanup(self):
+        if self.proc.is_alive():
+            self.proc.terminate()
+            self.proc.join(5)
+        if self.proc.is_alive():
+            self.kill()
+        self.conn.close()
+
+
+@pytest.fixture
+def children():
+    """Starts children; every one still alive at teardown is terminated/killed."""
+    started = []
+
+    def start(target, *args):
+        c = Child(target, *args)
+        started.append(c)
+        return c
+
+    yield start
+    for c in started:
+        c.cleanup()

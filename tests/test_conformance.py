@@ -10,6 +10,11 @@ loopback-only network namespace (its client binds 0.0.0.0; see oracle.py):
 
 Without it the "mooncake" params are skipped with the reason; ours still runs.
 
+Tests are grouped by API area, each group under a header comment: setup,
+lifecycle, module names, put/get/upsert, batch calls, removal, keys/values
+and bad input, ReplicateConfig, leases, zero-copy buffers, zero-copy views,
+keyword names.
+
 Where the two differ, the test says how, with a marker:
   * differs_on_purpose  ours differs by design (the contract or our own tests
                         say so); both behaviours are asserted.
@@ -42,6 +47,7 @@ NOT_SUPPORTED = -1012
 
 _REF_SKIP = oracle.reference_skip_reason()
 _REF_IMPORT_SKIP = None if oracle.reference_importable() else oracle.reference_skip_reason()
+
 
 
 # ---------------------------------------------------------------- fixtures
@@ -143,7 +149,8 @@ def cfg(mod, **fields):
     return c
 
 
-# ---------------------------------------------------------------- lifecycle
+# ---------------------------------------------------------------- setup
+# setup() positional, by keyword and as a dict; what it rejects; get_hostname; setup_dummy.
 
 def test_setup_positional_then_keywords_close_twice(impl):
     s = impl.new()
@@ -260,6 +267,9 @@ def test_setup_dummy(impl):
         NOT_SUPPORTED if impl.ours else INTERNAL_ERROR)
 
 
+# ---------------------------------------------------------------- lifecycle
+# Every call before setup(), after close(), and with the master gone.
+
 # Every data method, as source text so that the reference can run it in a child.
 CALLS = {
     "put": "s.put('k', b'v')", "upsert": "s.upsert('k', b'v')", "put_batch": "s.put_batch(['k'], [b'v'])",
@@ -280,6 +290,7 @@ CALLS = {
     "get_into_ranges": "s.get_into_ranges([p], [['k']], [[[0]]], [[[0]]], [[[4]]])",
     "health_check": "s.health_check()", "get_hostname": "s.get_hostname()", "close": "s.close()",
 }
+
 
 # What each call gives before setup(). SEGV: the reference crashes the process.
 SEGV = "SIGSEGV"
@@ -302,6 +313,7 @@ BEFORE_SETUP_OURS.update({
     "batch_put_from_multi_buffers": [NOT_READY], "batch_get_into_multi_buffers": [NOT_READY],
     "get_into_ranges": [[[NOT_READY]]], "health_check": 1, "get_hostname": "", "close": OK,
 })
+
 
 _CHILD = """
 import sys, numpy as np
@@ -400,7 +412,29 @@ def test_health_check_when_master_is_down(impl, request):
         assert eval(r.stdout.strip().splitlines()[-1]) == (2, RPC_FAIL, b"")
 
 
-# ---------------------------------------------------------------- core operations
+# ---------------------------------------------------------------- module names and enums
+# What the module exports, and the enums' names and values.
+
+def test_module_names_and_enums(any_module):
+    m = any_module
+    for name in ("MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
+                 "BufferHandle", "ObjectDataType"):
+        assert hasattr(m, name), name
+    assert {k: int(v) for k, v in m.SoftPinAction.__members__.items()} == {"PRESERVE": 0, "ENABLE": 1, "DISABLE": 2}
+    assert {k: int(v) for k, v in m.ReplicaStatus.__members__.items()} == {
+        "UNDEFINED": 0, "INITIALIZED": 1, "PROCESSING": 2, "COMPLETE": 3, "REMOVED": 4, "FAILED": 5}
+    assert list(m.ObjectDataType.__members__) == ["UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION",
+                                                  "GRADIENT", "OPTIMIZER_STATE", "METADATA", "GENERAL"]
+    assert [int(v) for v in m.ObjectDataType.__members__.values()] == list(range(10))
+    assert str(m.SoftPinAction.ENABLE) == "SoftPinAction.ENABLE"
+    assert repr(m.SoftPinAction.ENABLE) == "<SoftPinAction.ENABLE: 1>"
+    assert (m.SoftPinAction.ENABLE == 1) is False
+    assert repr(m.SoftPinAction(7)) == "<SoftPinAction.???: 7>"
+
+
+# ---------------------------------------------------------------- put, get, upsert
+# Single-key writes and reads: put keeps the first value, upsert replaces it;
+# put_parts; values larger than the reference's local buffer.
 
 def test_put_get_exist_size_remove(any_store):
     s = any_store
@@ -440,6 +474,44 @@ def test_put_parts_concatenates(any_store):
     assert s.put_parts("pp2", b"", b"x") == OK and s.get("pp2") == b"x"
 
 
+@pytest.mark.differs_on_purpose
+def test_put_parts_of_wider_items(impl, any_store):
+    # The reference refuses parts whose items are not single bytes; ours
+    # accepts any contiguous buffer and stores its bytes.
+    s = any_store
+    part = np.arange(3, dtype=np.int32)
+    if impl.ours:
+        assert s.put_parts("pw", part) == OK and s.get("pw") == part.tobytes()
+    else:
+        with pytest.raises(RuntimeError, match="1-D bytes-like"):
+            s.put_parts("pw", part)
+
+
+@pytest.mark.differs_on_purpose
+def test_values_larger_than_the_local_buffer(impl, any_store, bufs):
+    # The reference stages put/get through its local buffer (16 MiB here):
+    # larger values fail to put (-600), and one written with put_from reads
+    # back as b"" / None from get / get_buffer (only get_into works). Ours has
+    # no staging buffer: local_buffer_size is accepted and ignored.
+    s = any_store
+    n = 20 << 20
+    assert s.put("big", bytes(n)) == (OK if impl.ours else INVALID)
+    src = bufs.new(n, fill=7)
+    assert s.put_from("bigf", src.ctypes.data, n) == OK
+    h = s.get_buffer("bigf")
+    if impl.ours:
+        assert s.get("bigf") == src.tobytes() and h is not None and len(h) == n
+    else:
+        assert s.get("bigf") == b"" and h is None
+    del h
+    dst = bufs.new(n)
+    assert s.get_into("bigf", dst.ctypes.data, n) == n
+    assert np.array_equal(src, dst)
+
+
+# ---------------------------------------------------------------- batch calls
+# put_batch / get_batch / batch_is_exist: one result per key, partial failures.
+
 def test_put_batch_and_get_batch(any_store):
     s = any_store
     assert s.put_batch(["b1", "b2", "b3"], [b"1", b"22", b"333"]) == OK
@@ -478,6 +550,10 @@ def test_batch_is_exist(any_store):
     assert s.batch_is_exist([]) == []
 
 
+# ---------------------------------------------------------------- removal
+# batch_remove, remove_by_regex, remove_all: leased objects stay unless forced
+# (the single-key remove is in test_put_get_exist_size_remove).
+
 def test_batch_remove(any_store):
     s = any_store
     assert s.put_batch(["r1", "r2", "r3", "dd"], [b"1", b"2", b"3", b"d"]) == OK
@@ -514,6 +590,9 @@ def test_remove_all_counts(any_store):
     assert s.remove_all(force=True) == 1
     assert s.remove_all() == 0 and s.remove_all(force=True) == 0
 
+
+# ---------------------------------------------------------------- keys, values and bad input
+# Key and value types, TypeErrors, empty keys and values on every form.
 
 def test_value_and_key_types(any_store):
     s = any_store
@@ -614,39 +693,92 @@ def test_buffers_whose_items_are_not_bytes(impl, any_store):
         assert s.get("i32") == b"\x00\x00\x00" and s.get("strided") == bytes([0, 1, 2, 3])
 
 
-@pytest.mark.differs_on_purpose
-def test_put_parts_of_wider_items(impl, any_store):
-    # The reference refuses parts whose items are not single bytes; ours
-    # accepts any contiguous buffer and stores its bytes.
-    s = any_store
-    part = np.arange(3, dtype=np.int32)
-    if impl.ours:
-        assert s.put_parts("pw", part) == OK and s.get("pw") == part.tobytes()
-    else:
-        with pytest.raises(RuntimeError, match="1-D bytes-like"):
-            s.put_parts("pw", part)
+# ---------------------------------------------------------------- ReplicateConfig
+# The object (defaults, str, type checks, 0.3.12 names), then what puts accept:
+# replicas, soft and hard pins, group_ids.
+
+DEFAULT_STR = ("ReplicateConfig: { replica_num: 1, nof_replica_num: 0, dfs_replica_num: 0, "
+               "soft_pin_action: PRESERVE, soft_pin_ttl_ms: default, with_hard_pin: 0, preferred_segments: [], "
+               "preferred_nof_segments: [], prefer_alloc_in_same_node: 0, data_type: UNKNOWN }")
+FULL_STR = ("ReplicateConfig: { replica_num: 2, nof_replica_num: 1, dfs_replica_num: 1, soft_pin_action: ENABLE, "
+            "soft_pin_ttl_ms: 5000, with_hard_pin: 1, preferred_segments: [a:1, b:2], "
+            "preferred_segment (deprecated): seg0, preferred_nof_segments: [n1], prefer_alloc_in_same_node: 1, "
+            "data_type: KVCACHE, group_ids: [g1, g2] }")
+
+
+def test_replicate_config_defaults_and_str(any_module):
+    m = any_module
+    c = m.ReplicateConfig()
+    assert (c.replica_num, c.nof_replica_num, c.dfs_replica_num) == (1, 0, 0)
+    assert c.soft_pin_action == m.SoftPinAction.PRESERVE and c.soft_pin_ttl_ms is None
+    assert (c.with_hard_pin, c.preferred_segments, c.preferred_segment, c.preferred_nof_segments) == (False, [], "", [])
+    assert c.prefer_alloc_in_same_node is False and c.data_type == m.ObjectDataType.UNKNOWN and c.group_ids is None
+    assert str(c) == DEFAULT_STR
+    c.replica_num, c.nof_replica_num, c.dfs_replica_num = 2, 1, 1
+    c.soft_pin_action, c.soft_pin_ttl_ms, c.with_hard_pin = m.SoftPinAction.ENABLE, 5000, True
+    c.preferred_segments, c.preferred_segment, c.preferred_nof_segments = ["a:1", "b:2"], "seg0", ["n1"]
+    c.prefer_alloc_in_same_node, c.data_type, c.group_ids = True, m.ObjectDataType.KVCACHE, ["g1", "g2"]
+    assert str(c) == FULL_STR
+    assert repr(c).startswith("<") and "ReplicateConfig object at 0x" in repr(c)
+    assert (m.ReplicateConfig() == m.ReplicateConfig()) is False  # identity
+    segs = c.preferred_segments
+    segs.append("z")
+    assert c.preferred_segments == ["a:1", "b:2"]  # getters return copies
+
+
+def test_replicate_config_type_checks(any_module):
+    m = any_module
+    c = m.ReplicateConfig()
+    for bad in (-1, 2 ** 64, "x", 1.5):
+        with pytest.raises(TypeError):
+            c.soft_pin_ttl_ms = bad
+    c.soft_pin_ttl_ms = 2 ** 64 - 1
+    assert c.soft_pin_ttl_ms == 2 ** 64 - 1
+    c.soft_pin_ttl_ms = True
+    assert c.soft_pin_ttl_ms == 1
+    c.soft_pin_ttl_ms = None
+    assert c.soft_pin_ttl_ms is None
+    for bad in (-1, 2 ** 64, None, "x", 1.5):
+        with pytest.raises(TypeError):
+            c.replica_num = bad
+    c.replica_num = 2 ** 32
+    assert c.replica_num == 2 ** 32
+    c.with_hard_pin = None
+    assert c.with_hard_pin is False
+    c.with_hard_pin = 1
+    assert c.with_hard_pin is True
+    with pytest.raises(TypeError):
+        c.with_hard_pin = "x"
+    c.preferred_segments = ("a", "b")
+    assert c.preferred_segments == ["a", "b"]
+    for field, bad in (("preferred_segments", "ab"), ("preferred_segment", None), ("group_ids", [1]),
+                       ("soft_pin_action", 1), ("soft_pin_action", "ENABLE"), ("data_type", 1)):
+        with pytest.raises(TypeError):
+            setattr(c, field, bad)
+    with pytest.raises(AttributeError):
+        c.no_such_field = 1
+    with pytest.raises(TypeError):
+        m.ReplicateConfig(replica_num=2)
+    import copy
+    with pytest.raises(TypeError):
+        copy.copy(c)
 
 
 @pytest.mark.differs_on_purpose
-def test_values_larger_than_the_local_buffer(impl, any_store, bufs):
-    # The reference stages put/get through its local buffer (16 MiB here):
-    # larger values fail to put (-600), and one written with put_from reads
-    # back as b"" / None from get / get_buffer (only get_into works). Ours has
-    # no staging buffer: local_buffer_size is accepted and ignored.
-    s = any_store
-    n = 20 << 20
-    assert s.put("big", bytes(n)) == (OK if impl.ours else INVALID)
-    src = bufs.new(n, fill=7)
-    assert s.put_from("bigf", src.ctypes.data, n) == OK
-    h = s.get_buffer("bigf")
-    if impl.ours:
-        assert s.get("bigf") == src.tobytes() and h is not None and len(h) == n
+def test_with_soft_pin_0_3_12_name(any_module):
+    # Ours also accepts Mooncake 0.3.12's with_soft_pin (= soft_pin_action
+    # ENABLE); 0.3.13 removed it and raises AttributeError.
+    m = any_module
+    c = m.ReplicateConfig()
+    if m.__name__ == "mooncake_cxl":
+        assert c.with_soft_pin is False
+        c.with_soft_pin = True
+        assert c.soft_pin_action == m.SoftPinAction.ENABLE and "soft_pin_action: ENABLE" in str(c)
     else:
-        assert s.get("bigf") == b"" and h is None
-    del h
-    dst = bufs.new(n)
-    assert s.get_into("bigf", dst.ctypes.data, n) == n
-    assert np.array_equal(src, dst)
+        with pytest.raises(AttributeError):
+            c.with_soft_pin
+        with pytest.raises(AttributeError):
+            c.with_soft_pin = True
 
 
 @pytest.mark.differs_on_purpose
@@ -725,6 +857,7 @@ def test_replicate_configs_the_reference_rejects(impl, any_store, request, field
 
 
 # ---------------------------------------------------------------- leases
+# Every read takes a lease that blocks an unforced remove; upserts and the lease.
 
 READERS = {
     "get": lambda s, k, p: s.get(k),
@@ -790,7 +923,9 @@ def test_upsert_that_changes_the_size_and_the_lease(impl, any_store, bufs):
         s.remove(name, force=True)
 
 
-# ---------------------------------------------------------------- zero-copy
+# ---------------------------------------------------------------- zero-copy: registered buffers
+# register_buffer; put_from / get_into and their batch, multi-buffer, metadata
+# and range forms.
 
 def test_register_and_unregister(any_store):
     s = any_store
@@ -937,6 +1072,9 @@ def test_get_into_ranges_shapes_and_registration(impl, any_store, bufs):
     assert r == ([[[INVALID]]] if impl.ours else [[[INVALID]], [[INVALID]]])
 
 
+# ---------------------------------------------------------------- zero-copy views: get_buffer and BufferHandle
+# A view's bytes, repeated keys, remove/upsert under a view, and its pin.
+
 def test_get_buffer_bytes(impl, any_store):
     s = any_store
     value = np.random.default_rng(28).integers(0, 256, 100_000, dtype=np.uint8)
@@ -1052,6 +1190,7 @@ def test_buffer_handle_pins_beyond_the_lease(short_lease_impl):
 
 
 # ---------------------------------------------------------------- keyword names
+# Every parameter by keyword.
 
 def test_keyword_names(impl, any_store, bufs):
     # Every parameter the reference names can be passed by keyword, on both.
@@ -1109,106 +1248,3 @@ def test_keyword_names_of_single_argument_reads(impl, any_store):
                 call()
     # Positionally they agree.
     assert (s.get("kw"), s.get_batch(["kw"]), s.is_exist("kw"), s.get_size("kw")) == (b"v", [b"v"], 1, 1)
-
-
-# ---------------------------------------------------------------- module names, ReplicateConfig
-
-def test_module_names_and_enums(any_module):
-    m = any_module
-    for name in ("MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
-                 "BufferHandle", "ObjectDataType"):
-        assert hasattr(m, name), name
-    assert {k: int(v) for k, v in m.SoftPinAction.__members__.items()} == {"PRESERVE": 0, "ENABLE": 1, "DISABLE": 2}
-    assert {k: int(v) for k, v in m.ReplicaStatus.__members__.items()} == {
-        "UNDEFINED": 0, "INITIALIZED": 1, "PROCESSING": 2, "COMPLETE": 3, "REMOVED": 4, "FAILED": 5}
-    assert list(m.ObjectDataType.__members__) == ["UNKNOWN", "KVCACHE", "TENSOR", "WEIGHT", "SAMPLE", "ACTIVATION",
-                                                  "GRADIENT", "OPTIMIZER_STATE", "METADATA", "GENERAL"]
-    assert [int(v) for v in m.ObjectDataType.__members__.values()] == list(range(10))
-    assert str(m.SoftPinAction.ENABLE) == "SoftPinAction.ENABLE"
-    assert repr(m.SoftPinAction.ENABLE) == "<SoftPinAction.ENABLE: 1>"
-    assert (m.SoftPinAction.ENABLE == 1) is False
-    assert repr(m.SoftPinAction(7)) == "<SoftPinAction.???: 7>"
-
-
-DEFAULT_STR = ("ReplicateConfig: { replica_num: 1, nof_replica_num: 0, dfs_replica_num: 0, "
-               "soft_pin_action: PRESERVE, soft_pin_ttl_ms: default, with_hard_pin: 0, preferred_segments: [], "
-               "preferred_nof_segments: [], prefer_alloc_in_same_node: 0, data_type: UNKNOWN }")
-FULL_STR = ("ReplicateConfig: { replica_num: 2, nof_replica_num: 1, dfs_replica_num: 1, soft_pin_action: ENABLE, "
-            "soft_pin_ttl_ms: 5000, with_hard_pin: 1, preferred_segments: [a:1, b:2], "
-            "preferred_segment (deprecated): seg0, preferred_nof_segments: [n1], prefer_alloc_in_same_node: 1, "
-            "data_type: KVCACHE, group_ids: [g1, g2] }")
-
-
-def test_replicate_config_defaults_and_str(any_module):
-    m = any_module
-    c = m.ReplicateConfig()
-    assert (c.replica_num, c.nof_replica_num, c.dfs_replica_num) == (1, 0, 0)
-    assert c.soft_pin_action == m.SoftPinAction.PRESERVE and c.soft_pin_ttl_ms is None
-    assert (c.with_hard_pin, c.preferred_segments, c.preferred_segment, c.preferred_nof_segments) == (False, [], "", [])
-    assert c.prefer_alloc_in_same_node is False and c.data_type == m.ObjectDataType.UNKNOWN and c.group_ids is None
-    assert str(c) == DEFAULT_STR
-    c.replica_num, c.nof_replica_num, c.dfs_replica_num = 2, 1, 1
-    c.soft_pin_action, c.soft_pin_ttl_ms, c.with_hard_pin = m.SoftPinAction.ENABLE, 5000, True
-    c.preferred_segments, c.preferred_segment, c.preferred_nof_segments = ["a:1", "b:2"], "seg0", ["n1"]
-    c.prefer_alloc_in_same_node, c.data_type, c.group_ids = True, m.ObjectDataType.KVCACHE, ["g1", "g2"]
-    assert str(c) == FULL_STR
-    assert repr(c).startswith("<") and "ReplicateConfig object at 0x" in repr(c)
-    assert (m.ReplicateConfig() == m.ReplicateConfig()) is False  # identity
-    segs = c.preferred_segments
-    segs.append("z")
-    assert c.preferred_segments == ["a:1", "b:2"]  # getters return copies
-
-
-def test_replicate_config_type_checks(any_module):
-    m = any_module
-    c = m.ReplicateConfig()
-    for bad in (-1, 2 ** 64, "x", 1.5):
-        with pytest.raises(TypeError):
-            c.soft_pin_ttl_ms = bad
-    c.soft_pin_ttl_ms = 2 ** 64 - 1
-    assert c.soft_pin_ttl_ms == 2 ** 64 - 1
-    c.soft_pin_ttl_ms = True
-    assert c.soft_pin_ttl_ms == 1
-    c.soft_pin_ttl_ms = None
-    assert c.soft_pin_ttl_ms is None
-    for bad in (-1, 2 ** 64, None, "x", 1.5):
-        with pytest.raises(TypeError):
-            c.replica_num = bad
-    c.replica_num = 2 ** 32
-    assert c.replica_num == 2 ** 32
-    c.with_hard_pin = None
-    assert c.with_hard_pin is False
-    c.with_hard_pin = 1
-    assert c.with_hard_pin is True
-    with pytest.raises(TypeError):
-        c.with_hard_pin = "x"
-    c.preferred_segments = ("a", "b")
-    assert c.preferred_segments == ["a", "b"]
-    for field, bad in (("preferred_segments", "ab"), ("preferred_segment", None), ("group_ids", [1]),
-                       ("soft_pin_action", 1), ("soft_pin_action", "ENABLE"), ("data_type", 1)):
-        with pytest.raises(TypeError):
-            setattr(c, field, bad)
-    with pytest.raises(AttributeError):
-        c.no_such_field = 1
-    with pytest.raises(TypeError):
-        m.ReplicateConfig(replica_num=2)
-    import copy
-    with pytest.raises(TypeError):
-        copy.copy(c)
-
-
-@pytest.mark.differs_on_purpose
-def test_with_soft_pin_0_3_12_name(any_module):
-    # Ours also accepts Mooncake 0.3.12's with_soft_pin (= soft_pin_action
-    # ENABLE); 0.3.13 removed it and raises AttributeError.
-    m = any_module
-    c = m.ReplicateConfig()
-    if m.__name__ == "mooncake_cxl":
-        assert c.with_soft_pin is False
-        c.with_soft_pin = True
-        assert c.soft_pin_action == m.SoftPinAction.ENABLE and "soft_pin_action: ENABLE" in str(c)
-    else:
-        with pytest.raises(AttributeError):
-            c.with_soft_pin
-        with pytest.raises(AttributeError):
-            c.with_soft_pin = True

@@ -24,7 +24,8 @@ from conftest import connect
 from mooncake_cxl import MooncakeDistributedStore
 
 CTX = mp.get_context("spawn")
-MAGIC, VERSION = 0x4D43584C, 1
+MAGIC, VERSION = 0x4D43584C, 2
+SB_AUTH_TOKEN = 128  # layout.h: Superblock::auth_token
 HEADER = struct.Struct("<IHHIIQ")
 PING, ATTACH, PUT_START, BATCH_REMOVE, REMOVE_BY_REGEX = 1, 2, 4, 6, 7
 INVALID_PARAMS = -600
@@ -60,9 +61,13 @@ def call(sock, mtype, payload, request_id=1):
     return rtype, recv_exact(sock, size)
 
 
-def raw_attach(sock):
-    """(slot, generation) of a raw Attach on `sock`, as this (live) process."""
-    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0)
+def raw_attach(sock, pool_path):
+    """(slot, generation) of a raw Attach on `sock`, as this (live) process
+    holding the pool's token."""
+    with open(pool_path, "rb") as f:
+        f.seek(SB_AUTH_TOKEN)
+        token = f.read(16)
+    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token
     _, reply = call(sock, ATTACH, payload)
     status, slot, gen = struct.unpack_from("<iIQ", reply)
     assert status == 0, status
@@ -208,7 +213,7 @@ def test_get_all_keys_honours_a_limit_with_a_truncation_marker(master, store):
 def test_put_start_with_400k_abandoned_ids_is_refused_and_others_put(master, transport):
     sock = rpc_socket(master)
     try:
-        slot, gen = raw_attach(sock)
+        slot, gen = raw_attach(sock, master.pool_path)
         p = Putter(master, "other/")
         try:
             payload = put_start_payload(slot, gen, 1, range(2, 400_002), [b"k"])
@@ -221,7 +226,7 @@ def test_put_start_with_400k_abandoned_ids_is_refused_and_others_put(master, tra
         keys = [f"many/{i}".encode() for i in range(MAX_REQUEST_KEYS + 1)]
         _, reply = call(sock, PUT_START, put_start_payload(slot, gen, 3, [], keys), request_id=3)
         assert struct.unpack_from("<i", reply)[0] == INVALID_PARAMS
-        rm = struct.pack("<BI", 1, len(keys)) + b"".join(s(k) for k in keys)
+        rm = struct.pack("<IQBI", slot, gen, 1, len(keys)) + b"".join(s(k) for k in keys)
         _, reply = call(sock, BATCH_REMOVE, rm, request_id=4)
         assert struct.unpack_from("<i", reply)[0] == INVALID_PARAMS
     finally:

@@ -1,5 +1,6 @@
-// The client's session with the master: connect and attach (TCP
-// bootstrap), the control calls over the CXL RPC rings or TCP with
+// The client's session with the master: connect, bootstrap (Ping says where
+// the pool is; the client maps it and reads its token) and attach with the
+// token over TCP, the control calls over the CXL RPC rings or TCP with
 // re-attach on a stale slot, the heartbeat thread, close. Reads are in
 // client_read.cc, puts and removes in client_write.cc, zero-copy views and
 // registered buffers in client_pins.cc.
@@ -66,7 +67,8 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   std::shared_ptr<Client> c(new Client(options));
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
-  Status s = c->Attach(true);
+  Status s = c->MapPool();
+  if (s.ok()) s = c->Attach(true);
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
       // Attached but could not use the pool: give the slot back at once.
@@ -83,6 +85,30 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   return c;
 }
 
+Status Client::MapPool() {
+  auto r = rpc_->Call(MessageType::kPing, "");
+  if (!r) return r.error();
+  Decoder d(*r);
+  PingReply boot;
+  if (!Decode(&d, &boot) || boot.status != ErrorCode::OK) {
+    MCXL_LOG(kError, "client", "the master's bootstrap reply is malformed (an older master?)");
+    return ErrorCode::RPC_FAIL;
+  }
+  std::string path = options_.pool_path_override.empty() ? boot.pool_path : options_.pool_path_override;
+  uint64_t size = options_.pool_size_override ? options_.pool_size_override : boot.pool_size;
+  auto pool = Pool::Open(path, size, false);
+  if (!pool) return pool.error();
+  Status v = (*pool)->Verify(boot.uuid);
+  if (!v.ok()) return v;
+  pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
+  SetCoherenceMode(CoherenceMode(pool_->superblock()->coherence_mode));
+  index_ = std::make_unique<ObjectIndex>(pool_.get());
+  memcpy(uuid_, boot.uuid, 16);
+  // Verify observed the superblock; the token is read-only after Format.
+  memcpy(token_, pool_->superblock()->auth_token, sizeof(token_));
+  return ErrorCode::OK;
+}
+
 Status Client::Attach(bool initial) {
   std::lock_guard<std::mutex> lock(attach_mu_);
   AttachRequest req;
@@ -94,6 +120,7 @@ Status Client::Attach(bool initial) {
   req.pid = uint64_t(getpid());
   req.prev_slot = slot_.load(std::memory_order_relaxed);
   req.prev_generation = slot_generation_.load(std::memory_order_relaxed);
+  memcpy(req.token, token_, sizeof(req.token));
   Encoder e;
   Encode(req, &e);
   auto r = rpc_->Call(MessageType::kAttach, e.data());
@@ -106,20 +133,7 @@ Status Client::Attach(bool initial) {
              ErrorCodeName(reply.status));
     return reply.status;
   }
-  if (initial) {
-    slot_.store(reply.slot, std::memory_order_relaxed);
-    slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
-    std::string path = options_.pool_path_override.empty() ? reply.pool_path : options_.pool_path_override;
-    uint64_t size = options_.pool_size_override ? options_.pool_size_override : reply.pool_size;
-    auto pool = Pool::Open(path, size, false);
-    if (!pool) return pool.error();
-    Status v = (*pool)->Verify(reply.uuid);
-    if (!v.ok()) return v;
-    pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
-    SetCoherenceMode(CoherenceMode(pool_->superblock()->coherence_mode));
-    index_ = std::make_unique<ObjectIndex>(pool_.get());
-    memcpy(uuid_, reply.uuid, 16);
-  } else if (memcmp(uuid_, reply.uuid, 16) != 0) {
+  if (memcmp(uuid_, reply.uuid, 16) != 0) {  // the pool was mapped by MapPool
     MCXL_LOG(kError, "client", "the master now serves pool %s, not the mapped pool %s",
              UuidToString(reply.uuid).c_str(), UuidToString(uuid_).c_str());
     return ErrorCode::INVALID_PARAMS;
@@ -258,10 +272,17 @@ Status Client::Close() {
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
-  ClientRef ref{slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
   Encoder e;
-  Encode(ref, &e);
-  (void)rpc_->Call(MessageType::kDetach, e.data());
+  Encode(Ref(), &e);
+  bool reconnected = false;
+  auto r = rpc_->Call(MessageType::kDetach, e.data(), &reconnected);
+  if (reconnected && r.ok() && StatusOfReply(*r) == ErrorCode::ILLEGAL_CLIENT && Attach(false).ok()) {
+    // A new connection (the old one broke or idled out) is bound to no slot:
+    // attach it to ours (kept, still valid), then detach.
+    Encoder again;
+    Encode(Ref(), &again);
+    (void)rpc_->Call(MessageType::kDetach, again.data());
+  }
   rpc_->Disconnect();
   return ErrorCode::OK;
 }

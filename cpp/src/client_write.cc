@@ -195,9 +195,12 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
     RemoveRequest part;
     part.force = force;
     part.keys.assign(req.keys.begin() + begin, req.keys.begin() + end);
-    Encoder e;
-    Encode(part, &e);
-    auto r = MasterCall(MessageType::kBatchRemove, [&] { return e.data(); }, true);
+    auto r = MasterCall(MessageType::kBatchRemove, [&] {
+      part.client = Ref();  // current after a re-attach
+      Encoder e;
+      Encode(part, &e);
+      return e.data();
+    }, true);
     RemoveReply reply;
     const std::string reply_bytes = r.ok() ? *r : std::string();
     Decoder d(reply_bytes);
@@ -214,9 +217,11 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  Encoder e;
-  Encode(RemoveByRegexRequest{pattern, force}, &e);
-  auto r = MasterCall(MessageType::kRemoveByRegex, [&] { return e.data(); }, true);
+  auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
+    Encoder e;
+    Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
+    return e.data();
+  }, true);
   if (!r) return r.error();
   CountReply reply;
   Decoder d(*r);
@@ -228,9 +233,11 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
 Result<uint64_t> Client::RemoveAll(bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  Encoder e;
-  Encode(RemoveByRegexRequest{"", force}, &e);
-  auto r = MasterCall(MessageType::kRemoveAll, [&] { return e.data(); }, true);
+  auto r = MasterCall(MessageType::kRemoveAll, [&] {
+    Encoder e;
+    Encode(RemoveByRegexRequest{Ref(), "", force}, &e);
+    return e.data();
+  }, true);
   if (!r) return r.error();
   CountReply reply;
   Decoder d(*r);

@@ -31,6 +31,12 @@ void FlagSet::Add(const char* name, std::string* v, const char* help) {
 }
 void FlagSet::Ignore(const char* name) { ignored_.push_back(name); }
 
+bool FlagSet::WasSet(const std::string& name) const {
+  for (const auto& f : flags_)
+    if (f.name == name) return f.set;
+  return false;
+}
+
 FlagSet::Flag* FlagSet::Find(const std::string& name) {
   for (auto& f : flags_)
     if (f.name == name) return &f;
@@ -98,6 +104,7 @@ bool FlagSet::Parse(int argc, char** argv, std::string* error, bool* help_reques
       Flag* nf = Find(name.substr(2));
       if (nf != nullptr && std::holds_alternative<bool*>(nf->target)) {
         *std::get<bool*>(nf->target) = false;
+        nf->set = true;
         continue;
       }
     }
@@ -117,6 +124,7 @@ bool FlagSet::Parse(int argc, char** argv, std::string* error, bool* help_reques
       }
     }
     if (!Set(*f, value, error)) return false;
+    f->set = true;
   }
   return true;
 }

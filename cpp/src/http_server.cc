@@ -320,6 +320,7 @@ void HttpLoop::ParseHead(int fd, Conn& c) {
 
 void HttpLoop::Dispatch(int fd, Conn& c) {
   MCXL_LOG(kDebug, "http", "%s: %s %s", c.peer.c_str(), c.req.method.c_str(), c.req.path.c_str());
+  c.req.peer_address = c.peer.substr(0, c.peer.rfind(':'));  // PeerName is "address:port"
   HttpResponse r = handler_(c.req);
   Respond(fd, c, SerializeResponse(r, c.req.method == "HEAD", false));
 }

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "mooncake_cxl/access.h"
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
@@ -48,7 +49,9 @@ Status Master::Open() {
              (unsigned long long)config_.client_slots);
     return ErrorCode::INVALID_PARAMS;
   }
-  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, config_.format);
+  PoolFileOptions file;
+  file.group = config_.pool_group;
+  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, config_.format, file);
   if (!pool) return pool.error();
   pool_ = std::move(pool.value());
   bool fresh = config_.format || !pool_->IsFormatted();
@@ -61,6 +64,7 @@ Status Master::Open() {
       return ErrorCode::INVALID_PARAMS;
     }
     fo.coherence = config_.coherence == "noncoherent" ? CoherenceMode::kNonCoherent : CoherenceMode::kCoherent;
+    fo.allow_world_readable = config_.allow_world_readable_pool;
     Status s = pool_->Format(fo);
     if (!s.ok()) return s;
   } else {
@@ -68,6 +72,10 @@ Status Master::Open() {
     if (!s.ok()) return s;
   }
   Superblock* sb = pool_->superblock();
+  memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
+  std::string why;
+  if (!fresh && !PoolModeAcceptable(pool_->file_mode(), false, &why))
+    MCXL_LOG(kWarn, "master", "pool %s: %s (chmod o-rw it)", pool_->path().c_str(), why.c_str());
   SetCoherenceMode(CoherenceMode(sb->coherence_mode));
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   alloc_ = std::make_unique<ExtentAllocator>(sb->data_offset, sb->data_size,
@@ -126,6 +134,14 @@ bool Master::RunsInSlices(uint16_t type) {
 
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   if (RunsInSlices(type)) {
+    std::string refusal;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!Admit(type, payload, *conn_slot, &refusal)) {
+        CountOp(type, refusal);
+        return refusal;
+      }
+    }
     std::string reply = HandleRemoveMatching(payload, type == uint16_t(MessageType::kRemoveAll));
     std::lock_guard<std::mutex> lock(mu_);
     CountOp(type, reply);
@@ -197,10 +213,18 @@ void Master::ServeRing(uint32_t slot) {
 
 std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   Decoder d(payload);
+  std::string refusal;
+  if (!Admit(type, payload, *conn_slot, &refusal)) return refusal;
   switch (MessageType(type)) {
-    case MessageType::kPing: {
+    case MessageType::kPing: {  // the bootstrap: no credential needed
+      const Superblock* sb = pool_->superblock();
+      PingReply r;
+      r.incarnation = sb->master_incarnation.load(std::memory_order_relaxed);
+      r.pool_path = pool_->path();
+      r.pool_size = sb->pool_size;
+      memcpy(r.uuid, sb->uuid, 16);
       Encoder e;
-      Encode(PingReply{ErrorCode::OK, pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)}, &e);
+      Encode(r, &e);
       return e.data();
     }
     case MessageType::kAttach: return HandleAttach(&d, conn_slot);

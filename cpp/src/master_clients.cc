@@ -1,6 +1,12 @@
 // Clients as the master sees them. Contract: Attach assigns a slot and a
 // generation (incarnation << 32 | counter) and resets the slot's rings;
 // every request names (slot, generation) and a stale pair is ILLEGAL_CLIENT.
+// Access (access.h): an Attach without the pool's token, or whose local pid
+// claim names no running process, is ILLEGAL_CLIENT before any slot is
+// taken; a request naming a slot other than its connection's is refused
+// unread. The pid is a liveness hint: a TCP peer has no SO_PEERCRED, and a
+// token holder can write the pool anyway, so proving its pid would add no
+// protection. A full table first reclaims slots whose local process is gone.
 // A client is reclaimed when it detaches, when its local process is gone,
 // or when its heartbeat is older than --client_ttl: its unfinished puts are
 // revoked first, then its slot, rings and pin table are cleared.
@@ -12,9 +18,11 @@
 #include <unistd.h>
 #include <algorithm>
 #include <cerrno>
+#include <cstdarg>
 #include <cstdio>
 #include <cstring>
 
+#include "mooncake_cxl/access.h"
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
@@ -52,6 +60,84 @@ bool Master::ClientValid(const ClientRef& ref) const {
          clients_[ref.slot].generation == ref.generation;
 }
 
+void Master::LogRefusal(const char* fmt, ...) {
+  ++stats_.refused_requests;
+  uint64_t now = MonoNs();
+  if (refusal_log_mono_ == 0 || now - refusal_log_mono_ >= kNsPerSec) {
+    refusal_log_mono_ = now;  // a new one-second window
+    refusals_logged_ = 0;
+  }
+  if (refusals_logged_ >= kRefusalLinesPerSec) {
+    ++refusals_unlogged_;  // a flood costs a few lines per second, not one per frame
+    return;
+  }
+  ++refusals_logged_;
+  char msg[320];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(msg, sizeof(msg), fmt, ap);
+  va_end(ap);
+  MCXL_LOG(kWarn, "master", "%s (refused: ILLEGAL_CLIENT; %llu earlier refusals not logged)", msg,
+           (unsigned long long)refusals_unlogged_);
+  refusals_unlogged_ = 0;
+}
+
+bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal) {
+  switch (MessageType(type)) {
+    case MessageType::kDetach:
+    case MessageType::kHeartbeat:
+    case MessageType::kPutStart:
+    case MessageType::kRemove:
+    case MessageType::kBatchRemove:
+    case MessageType::kRemoveByRegex:
+    case MessageType::kRemoveAll:
+      break;
+    default:
+      return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
+  }
+  Decoder d(payload);
+  ClientRef ref;
+  if (!Decode(&d, &ref)) return true;  // too short: the handler answers INVALID_PARAMS
+  if (conn_slot != kNoSlot && ref.slot == conn_slot && ClientValid(ref)) return true;
+  uint64_t incarnation = pool_->superblock()->master_incarnation.load(std::memory_order_relaxed);
+  // A reclaimed client on its own connection, or one of an earlier master
+  // incarnation reconnecting: it re-attaches; not worth a warning.
+  uint64_t ref_incarnation = ref.generation >> 32;
+  bool stale = (conn_slot != kNoSlot && conn_slot == ref.slot) ||
+               (ref_incarnation != 0 && ref_incarnation < incarnation);
+  if (!stale) {
+    if (conn_slot == kNoSlot)
+      LogRefusal("%s naming client slot %u from a connection that has not attached with the pool's token",
+                 MessageTypeName(type), ref.slot);
+    else
+      LogRefusal("%s naming client slot %u from the connection of slot %u", MessageTypeName(type), ref.slot,
+                 conn_slot);
+  } else {
+    ++stats_.refused_requests;
+  }
+  Encoder e;
+  switch (MessageType(type)) {
+    case MessageType::kPutStart: Encode(PutStartReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
+    case MessageType::kRemove:
+    case MessageType::kBatchRemove: Encode(RemoveReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
+    case MessageType::kRemoveByRegex:
+    case MessageType::kRemoveAll: Encode(CountReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
+    default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
+  }
+  *refusal = e.data();
+  return false;
+}
+
+uint32_t Master::ReclaimDeadLocalClients() {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < clients_.size(); ++i)
+    if (clients_[i].attached && clients_[i].local && LocalPidDead(clients_[i].pid)) {
+      ReclaimClient(i, "process exited (found when the client table was full)");
+      ++n;
+    }
+  return n;
+}
+
 void Master::SetAttached(uint32_t slot, bool attached) {
   uint64_t bit = 1ull << (slot % 64);
   auto& word = attached_bits_[slot / 64];
@@ -64,19 +150,33 @@ void Master::SetAttached(uint32_t slot, bool attached) {
 std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   AttachRequest req;
   AttachReply reply;
+  bool local = false;
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!TokensEqual(req.token, token_)) {
+    LogRefusal("Attach of '%.64s' (claimed pid %llu) without the pool's token", req.local_hostname.c_str(),
+               (unsigned long long)req.pid);
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else if ((local = req.machine == machine_) && (req.pid == 0 || LocalPidDead(req.pid))) {
+    // The claim can be checked here: a slot for a process that is not
+    // running would only wait for --client_ttl to be reclaimed.
+    LogRefusal("Attach of '%.64s' claims pid %llu on this host, which is not running",
+               req.local_hostname.c_str(), (unsigned long long)req.pid);
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
   } else {
     uint32_t slot = kNoSlot;
     if (ClientValid({req.prev_slot, req.prev_generation})) {
       slot = req.prev_slot;  // a reconnect of a live client keeps its slot
     } else {
-      for (uint32_t i = 0; i < clients_.size(); ++i)
-        if (!clients_[i].attached) {
-          slot = i;
-          break;
-        }
+      for (int pass = 0; pass < 2 && slot == kNoSlot; ++pass) {
+        if (pass == 1 && ReclaimDeadLocalClients() == 0) break;
+        for (uint32_t i = 0; i < clients_.size(); ++i)
+          if (!clients_[i].attached) {
+            slot = i;
+            break;
+          }
+      }
     }
     if (slot == kNoSlot) {
       MCXL_LOG(kWarn, "master", "attach of %s refused: all %zu client slots are taken",
@@ -91,7 +191,7 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
                        next_generation_++;
         c.pid = req.pid;
-        c.local = req.machine == machine_;
+        c.local = local;
         c.attach_ns = NowNs();
         cs->pid.store(req.pid, std::memory_order_relaxed);
         cs->machine_hash.store(KeyHash(req.machine), std::memory_order_relaxed);

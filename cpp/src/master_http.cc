@@ -131,6 +131,9 @@ std::string Master::MetricsText() {
   w.Metric("master_get_misses_total", "counter", "Reads that did not find the key", misses);
   w.Metric("master_revoked_puts_total", "counter", "Unfinished puts revoked (client died or too slow)",
            stats_.revoked_puts);
+  w.Metric("master_refused_requests_total", "counter",
+           "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
+           stats_.refused_requests);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {

@@ -1,6 +1,7 @@
 #include "mooncake_cxl/pool.h"
 
 #include <fcntl.h>
+#include <grp.h>
 #include <sys/mman.h>
 #include <sys/random.h>
 #include <sys/stat.h>
@@ -10,7 +11,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <vector>
 
+#include "mooncake_cxl/access.h"
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/publish.h"
@@ -57,7 +60,8 @@ Pool::~Pool() {
   if (base_ != nullptr) munmap(base_, size_);
 }
 
-Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size, bool create) {
+Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size, bool create,
+                                         const PoolFileOptions& file) {
   if (path.empty()) {
     MCXL_LOG(kError, "pool", "no pool path given (set --cxl_path or MC_CXL_DEV_PATH)");
     return ErrorCode::INVALID_PARAMS;
@@ -67,10 +71,38 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
              (unsigned long long)size, (unsigned long long)kMinPoolSize);
     return ErrorCode::INVALID_PARAMS;
   }
-  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT : 0), 0660);
+  gid_t group = gid_t(-1);
+  if (create && !file.group.empty()) {
+    std::vector<char> buf(16384);
+    struct group gr, *found = nullptr;
+    if (getgrnam_r(file.group.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+      MCXL_LOG(kError, "pool", "--pool_group '%s' is not a group on this host", file.group.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
+    group = gr.gr_gid;
+  }
+  int fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  bool created = false;
+  if (fd < 0 && errno == ENOENT && create) {
+    // O_EXCL: we know the file is ours to set the mode of; 0600 so that no
+    // other user can read it even for the moment before fchmod.
+    fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_CREAT | O_EXCL, 0600);
+    created = fd >= 0;
+    if (fd < 0 && errno == EEXIST) fd = open(path.c_str(), O_RDWR | O_CLOEXEC);  // lost a race
+  }
   if (fd < 0) {
     MCXL_LOG(kError, "pool", "cannot open pool %s: %s", path.c_str(), strerror(errno));
     return ErrorCode::INVALID_PARAMS;
+  }
+  if (created) {
+    // Exact mode, whatever the umask: 0600, or 0660 for the pool's group.
+    bool ok = group == gid_t(-1) ? fchmod(fd, 0600) == 0 : fchown(fd, uid_t(-1), group) == 0 && fchmod(fd, 0660) == 0;
+    if (!ok) {
+      MCXL_LOG(kError, "pool", "cannot set the mode of new pool %s: %s", path.c_str(), strerror(errno));
+      close(fd);
+      unlink(path.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
   }
   struct stat st;
   if (fstat(fd, &st) != 0) {
@@ -116,7 +148,7 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
              (unsigned long long)size, strerror(errno));
     return ErrorCode::INVALID_PARAMS;
   }
-  return std::unique_ptr<Pool>(new Pool(path, static_cast<char*>(base), size));
+  return std::unique_ptr<Pool>(new Pool(path, static_cast<char*>(base), size, st.st_mode));
 }
 
 bool Pool::IsFormatted() const {
@@ -125,6 +157,20 @@ bool Pool::IsFormatted() const {
 }
 
 Status Pool::Format(const FormatOptions& options) {
+  std::string why;
+  if (!PoolModeAcceptable(mode_, options.allow_world_readable, &why)) {
+    MCXL_LOG(kError, "pool",
+             "refusing to format %s: %s; chmod o-rw it (or chmod 0600), or pass --allow_world_readable_pool",
+             path_.c_str(), why.c_str());
+    return ErrorCode::INVALID_PARAMS;
+  }
+  uint8_t token[kAuthTokenBytes];
+  if (getrandom(token, sizeof(token), 0) != ssize_t(sizeof(token))) {
+    // No fallback: a credential derived from the clock could be guessed.
+    MCXL_LOG(kError, "pool", "cannot format %s: getrandom for the pool's credential failed: %s",
+             path_.c_str(), strerror(errno));
+    return ErrorCode::INTERNAL_ERROR;
+  }
   Superblock* sb = superblock();
   // Retract the magic first: a crash below leaves an unformatted pool.
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(0, std::memory_order_release);
@@ -159,6 +205,8 @@ Status Pool::Format(const FormatOptions& options) {
   }
   sb->uuid[6] = (sb->uuid[6] & 0x0f) | 0x40;  // RFC 4122 version 4
   sb->uuid[8] = (sb->uuid[8] & 0x3f) | 0x80;
+  static_assert(sizeof(sb->auth_token) == kAuthTokenBytes);
+  memcpy(sb->auth_token, token, sizeof(token));
   sb->pool_size = size_;
   sb->format_time_ns = NowNs();
   sb->client_table_offset = client_table;

@@ -35,6 +35,7 @@ void Encode(const AttachRequest& m, Encoder* e) {
   e->U64(m.pid);
   e->U32(m.prev_slot);
   e->U64(m.prev_generation);
+  e->Raw(m.token, sizeof(m.token));
 }
 bool Decode(Decoder* d, AttachRequest* m) {
   m->local_hostname = d->Str();
@@ -42,6 +43,7 @@ bool Decode(Decoder* d, AttachRequest* m) {
   m->pid = d->U64();
   m->prev_slot = d->U32();
   m->prev_generation = d->U64();
+  d->Raw(m->token, sizeof(m->token));
   return !d->failed() && d->done();
 }
 
@@ -137,11 +139,13 @@ bool Decode(Decoder* d, PutStartReply* m) {
 }
 
 void Encode(const RemoveRequest& m, Encoder* e) {
+  Encode(m.client, e);
   e->U8(m.force ? 1 : 0);
   e->U32(uint32_t(m.keys.size()));
   for (const auto& k : m.keys) e->Str(k);
 }
 bool Decode(Decoder* d, RemoveRequest* m) {
+  Decode(d, &m->client);
   m->force = d->U8() != 0;
   uint32_t n = d->Count(4);
   m->keys.reserve(n);
@@ -163,10 +167,12 @@ bool Decode(Decoder* d, RemoveReply* m) {
 }
 
 void Encode(const RemoveByRegexRequest& m, Encoder* e) {
+  Encode(m.client, e);
   e->U8(m.force ? 1 : 0);
   e->Str(m.pattern);
 }
 bool Decode(Decoder* d, RemoveByRegexRequest* m) {
+  Decode(d, &m->client);
   m->force = d->U8() != 0;
   m->pattern = d->Str();
   return !d->failed() && d->done();
@@ -185,10 +191,16 @@ bool Decode(Decoder* d, CountReply* m) {
 void Encode(const PingReply& m, Encoder* e) {
   e->I32(ToInt(m.status));
   e->U64(m.incarnation);
+  e->Str(m.pool_path);
+  e->U64(m.pool_size);
+  e->Raw(m.uuid, 16);
 }
 bool Decode(Decoder* d, PingReply* m) {
   m->status = ReadStatus(d);
   m->incarnation = d->U64();
+  m->pool_path = d->Str();
+  m->pool_size = d->U64();
+  d->Raw(m->uuid, 16);
   return !d->failed();
 }
 

@@ -139,3 +139,27 @@ TEST(FlagsTest, HelpAndUsage) {
 
 }  // namespace
 }  // namespace mcxl
+
+namespace mcxl {
+namespace {
+
+// WasSet tells a flag given on the command line (even at its default value:
+// a deliberate choice, e.g. --rpc_address=0.0.0.0) from one left unset.
+TEST(FlagSetTest, WasSetTellsGivenFromDefaulted) {
+  Flags f;
+  ASSERT_TRUE(f.Parse({"--s=def", "--b", "--noon", "--a", "5"}));
+  EXPECT_TRUE(f.set.WasSet("s"));
+  EXPECT_TRUE(f.set.WasSet("b"));
+  EXPECT_TRUE(f.set.WasSet("on"));
+  EXPECT_TRUE(f.set.WasSet("a"));
+  EXPECT_FALSE(f.set.WasSet("u"));
+  EXPECT_FALSE(f.set.WasSet("d"));
+  EXPECT_FALSE(f.set.WasSet("etcd_endpoints"));
+  EXPECT_FALSE(f.set.WasSet("no_such_flag"));
+  Flags g;
+  ASSERT_FALSE(g.Parse({"--u=-1"}));  // a rejected value does not count as set
+  EXPECT_FALSE(g.set.WasSet("u"));
+}
+
+}  // namespace
+}  // namespace mcxl

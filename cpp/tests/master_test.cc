@@ -96,15 +96,26 @@ class MasterTest : public ::testing::Test {
     req.local_hostname = name;
     req.machine = Hostname();
     req.pid = uint64_t(getpid());
+    SetToken(&req);
     auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
     EXPECT_EQ(reply.status, ErrorCode::OK);
     return {reply.slot, reply.slot_generation};
+  }
+  // The pool's credential, as a client reads it from the pool it maps.
+  void SetToken(AttachRequest* req) const {
+    memcpy(req->token, master_->pool().superblock()->auth_token, sizeof(req->token));
+  }
+  // The client bound to this test's "connection" (the last Attach).
+  ClientRef Conn() const {
+    if (conn_slot_ == Master::kNoSlot) return {};
+    return {conn_slot_, master_->pool().client_slot(conn_slot_)->generation.load()};
   }
 
   PutStartReply PutStart(const ClientRef& c, const std::vector<std::string>& keys,
                          const std::vector<uint64_t>& sizes, bool upsert = false) {
     PutStartRequest req;
     req.client = c;
+    conn_slot_ = c.slot;  // each client has a connection of its own
     req.upsert = upsert;
     req.keys = keys;
     req.sizes = sizes;
@@ -139,10 +150,10 @@ class MasterTest : public ::testing::Test {
     return v;
   }
   ErrorCode Remove(const std::string& key, bool force = false) {
-    return StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{{key}, force})));
+    return StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{Conn(), {key}, force})));
   }
   CountReply RemoveMatching(MessageType type, const std::string& pattern, bool force) {
-    return CallFor<CountReply>(type, Enc(RemoveByRegexRequest{pattern, force}));
+    return CallFor<CountReply>(type, Enc(RemoveByRegexRequest{Conn(), pattern, force}));
   }
 
   std::string dir_;
@@ -157,6 +168,7 @@ TEST_F(MasterTest, AttachGivesSlotsAndPoolIdentity) {
   req.local_hostname = "c:1";
   req.machine = Hostname();
   req.pid = uint64_t(getpid());
+  SetToken(&req);
   auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
   EXPECT_EQ(reply.status, ErrorCode::OK);
   EXPECT_EQ(reply.slot, 0u);
@@ -188,6 +200,7 @@ TEST_F(MasterTest, ClientSlotsRunOut) {
   Attach("b");
   AttachRequest req;
   req.local_hostname = "c";
+  SetToken(&req);
   auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
   EXPECT_EQ(reply.status, ErrorCode::NO_AVAILABLE_HANDLE);
 }
@@ -308,14 +321,14 @@ TEST_F(MasterTest, RemoveVariants) {
   EXPECT_EQ(Remove("w"), ErrorCode::REPLICA_IS_NOT_READY);
 
   auto br = CallFor<RemoveReply>(MessageType::kBatchRemove,
-                                 Enc(RemoveRequest{{"a/2", "nope", "b/1"}, false}));
+                                 Enc(RemoveRequest{Conn(), {"a/2", "nope", "b/1"}, false}));
   EXPECT_EQ(br.status, ErrorCode::OK);
   EXPECT_EQ(br.results, (std::vector<int32_t>{0, ToInt(ErrorCode::OBJECT_NOT_FOUND), 0}));
   EXPECT_EQ(Get("a/2"), "");
   EXPECT_EQ(Get("b/2"), ValueFor("b/2", 256));
 
   // kRemove takes exactly one key.
-  EXPECT_EQ(StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{{"b/2", "c/1"}, false}))),
+  EXPECT_EQ(StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{Conn(), {"b/2", "c/1"}, false}))),
             ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(Get("b/2"), ValueFor("b/2", 256));
 
@@ -378,10 +391,10 @@ TEST_F(MasterTest, MalformedPayloadsGetInvalidParams) {
       {MessageType::kDetach, Enc(c)},
       {MessageType::kHeartbeat, Enc(c)},
       {MessageType::kPutStart, Enc(put)},
-      {MessageType::kRemove, Enc(RemoveRequest{{"keep"}, true})},
-      {MessageType::kBatchRemove, Enc(RemoveRequest{{"keep"}, true})},
-      {MessageType::kRemoveByRegex, Enc(RemoveByRegexRequest{".*", true})},
-      {MessageType::kRemoveAll, Enc(RemoveByRegexRequest{"", true})},
+      {MessageType::kRemove, Enc(RemoveRequest{c, {"keep"}, true})},
+      {MessageType::kBatchRemove, Enc(RemoveRequest{c, {"keep"}, true})},
+      {MessageType::kRemoveByRegex, Enc(RemoveByRegexRequest{c, ".*", true})},
+      {MessageType::kRemoveAll, Enc(RemoveByRegexRequest{c, "", true})},
   };
   for (const auto& cs : cases) {
     SCOPED_TRACE(MessageTypeName(uint16_t(cs.type)));
@@ -389,7 +402,9 @@ TEST_F(MasterTest, MalformedPayloadsGetInvalidParams) {
     for (size_t n = 0; n < cs.valid.size(); ++n)
       EXPECT_EQ(StatusOf(Call(cs.type, cs.valid.substr(0, n))), ErrorCode::INVALID_PARAMS) << n;
     EXPECT_EQ(StatusOf(Call(cs.type, cs.valid + '\x01')), ErrorCode::INVALID_PARAMS);
-    EXPECT_EQ(StatusOf(Call(cs.type, std::string(64, '\xff'))), ErrorCode::INVALID_PARAMS);
+    // (Naming slot 0xffffffff: refused unread, as not this connection's client.)
+    EXPECT_EQ(StatusOf(Call(cs.type, std::string(64, '\xff'))),
+              cs.type == MessageType::kAttach ? ErrorCode::INVALID_PARAMS : ErrorCode::ILLEGAL_CLIENT);
   }
   for (uint16_t type : {uint16_t(MessageType::kError), uint16_t(10), uint16_t(999), uint16_t(0xffff)})
     EXPECT_EQ(StatusOf(master_->Handle(type, "abc", &conn_slot_)), ErrorCode::INVALID_PARAMS) << type;
@@ -559,6 +574,7 @@ TEST_F(MasterTest, RemoveBeforeTickDoesNotDoubleFree) {
   Put(other, "b", 4096);  // reuses a's extent
   ASSERT_EQ(Get("b"), ValueFor("b", 4096));
   uint64_t used = master_->stats().allocated_bytes;
+  conn_slot_ = c.slot;  // c's connection
   ASSERT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
   master_->Tick();
   EXPECT_EQ(master_->stats().allocated_bytes, used) << "b's extent was freed under it";
@@ -642,7 +658,7 @@ TEST_F(MasterTest, RingRefusesWholeIndexScansSoTheClientUsesTcp) {
   Put(c, "r/1", 16);
   uint32_t ring_bytes = master_->pool().superblock()->ring_bytes;
   ShmRing requests(master_->pool().ring(c.slot, 0), ring_bytes), replies(master_->pool().ring(c.slot, 1), ring_bytes);
-  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kRemoveAll, 42, Enc(RemoveByRegexRequest{"", true}))));
+  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kRemoveAll, 42, Enc(RemoveByRegexRequest{c, "", true}))));
   master_->ServeRing(c.slot);
   std::string frame;
   ASSERT_EQ(replies.Pop(&frame), ShmRing::PopResult::kOk);
@@ -689,7 +705,7 @@ TEST_F(MasterTest, PerRequestListsAreCappedAndAbandonedIdsHashed) {
     many.sizes.push_back(8);
   }
   EXPECT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(many)).status, ErrorCode::INVALID_PARAMS);
-  RemoveRequest rm{many.keys, true};
+  RemoveRequest rm{c, many.keys, true};
   EXPECT_EQ(CallFor<RemoveReply>(MessageType::kBatchRemove, Enc(rm)).status, ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(master_->stats().pending_puts, 1u);  // "v" only
 }

@@ -118,6 +118,7 @@ AttachRequest SampleAttach() {
   m.pid = 4242;
   m.prev_slot = 3;
   m.prev_generation = 0x100000007ull;
+  for (int i = 0; i < 16; ++i) m.token[i] = uint8_t(0xA0 + i);
   return m;
 }
 AttachReply SampleAttachReply() {
@@ -151,6 +152,7 @@ PutStartReply SamplePutStartReply() {
 }
 RemoveRequest SampleRemove() {
   RemoveRequest m;
+  m.client = {4, 0x300000009ull};
   m.keys = {"a", "bb", ""};
   m.force = true;
   return m;
@@ -170,6 +172,7 @@ TEST(RpcProtocolTest, AttachRoundTrip) {
   EXPECT_EQ(out.pid, in.pid);
   EXPECT_EQ(out.prev_slot, in.prev_slot);
   EXPECT_EQ(out.prev_generation, in.prev_generation);
+  EXPECT_EQ(memcmp(out.token, in.token, 16), 0);
 
   AttachReply rin = SampleAttachReply(), rout;
   ASSERT_TRUE(Dec(Enc(rin), &rout));
@@ -227,6 +230,8 @@ TEST(RpcProtocolTest, RemoveRoundTrip) {
   RemoveRequest in = SampleRemove(), out;
   ASSERT_TRUE(Dec(Enc(in), &out));
   EXPECT_EQ(out.keys, in.keys);
+  EXPECT_EQ(out.client.slot, 4u);
+  EXPECT_EQ(out.client.generation, 0x300000009ull);
   EXPECT_TRUE(out.force);
 
   RemoveReply rin = SampleRemoveReply(), rout;
@@ -234,9 +239,11 @@ TEST(RpcProtocolTest, RemoveRoundTrip) {
   EXPECT_EQ(rout.status, ErrorCode::OBJECT_HAS_LEASE);
   EXPECT_EQ(rout.results, rin.results);
 
-  RemoveByRegexRequest xin{"^prefix/.*$", true}, xout;
+  RemoveByRegexRequest xin{{7, 8}, "^prefix/.*$", true}, xout;
   ASSERT_TRUE(Dec(Enc(xin), &xout));
   EXPECT_EQ(xout.pattern, xin.pattern);
+  EXPECT_EQ(xout.client.slot, 7u);
+  EXPECT_EQ(xout.client.generation, 8u);
   EXPECT_TRUE(xout.force);
 }
 
@@ -246,9 +253,13 @@ TEST(RpcProtocolTest, SmallRepliesRoundTrip) {
   EXPECT_EQ(cout_.status, ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(cout_.count, 99u);
 
-  PingReply pin{ErrorCode::OK, 12}, pout;
+  PingReply pin{ErrorCode::OK, 12, "/dev/shm/p", 1ull << 30, {}}, pout;
+  pin.uuid[3] = 0x5a;
   ASSERT_TRUE(Dec(Enc(pin), &pout));
   EXPECT_EQ(pout.incarnation, 12u);
+  EXPECT_EQ(pout.pool_path, "/dev/shm/p");
+  EXPECT_EQ(pout.pool_size, 1ull << 30);
+  EXPECT_EQ(pout.uuid[3], 0x5a);
 
   Encoder e;
   EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
@@ -268,7 +279,7 @@ TEST(RpcProtocolTest, RequestsRejectTrailingBytes) {
   std::string r = Enc(SampleRemove()) + "x";
   RemoveRequest rm;
   EXPECT_FALSE(Dec(r, &rm));
-  std::string x = Enc(RemoveByRegexRequest{"a", false}) + "x";
+  std::string x = Enc(RemoveByRegexRequest{{}, "a", false}) + "x";
   RemoveByRegexRequest xm;
   EXPECT_FALSE(Dec(x, &xm));
 }
@@ -281,9 +292,9 @@ TEST(RpcProtocolTest, EveryTruncationIsRejected) {
   ExpectEveryTruncationFails<PutStartReply>(Enc(SamplePutStartReply()));
   ExpectEveryTruncationFails<RemoveRequest>(Enc(SampleRemove()));
   ExpectEveryTruncationFails<RemoveReply>(Enc(SampleRemoveReply()));
-  ExpectEveryTruncationFails<RemoveByRegexRequest>(Enc(RemoveByRegexRequest{"abc", true}));
+  ExpectEveryTruncationFails<RemoveByRegexRequest>(Enc(RemoveByRegexRequest{{1, 2}, "abc", true}));
   ExpectEveryTruncationFails<CountReply>(Enc(CountReply{ErrorCode::OK, 5}));
-  ExpectEveryTruncationFails<PingReply>(Enc(PingReply{ErrorCode::OK, 5}));
+  ExpectEveryTruncationFails<PingReply>(Enc(PingReply{ErrorCode::OK, 5, "/p", 9, {}}));
 }
 
 TEST(RpcProtocolTest, HugeCountsAreRejected) {
@@ -300,6 +311,7 @@ TEST(RpcProtocolTest, HugeCountsAreRejected) {
   }
   {
     Encoder e;
+    Encode(ClientRef{0, 1}, &e);
     e.U8(1);
     e.U32(0x40000000u);
     e.Str("one");

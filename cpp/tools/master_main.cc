@@ -6,6 +6,8 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "mooncake_cxl/access.h"
+#include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/flags.h"
 #include "mooncake_cxl/http_server.h"
 #include "mooncake_cxl/log.h"
@@ -16,8 +18,23 @@
 namespace {
 std::atomic<bool> g_stop{false};
 
-// The monitoring port's pages (mooncake_master's paths).
+bool g_enable_key_listing = false;  // --enable_key_listing; set before the HTTP thread starts
+
+// The monitoring port's pages (mooncake_master's paths). The pages that
+// reveal keys are for loopback peers only unless --enable_key_listing.
 mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req) {
+  if ((req.path == "/get_all_keys" || req.path == "/query_key") &&
+      !mcxl::KeyListingAllowed(g_enable_key_listing, req.peer_address)) {
+    static uint64_t last_log_ns = 0;  // the HTTP thread only: one line per second at most
+    uint64_t now = mcxl::MonoNs();
+    if (last_log_ns == 0 || now - last_log_ns > 1000000000ull) {
+      last_log_ns = now;
+      MCXL_LOG(kWarn, "http", "%s from %s refused (403): key listing is loopback-only without --enable_key_listing",
+               req.path.c_str(), req.peer_address.c_str());
+    }
+    return mcxl::TextResponse(403, req.path + " reveals keys: served to loopback peers only unless the master "
+                                   "runs with --enable_key_listing");
+  }
   if (req.path == "/metrics") {
     mcxl::HttpResponse r;  // Prometheus text format 0.0.4 (the default type)
     r.body = m.MetricsText();
@@ -102,6 +119,12 @@ int main(int argc, char** argv) {
             "RPC connections served at once; a connection beyond is closed at once");
   flags.Add("rpc_conn_timeout_seconds", &tcp.idle_timeout_s,
             "an RPC connection idle this long is closed (clients reconnect); 0 = never");
+  flags.Add("enable_key_listing", &g_enable_key_listing,
+            "serve /get_all_keys and /query_key (they reveal keys) to non-loopback peers too");
+  flags.Add("pool_group", &cfg.pool_group,
+            "group of a pool file the master creates (mode 0660); empty = mode 0600, owner only");
+  flags.Add("allow_world_readable_pool", &cfg.allow_world_readable_pool,
+            "format a pool that other users may read or write (refused otherwise)");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
@@ -125,6 +148,9 @@ int main(int argc, char** argv) {
     fprintf(stderr, "mooncake_cxl_master: --rpc_port must be 0..65535\n");
     return 2;
   }
+  for (const auto& w : mcxl::ExposureWarnings(cfg.rpc_address, flags.WasSet("rpc_address"), cfg.metrics_host,
+                                              flags.WasSet("metrics_host")))
+    MCXL_LOG(kWarn, "master", "%s", w.c_str());
   auto master = mcxl::Master::Create(cfg);
   if (!master) {
     fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",

@@ -178,7 +178,15 @@ class Client {
   std::atomic<uint64_t> slot_generation_{0};
   std::atomic<uint64_t> incarnation_{0};
   uint8_t uuid_[16] = {};
+  uint8_t token_[16] = {};     // the pool's credential (access.h), read from the mapped pool
   uint64_t machine_hash_ = 0;  // KeyHash(gethostname())
+  // The slot this client holds, as requests name it (relaxed, see above).
+  ClientRef Ref() const {
+    return {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
+  }
+  // Bootstrap: asks the master where its pool is (Ping), maps it, checks its
+  // uuid and reads the token that Attach presents.
+  Status MapPool();
 
   // PutStart ids, and those that got no answer (sent with the next PutStart).
   std::atomic<uint64_t> next_put_id_{1};

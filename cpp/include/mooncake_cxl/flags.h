@@ -27,12 +27,16 @@ class FlagSet {
   bool Parse(int argc, char** argv, std::string* error, bool* help_requested);
   std::string Usage(const char* program) const;
   const std::vector<std::string>& ignored_seen() const { return ignored_seen_; }
+  // True when the command line gave flag `name` (a deliberate choice, even
+  // if equal to the default).
+  bool WasSet(const std::string& name) const;
 
  private:
   using Target = std::variant<bool*, int64_t*, uint64_t*, double*, std::string*>;
   struct Flag {
     std::string name, help, default_text;
     Target target;
+    bool set = false;
   };
   Flag* Find(const std::string& name);
   static bool Set(Flag& f, const std::string& value, std::string* error);

@@ -33,6 +33,8 @@ struct HttpRequest {
   // Query parameters in arrival order, names and values %-decoded ('+' is a
   // space). "?a&b=" yields {"a",""}, {"b",""}.
   std::vector<std::pair<std::string, std::string>> query;
+  // Numeric address of the peer ("127.0.0.1", "::1"), set by HttpServer.
+  std::string peer_address;
 
   // The first value of parameter `name`, "" when absent. *present (if given)
   // tells an absent parameter from an empty one.

@@ -26,7 +26,7 @@
 namespace mcxl {
 
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;  // 2: Superblock::auth_token
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -61,6 +61,10 @@ struct Superblock {
   uint64_t index_capacity;  // entries, a power of two
   uint64_t data_offset;
   uint64_t data_size;
+  // The pool's credential (access.h): 128 random bits from getrandom(2).
+  // Clients read it from the pool they map and present it at Attach, so only
+  // a process that can read the pool can use the master's RPC.
+  uint8_t auth_token[16];
 
   // Written by the running master only (one writer per line).
   alignas(kCacheLine) std::atomic<uint64_t> master_incarnation;  // +1 per start

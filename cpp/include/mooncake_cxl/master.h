@@ -83,6 +83,11 @@ struct MasterConfig {
   uint64_t client_ttl_s = 10;
   uint64_t put_start_discard_timeout_sec = 30;
   uint64_t put_start_release_timeout_sec = 600;
+  // Pool file access (access.h): group of a pool file the master creates
+  // (0660 then, else 0600), and whether a pool others may read or write may
+  // be formatted.
+  std::string pool_group;
+  bool allow_world_readable_pool = false;
 };
 
 struct MasterStats {
@@ -98,6 +103,7 @@ struct MasterStats {
   uint64_t eviction_rounds = 0, eviction_rounds_empty = 0;  // empty: freed nothing
   uint64_t evicted_keys = 0, evicted_bytes = 0;
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
+  uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
 };
 
 class Master {
@@ -106,7 +112,10 @@ class Master {
 
   // Answers one request; the reply payload (status first) is always valid,
   // also for a malformed request. `conn_slot` is the client slot bound to the
-  // calling connection (updated by Attach), or kNoSlot.
+  // calling connection (updated by Attach), or kNoSlot. Access (access.h):
+  // Attach must carry the pool's token; every other request but Ping must
+  // name (slot, generation) of the client bound to `conn_slot`, else it is
+  // ILLEGAL_CLIENT (one rate-limited log line) and changes nothing.
   static constexpr uint32_t kNoSlot = 0xffffffffu;
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot);
   // Requests whose Handle scans the whole index in slices (RemoveByRegex,
@@ -195,6 +204,15 @@ class Master {
   std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
   std::string HandleHeartbeat(Decoder* d);
   bool ClientValid(const ClientRef& ref) const;
+  // Access check of every request but Ping and Attach (see Handle): false
+  // with the refusal reply in *refusal.
+  bool Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal);
+  // Logs a refused request: at most kRefusalLinesPerSec lines per second,
+  // the next line counts those not logged.
+  static constexpr uint64_t kRefusalLinesPerSec = 10;
+  void LogRefusal(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  // Reclaims slots whose local process is gone (the table is full at attach).
+  uint32_t ReclaimDeadLocalClients();
   void ReclaimClient(uint32_t slot, const char* why);
   void CheckClients();
 
@@ -269,6 +287,8 @@ class Master {
   std::vector<PinnedFree> pinned_;
   uint64_t last_pin_scan_mono_ = 0;
   std::vector<ClientInfo> clients_;
+  uint8_t token_[16] = {};  // the pool's credential, copied at Open
+  uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;
   uint64_t next_generation_ = 1;
   uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit

@@ -6,9 +6,15 @@
 // files). Format writes a fresh superblock and zeroes the tables; Verify checks
 // an existing one. Every mismatch is INVALID_PARAMS with a log line naming
 // what differs; nothing is ever re-formatted silently.
+// File modes (access control): a pool file Open creates is mode 0600, or
+// 0660 owned by PoolFileOptions::group; Format refuses a pool that others may
+// read or write (S_IROTH/S_IWOTH) unless FormatOptions::allow_world_readable.
+// Format writes a fresh random credential (Superblock::auth_token).
 //
 // Thread safety: a Pool is immutable after Open; accessors are thread-safe.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstdint>
 #include <memory>
@@ -25,6 +31,11 @@ struct FormatOptions {
   uint32_t pins_per_client = 1024;
   uint64_t ring_bytes_per_client = 32 * 1024;  // per direction, header included
   CoherenceMode coherence = CoherenceMode::kCoherent;
+  bool allow_world_readable = false;  // --allow_world_readable_pool
+};
+
+struct PoolFileOptions {
+  std::string group;  // --pool_group: a created file is 0660 and owned by this group
 };
 
 // Index capacity used when FormatOptions::index_capacity is 0: one entry per
@@ -42,7 +53,7 @@ class Pool {
 
   // Maps `path`. create: make a regular file of `size` if it does not exist.
   static Result<std::unique_ptr<Pool>> Open(const std::string& path, uint64_t size,
-                                            bool create);
+                                            bool create, const PoolFileOptions& file = {});
 
   bool IsFormatted() const;
   Status Format(const FormatOptions& options);
@@ -53,6 +64,8 @@ class Pool {
   char* base() const { return base_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // st_mode of the device or file when opened (after Open created it).
+  mode_t file_mode() const { return mode_; }
   Superblock* superblock() const { return reinterpret_cast<Superblock*>(base_); }
   IndexEntry* index() const {
     return reinterpret_cast<IndexEntry*>(base_ + superblock()->index_offset);
@@ -80,10 +93,12 @@ class Pool {
   std::string UuidString() const;
 
  private:
-  Pool(std::string path, char* base, uint64_t size) : path_(std::move(path)), base_(base), size_(size) {}
+  Pool(std::string path, char* base, uint64_t size, mode_t mode)
+      : path_(std::move(path)), base_(base), size_(size), mode_(mode) {}
   std::string path_;
   char* base_;
   uint64_t size_;
+  mode_t mode_;
 };
 
 std::string UuidToString(const uint8_t* uuid);

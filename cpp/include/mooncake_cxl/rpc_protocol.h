@@ -3,6 +3,11 @@
 // Contract: every request payload is decoded by one Decode* function that
 // returns false on any malformed input; every reply begins with an i32
 // ErrorCode. Adding a field to a message is a new kProtocolVersion.
+//
+// Access (access.h): Ping is the bootstrap (it tells where the pool is) and
+// needs no credential; Attach carries the pool's token; every other request
+// begins with the ClientRef of the slot bound to its connection or ring, and
+// is refused with ILLEGAL_CLIENT otherwise.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +48,7 @@ struct AttachRequest {
   uint64_t pid = 0;
   uint32_t prev_slot = 0;      // re-attach: keep the slot if still ours
   uint64_t prev_generation = 0;
+  uint8_t token[16] = {};      // Superblock::auth_token of the pool the client mapped
 };
 struct AttachReply {
   ErrorCode status = ErrorCode::OK;
@@ -92,6 +98,7 @@ struct PutStartReply {
 };
 
 struct RemoveRequest {
+  ClientRef client;
   std::vector<std::string> keys;  // kRemove carries one
   bool force = false;
 };
@@ -100,6 +107,7 @@ struct RemoveReply {
   std::vector<int32_t> results;  // kBatchRemove: per key
 };
 struct RemoveByRegexRequest {
+  ClientRef client;
   std::string pattern;  // empty for kRemoveAll
   bool force = false;
 };
@@ -107,9 +115,14 @@ struct CountReply {
   ErrorCode status = ErrorCode::OK;
   uint64_t count = 0;
 };
+// Ping is also the bootstrap: where the pool is, so that a client can map it
+// and read the token before it attaches.
 struct PingReply {
   ErrorCode status = ErrorCode::OK;
   uint64_t incarnation = 0;
+  std::string pool_path;
+  uint64_t pool_size = 0;
+  uint8_t uuid[16] = {};
 };
 
 // Frame = header + payload.

@@ -1,50 +1,40 @@
-"""Several client processes on one pool: the master is the only structural
-writer, every client maps the pool and reads one-sidedly.
+"""Several client processes on one pool at once: each sees the others' puts
+and removes, two writers racing on the same keys leave one intact value, and
+readers never see a torn value while writers put, upsert and remove.
 
 Every client here is a separate Python process started with the "spawn"
-context (a fresh interpreter, no inherited mapping of the pool): each creates
-its own MooncakeDistributedStore and calls setup() against `master.address`
-with protocol "cxl". The child-side functions live at module level so that a
-spawned child can import them by name.
+context (conftest's `children`): each creates its own MooncakeDistributedStore
+and calls setup() against `master.address` with protocol "cxl". The
+child-side functions live at module level so that a spawned child can import
+them by name.
 
 Nothing here asserts on time: waits are bounded only as guards against hangs,
 and loops are bounded by iteration counts.
 """
 import hashlib
-import multiprocessing as mp
 import os
 import random
-import signal
 import struct
-import time
 import traceback
 
 import pytest
 
-from conftest import connect, fill, poll_fill_matches, value_for
-from mooncake_cxl import MooncakeDistributedStore
+from conftest import (CALL_TIMEOUT, CHILD_START_TIMEOUT, SPAWN, assert_no_leak, baseline_fill, connect, open_store,
+                      value_for)
 
 
 pytestmark = pytest.mark.usefixtures("no_put_wait")
 
 
-CTX = mp.get_context("spawn")
-MiB = 1 << 20
 KiB = 1 << 10
 
-NO_AVAILABLE_HANDLE = -200
 OBJECT_NOT_FOUND = -704
 REPLICA_IS_NOT_READY = -703
 
-# Hang guards (seconds). Generous: a noisy 2-core machine must never trip them.
-CHILD_START_TIMEOUT = 60
-CALL_TIMEOUT = 120
-
 
 # --------------------------------------------------------------------------
-# Values whose bytes are derived from the key, so that any process can check them.
-
-
+# 1. Two client processes share one pool: each is a long-lived client that runs
+# commands sent from the test; values of many sizes, bytes derived from the key.
 
 SIZES = [1, 2, 63, 64, 65, 100, 4095, 4096, 4097, 10000, 65535, 65536, 65537,
          300_000, 1 << 20, 777_777, 1, 17, 8192, 123_457]
@@ -58,93 +48,9 @@ def keys_for(prefix, n):
     return [f"{prefix}{i}" for i in range(n)]
 
 
-# --------------------------------------------------------------------------
-# Child process plumbing.
-
-def _open_store(address, hostname="127.0.0.1:0"):
-    s = MooncakeDistributedStore()
-    rc = s.setup(hostname, "P2PHANDSHAKE", 0, 0, "cxl", "", address)
-    if rc != 0:
-        raise RuntimeError(f"setup in child pid {os.getpid()} returned {rc}")
-    return s
-
-
-def _child_entry(conn, target, args):
-    """Runs target(conn, *args) in the child; sends ("ok", result) or ("err", traceback)."""
-    try:
-        result = target(conn, *args)
-        conn.send(("ok", result))
-    except BaseException:
-        try:
-            conn.send(("err", traceback.format_exc()))
-        except Exception:
-            pass
-    finally:
-        conn.close()
-
-
-class Child:
-    """A spawned child running `target(conn, *args)`; its return value comes back
-    through the pipe. `target` may also send intermediate messages on `conn`."""
-
-    def __init__(self, target, *args):
-        self.conn, child_conn = CTX.Pipe()
-        self.proc = CTX.Process(target=_child_entry, args=(child_conn, target, args), daemon=True)
-        self.proc.start()
-        child_conn.close()
-
-    def recv(self, timeout=CALL_TIMEOUT):
-        if not self.conn.poll(timeout):
-            raise AssertionError(f"child pid {self.proc.pid} sent nothing within {timeout}s (hung?)")
-        return self.conn.recv()
-
-    def result(self, timeout=CALL_TIMEOUT):
-        """The child's return value; intermediate messages are skipped."""
-        deadline = time.monotonic() + timeout
-        while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                raise AssertionError(f"child pid {self.proc.pid} did not finish within {timeout}s")
-            msg = self.recv(left)
-            if isinstance(msg, tuple) and len(msg) == 2 and msg[0] in ("ok", "err"):
-                status, value = msg
-                if status == "err":
-                    raise AssertionError(f"child pid {self.proc.pid} failed:\n{value}")
-                self.proc.join(30)
-                return value
-
-    def kill(self):
-        if self.proc.is_alive():
-            os.kill(self.proc.pid, signal.SIGKILL)
-        self.proc.join(30)
-
-    def cleanup(self):
-        if self.proc.is_alive():
-            self.proc.terminate()
-            self.proc.join(5)
-        if self.proc.is_alive():
-            self.kill()
-        self.conn.close()
-
-
-@pytest.fixture
-def children():
-    """Starts children; every one still alive at teardown is terminated/killed."""
-    started = []
-
-    def start(target, *args):
-        c = Child(target, *args)
-        started.append(c)
-        return c
-
-    yield start
-    for c in started:
-        c.cleanup()
-
-
 def _serve(conn, address):
     """A long-lived client process: executes ("name", args) commands from the pipe."""
-    s = _open_store(address)
+    s = open_store(address)
     conn.send(("ready", os.getpid()))
     try:
         while True:
@@ -260,34 +166,6 @@ COMMANDS = {
 }
 
 
-# --------------------------------------------------------------------------
-# Fill: how many hard-pinned 1 MiB objects fit (hard pins keep eviction, if the
-# master ever evicts on a failed allocation, from hiding the pool's capacity).
-
-def fill_count(store, prefix, size=MiB):
-    return len(fill(store, prefix, size))
-
-
-def baseline_fill(store):
-    """Fill count of the freshly formatted pool; leaves the pool empty again."""
-    n = fill_count(store, "fill0/")
-    assert n > 0
-    assert store.remove_all(force=True) == n
-    return n
-
-
-def assert_no_leak(store, baseline, what):
-    store.remove_all(force=True)
-    n = fill_count(store, "fill1/")
-    assert abs(n - baseline) <= 1, (
-        f"space leak after {what}: a fill of 1 MiB objects reached {n} objects, "
-        f"the fresh pool held {baseline}")
-    store.remove_all(force=True)
-
-
-# --------------------------------------------------------------------------
-# 1. Two client processes share one pool.
-
 N_KEYS = 40
 
 
@@ -352,7 +230,7 @@ def race_value(key, writer):
 
 
 def _race_writer(conn, address, writer, barrier, n, op):
-    s = _open_store(address)
+    s = open_store(address)
     try:
         rcs, seen = [], []
         values = [race_value(f"race/{i}", writer) for i in range(n)]  # built before the race
@@ -377,7 +255,7 @@ def test_same_key_race_keeps_one_intact_value_and_leaks_nothing(master, children
     s = connect(master)
     try:
         baseline = baseline_fill(s)
-        barrier = CTX.Barrier(2)
+        barrier = SPAWN.Barrier(2)
         writers = [children(_race_writer, master.address, w, barrier, RACE_KEYS, op) for w in (0, 1)]
         results = [w.result() for w in writers]
         for w, (rcs, _) in enumerate(results):
@@ -447,7 +325,7 @@ def check_value(key, v):
 
 
 def _torn_writer(conn, address, writer, ready, stop):
-    s = _open_store(address)
+    s = open_store(address)
     rnd = random.Random(1000 + writer)
     block = rnd.randbytes(512 * KiB)
     counts = {"put": 0, "upsert": 0, "remove": 0}
@@ -491,7 +369,7 @@ def _torn_writer(conn, address, writer, ready, stop):
 
 
 def _torn_reader(conn, address, reader, ready_events, iters):
-    s = _open_store(address)
+    s = open_store(address)
     rnd = random.Random(2000 + reader)
     hits = misses = 0
     corrupt = []
@@ -521,8 +399,8 @@ def _torn_reader(conn, address, reader, ready_events, iters):
 
 
 def test_no_torn_reads_under_concurrent_put_upsert_remove(master, children):
-    ready = [CTX.Event(), CTX.Event()]
-    stop = CTX.Event()
+    ready = [SPAWN.Event(), SPAWN.Event()]
+    stop = SPAWN.Event()
     # Readers first: they spawn while writers spawn, then wait for the writers.
     readers = [children(_torn_reader, master.address, r, ready, READER_ITERS) for r in (0, 1)]
     writers = [children(_torn_writer, master.address, w, ready[w], stop) for w in (0, 1)]
@@ -549,121 +427,5 @@ def test_no_torn_reads_under_concurrent_put_upsert_remove(master, children):
         for k in TORN_KEYS:
             v = s.get(k)
             assert v == b"" or check_value(k, v) is None, f"{k}: {check_value(k, v)}"
-    finally:
-        s.close()
-
-
-# --------------------------------------------------------------------------
-# 4. A client killed in the middle of its puts.
-
-KILL_VALUE = 4 * MiB
-KILL_MAX_PUTS = 10  # 40 MiB: fits the 64 MiB pool with room for the in-flight put
-KILL_AFTER = 3
-
-
-def kill_value_parts(key, base):
-    head = key.encode().ljust(64, b"#")
-    return head, memoryview(base)[64:]
-
-
-def _killed_putter(conn, address):
-    s = _open_store(address)
-    base = random.Random("kill-base").randbytes(KILL_VALUE)
-    for i in range(KILL_MAX_PUTS):
-        key = f"kill/{i}"
-        head, tail = kill_value_parts(key, base)
-        rc = s.put_parts(key, head, tail)
-        if rc != 0:
-            conn.send(("failed", key, rc))
-            break
-        conn.send(("done", key))  # reported before the next put starts
-    conn.send(("idle",))
-    time.sleep(CALL_TIMEOUT)  # wait to be killed
-    return "not killed"
-
-
-def test_client_killed_mid_put_is_reclaimed(master, children):
-    s = connect(master)
-    try:
-        baseline = baseline_fill(s)
-        child = children(_killed_putter, master.address)
-        done, other = [], []
-        while len(done) < KILL_AFTER:
-            msg = child.recv(CHILD_START_TIMEOUT)
-            if msg[0] == "done":
-                done.append(msg[1])
-            else:
-                raise AssertionError(f"putter child reported {msg} before {KILL_AFTER} puts")
-        child.kill()  # SIGKILL, most likely while it copies the next value
-        assert child.proc.exitcode == -signal.SIGKILL
-        # Keys reported before the kill may still sit in the pipe.
-        try:
-            while child.conn.poll(0):
-                msg = child.conn.recv()
-                if msg[0] == "done":
-                    done.append(msg[1])
-                else:
-                    other.append(msg)
-        except (EOFError, OSError):
-            pass
-
-        base = random.Random("kill-base").randbytes(KILL_VALUE)
-        for key in done:
-            head, tail = kill_value_parts(key, base)
-            got = s.get(key)
-            assert len(got) == KILL_VALUE, f"{key}: reported complete, get returned {len(got)} bytes"
-            assert got == head + bytes(tail), f"{key}: reported complete, content differs"
-
-        # The master must notice the dead client and free its unfinished
-        # extent: poll (a hang guard, not a timing assertion).
-        poll_fill_matches(s, baseline, master, "the killed client's unfinished put was not reclaimed")
-        # Informational: whether the kill landed inside a put this time (the
-        # test below makes that case deterministic).
-        print("killed mid-put:", "revoked unfinished put" in master.log_tail(100_000))
-    finally:
-        s.close()
-
-
-def _dies_during_copy(conn, address, path):
-    """Puts from a mapping whose second half lies past the end of its file: the
-    client's copy into the pool faults (SIGBUS) after PutStart, so the process
-    dies with its entry WRITING and its extent allocated."""
-    import mmap
-    import resource
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))  # no core file from the SIGBUS
-    s = _open_store(address)
-    assert s.put("copy/ok", b"fine") == 0
-    with open(path, "w+b") as f:
-        f.truncate(2 * KILL_VALUE)
-        mm = mmap.mmap(f.fileno(), 2 * KILL_VALUE)
-        mm[:KILL_VALUE] = random.Random("copy").randbytes(KILL_VALUE)
-        f.truncate(KILL_VALUE)  # pages past KILL_VALUE now raise SIGBUS
-    conn.send(("putting",))
-    rc = s.put("copy/doomed", mm)
-    return f"survived the faulting copy, put returned {rc}"
-
-
-def test_client_dying_during_its_copy_is_reclaimed(master, children, tmp_path):
-    s = connect(master)
-    try:
-        baseline = baseline_fill(s)
-        path = os.path.join("/dev/shm" if os.path.isdir("/dev/shm") else str(tmp_path),
-                            f"mcxl_sigbus_{os.getpid()}_{time.monotonic_ns()}")
-        try:
-            child = children(_dies_during_copy, master.address, path)
-            assert child.recv(CHILD_START_TIMEOUT) == ("putting",)
-            child.proc.join(CALL_TIMEOUT)
-            assert child.proc.exitcode == -signal.SIGBUS, (
-                f"the child was expected to die of SIGBUS in its copy; exit code {child.proc.exitcode}")
-        finally:
-            if os.path.exists(path):
-                os.unlink(path)
-        assert s.get("copy/ok") == b"fine"
-        assert s.is_exist("copy/doomed") == 0, "a put whose client died mid-copy became visible"
-        assert s.get("copy/doomed") == b""
-        poll_fill_matches(s, baseline, master, "the dead client's unfinished put was not reclaimed")
-        # The key is free for a new put.
-        assert s.put("copy/doomed", b"second try") == 0
-        assert s.get("copy/doomed") == b"second try"
     finally:
         s.close()

@@ -1,6 +1,6 @@
-"""mooncake_cxl.bench_compare: a --quick run against the reference store
-(a smoke run: it must work and report every row; its figures are not judged),
-and the report writers on a made-up result."""
+"""mooncake_cxl.bench: --quick runs of every section (smoke runs: they must
+work and report every row; their figures are not judged), the comparison
+against the reference store, and its report writers on a made-up result."""
 import json
 import os
 import shutil
@@ -10,7 +10,32 @@ import sys
 import pytest
 
 import oracle
-from mooncake_cxl import bench_compare
+from mooncake_cxl.bench import compare, control, data, eviction
+
+
+# ---------------------------------------------------------------- our sections
+
+def test_bench_quick_run_produces_every_row():
+    result = data.run(quick=True)
+    ops = {(r["op"], r["size"]) for r in result["rows"]}
+    for op in ("put", "get", "get_into", "get_buffer", "is_exist"):
+        assert {(op, size) for size, *_ in data.PLAN} <= ops
+    assert all(r["median_us"] > 0 and r["memcpy_median_us"] > 0 for r in result["rows"])
+    assert "| get | 16 MiB |" in data.markdown(result)
+
+
+def test_bench_control_and_eviction_quick_runs():
+    ctl = control.run(quick=True)
+    assert {r["op"] for r in ctl["rows"]} == {"remove_missing", "ping", "put_4k"}
+    assert ctl["idle_cpu_percent"] >= 0
+    assert "rings median" in control.markdown(ctl)
+    ev = eviction.run(quick=True, pool_dir="/dev/shm")
+    assert ev["put_64k_half_empty_gbps"] > 0 and ev["put_64k_at_watermark_gbps"] > 0
+    assert ev["master_anon_bytes_per_object"] > 0
+    assert "bytes/object" in eviction.markdown(ev)
+
+
+# ---------------------------------------------------------------- against Mooncake (--compare mooncake)
 
 
 def _unshare_works():
@@ -43,15 +68,15 @@ def test_quick_compare_run(tmp_path):
     if reason:
         pytest.skip(reason)
     out = tmp_path / "out"
-    r = subprocess.run([sys.executable, "-m", "mooncake_cxl.bench_compare", "--quick", "--no-progress",
-                        "--out", str(out)], cwd=str(tmp_path), capture_output=True, text=True,
+    r = subprocess.run([sys.executable, "-m", "mooncake_cxl.bench", "--compare", "mooncake", "--quick",
+                        "--no-progress", "--out", str(out)], cwd=str(tmp_path), capture_output=True, text=True,
                        timeout=300)  # a hang guard
     assert r.returncode == 0, (r.stdout[-2000:], r.stderr[-3000:])
     result = json.loads((out / "compare.json").read_text())
     rows = {(row["op"], row["size"]) for row in result["rows"]}
-    assert rows == {(op, size) for op in bench_compare.OPS for size in bench_compare.SIZES}
+    assert rows == {(op, size) for op in compare.OPS for size in compare.SIZES}
     for row in result["rows"]:
-        for store in bench_compare.STORES:
+        for store in compare.STORES:
             assert row[store]["median_us"] > 0 and row[store]["samples"] > 0
         assert row["ratio_median"] > 0
     table = (out / "compare.md").read_text()
@@ -62,38 +87,38 @@ def test_quick_compare_run(tmp_path):
 
 def _fake_result():
     rows = []
-    for op in bench_compare.OPS:
-        for size in bench_compare.SIZES:
+    for op in compare.OPS:
+        for size in compare.SIZES:
             row = {"op": op, "size": size, "bytes_per_call": size}
-            if op in bench_compare.BATCH_OPS:
-                row["batch"] = bench_compare.batch_size(size)
+            if op in compare.BATCH_OPS:
+                row["batch"] = compare.batch_size(size)
                 row["bytes_per_call"] *= row["batch"]
-            for i, store in enumerate(bench_compare.STORES):
+            for i, store in enumerate(compare.STORES):
                 med = (1 + i) * size / 1e3 + 1
                 row[store] = {"median_us": med, "p99_us": 2 * med, "samples": 10,
                               "gbps": row["bytes_per_call"] / (med * 1e3)}
             row["ratio_median"] = row["ratio_p99"] = 0.5
             rows.append(row)
-    return {"machine": "test machine", "quick": True, "rounds": 1, "sizes": bench_compare.SIZES,
-            "ops": bench_compare.OPS, "rows": rows}
+    return {"machine": "test machine", "quick": True, "rounds": 1, "sizes": compare.SIZES,
+            "ops": compare.OPS, "rows": rows}
 
 
 def test_markdown_and_chart_of_a_result(tmp_path):
     pytest.importorskip("matplotlib", reason="matplotlib is not installed (pip install 'mooncake-cxl[compare]')")
     result = _fake_result()
-    table = bench_compare.markdown(result)
+    table = compare.markdown(result)
     lines = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line]
-    assert len(lines) == 1 + len(bench_compare.OPS) * len(bench_compare.SIZES)
+    assert len(lines) == 1 + len(compare.OPS) * len(compare.SIZES)
     assert "| is_exist | 4 KiB |" in table and "| 0.500 |" in table
     path = tmp_path / "chart.png"
-    bench_compare.chart(result, str(path))
+    compare.chart(result, str(path))
     assert path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and os.path.getsize(path) > 10_000
 
 
 def test_batch_sizes_and_read_sets_fit():
-    for size in bench_compare.SIZES:
-        b = bench_compare.batch_size(size)
-        assert 2 <= b <= 32 and bench_compare.read_set_len(size) >= b
+    for size in compare.SIZES:
+        b = compare.batch_size(size)
+        assert 2 <= b <= 32 and compare.read_set_len(size) >= b
         # Mooncake's writer segment holds the read set plus the largest batch in flight.
-        assert (bench_compare.read_set_len(size) + b) * size <= bench_compare.REFERENCE_SEGMENT
-    assert bench_compare.QUICK_PLAN.keys() == bench_compare.PLAN.keys() == set(bench_compare.SIZES)
+        assert (compare.read_set_len(size) + b) * size <= compare.REFERENCE_SEGMENT
+    assert compare.QUICK_PLAN.keys() == compare.PLAN.keys() == set(compare.SIZES)

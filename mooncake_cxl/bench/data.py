@@ -1,4 +1,4 @@
-"""Benchmark: python -m mooncake_cxl.bench [--quick] [--json FILE]
+"""The data path (section "data" of python -m mooncake_cxl.bench).
 
 Starts a master over a pool in /dev/shm, then a writer process that puts
 values of 4 KiB, 64 KiB, 1 MiB and 16 MiB, then a reader process (another
@@ -7,17 +7,13 @@ Every latency is printed beside a plain memcpy of the same size measured in
 the reader process in the same run, so the ratio is meaningful on a noisy
 machine. Latencies are per call through the Python API, median and p99.
 """
-import argparse
-import json
 import multiprocessing as mp
 import os
-import platform
 import statistics
-import tempfile
 import time
-import uuid
 
-KIB, MIB = 1 << 10, 1 << 20
+from . import common
+from .common import KIB, MIB
 
 # size, keys kept for the reader, timed puts, timed gets / is_exist
 PLAN = [
@@ -30,27 +26,8 @@ PLAN = [
 BATCH = 32  # batch_get_into row: BATCH values of 64 KiB per call
 
 
-def _value(size, i):
-    head = f"{size}:{i}:".encode()
-    return head + bytes([i % 251]) * (size - len(head))
-
-
 def _key(size, i):
     return f"bench/{size}/{i}"
-
-
-def _store(address):
-    from mooncake_cxl import MooncakeDistributedStore
-    s = MooncakeDistributedStore()
-    rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address)
-    if rc != 0:
-        raise RuntimeError(f"setup failed: {rc}")
-    return s
-
-
-def _percentiles(ns):
-    ns = sorted(ns)
-    return statistics.median(ns) / 1e3, ns[min(len(ns) - 1, int(len(ns) * 0.99))] / 1e3
 
 
 def _chunk(size, n):
@@ -90,13 +67,13 @@ def _interleaved(op, baseline, n, chunk):
 
 
 def writer(address, plan, out):
-    s = _store(address)
+    s = common.connect(address)
     results = {}
     for size, nkeys, nputs, _ in plan:
         for i in range(nkeys):
-            if s.put(_key(size, i), _value(size, i)) != 0:
+            if s.put(_key(size, i), common.value(size, i)) != 0:
                 raise RuntimeError(f"put of {size} B failed")
-        value = _value(size, 0)
+        value = common.value(size, 0)
 
         def put(i):
             rc = s.put(f"bench/tmp/{size}/{i}", value)
@@ -119,11 +96,11 @@ def writer(address, plan, out):
 
 
 def reader(address, plan, out):
-    s = _store(address)
+    s = common.connect(address)
     results = {}
     for size, nkeys, _, ngets in plan:
         for i in range(nkeys):  # check the data once, and warm the mapping
-            if s.get(_key(size, i)) != _value(size, i):
+            if s.get(_key(size, i)) != common.value(size, i):
                 raise RuntimeError(f"wrong bytes for {_key(size, i)}")
         keys = [_key(size, i) for i in range(nkeys)]
         base = _baseline(size, size * nkeys)
@@ -182,47 +159,25 @@ def reader(address, plan, out):
                     batch(i)
                     lat.append(time.perf_counter_ns() - t0)
                 mc += [sum(per.run(BATCH)) for _ in range(start, min(nb, start + chunk))]
-            results[size * BATCH] = {f"batch_get_into {BATCH}x{_size_name(size)}": (lat, mc)}
+            results[size * BATCH] = {f"batch_get_into {BATCH}x{common.size_name(size)}": (lat, mc)}
     s.close()
     out.put(("read", results))
 
 
-def machine():
-    model = "unknown CPU"
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
-
-
-def _size_name(size):
-    return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
-
-
 def run(quick=False, pool_dir="/dev/shm"):
-    from .launch import MasterProcess
+    from ..launch import MasterProcess
     plan = [(s, max(2, k // 4), max(10, p // 10), max(20, g // 10)) for s, k, p, g in PLAN] if quick else PLAN
     pool_bytes = sum(size * (nkeys + 2) for size, nkeys, _, _ in plan) * 2 + 64 * MIB
-    pool = os.path.join(pool_dir if os.path.isdir(pool_dir) else tempfile.gettempdir(),
-                        f"mcxl_bench_{uuid.uuid4().hex}")
     ctx = mp.get_context("spawn")
-    try:
-        with MasterProcess(pool, pool_bytes, format=True) as m:
-            q = ctx.Queue()
-            rows = {}
-            for target in (writer, reader):
-                p = ctx.Process(target=target, args=(m.address, plan, q))
-                p.start()
-                kind, data = q.get(timeout=600)
-                p.join()
-                rows[kind] = data
-    finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+    with common.temp_pool("mcxl_bench", pool_dir) as pool, MasterProcess(pool, pool_bytes, format=True) as m:
+        q = ctx.Queue()
+        rows = {}
+        for target in (writer, reader):
+            p = ctx.Process(target=target, args=(m.address, plan, q))
+            p.start()
+            kind, data = q.get(timeout=600)
+            p.join()
+            rows[kind] = data
     table = []
     merged = {}
     for part in ("put", "read"):
@@ -232,8 +187,8 @@ def run(quick=False, pool_dir="/dev/shm"):
     for size in sorted(merged):
         for op in sorted(merged[size], key=lambda o: order.index(o) if o in order else len(order)):
             lat, base = merged[size][op]
-            med, p99 = _percentiles(lat)
-            mc_med, _ = _percentiles(base)
+            med, p99 = common.percentiles(lat)
+            mc_med, _ = common.percentiles(base)
             # Calls and copies alternating one by one (large sizes): the median
             # of the per-pair ratios cancels drift better than a ratio of medians.
             paired = len(lat) == len(base) and _chunk(size, len(lat)) == 1
@@ -243,7 +198,7 @@ def run(quick=False, pool_dir="/dev/shm"):
                 "gbps": size / (med * 1e3), "memcpy_median_us": mc_med,
                 "memcpy_gbps": size / (mc_med * 1e3), "vs_memcpy": ratio, "samples": len(lat),
             })
-    return {"machine": machine(), "quick": quick, "rows": table}
+    return {"machine": common.machine(), "quick": quick, "rows": table}
 
 
 def markdown(result):
@@ -259,65 +214,6 @@ def markdown(result):
         moves_data = r["op"] not in ("is_exist", "get_buffer")  # they copy nothing
         gbps = f"{r['gbps']:.2f}" if moves_data else "—"
         ratio = f"{r['vs_memcpy'] * 100:.0f}%" if moves_data else "—"
-        lines.append(f"| {r['op']} | {_size_name(r['size'])} | {r['median_us']:.2f} | {r['p99_us']:.2f} | "
+        lines.append(f"| {r['op']} | {common.size_name(r['size'])} | {r['median_us']:.2f} | {r['p99_us']:.2f} | "
                      f"{gbps} | {r['memcpy_median_us']:.2f} | {r['memcpy_gbps']:.2f} | {ratio} |")
     return "\n".join(lines)
-
-
-SECTIONS = ("data", "control", "eviction")
-
-
-def run_control(quick=False, pool_dir="/dev/shm"):
-    from . import bench_control
-    from .launch import MasterProcess
-    pool = os.path.join(pool_dir if os.path.isdir(pool_dir) else tempfile.gettempdir(),
-                        f"mcxl_bench_ctl_{uuid.uuid4().hex}")
-    try:
-        with MasterProcess(pool, 256 * MIB, format=True) as m:
-            return bench_control.run(m, quick=quick)
-    finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
-    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    ap.add_argument("--only", default=",".join(SECTIONS),
-                    help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
-                         "eviction (throughput at the watermark, master memory per object)")
-    ap.add_argument("--compare", choices=["mooncake"],
-                    help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
-    ap.add_argument("--out", default="bench_out", help="with --compare: where compare.{md,json,png} go")
-    args = ap.parse_args(argv)
-    if args.compare:
-        from .bench_compare import main as compare_main
-        raise SystemExit(compare_main(["--out", args.out] + (["--quick"] if args.quick else [])))
-    sections = [x for x in args.only.split(",") if x]
-    unknown = set(sections) - set(SECTIONS)
-    if unknown:
-        ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
-    pool_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
-    results = {}
-    if "data" in sections:
-        results["data"] = run(quick=args.quick, pool_dir=pool_dir)
-        print("## Data path\n\n" + markdown(results["data"]) + "\n", flush=True)
-    if "control" in sections:
-        from . import bench_control
-        results["control"] = run_control(quick=args.quick, pool_dir=pool_dir)
-        print("## Control path: CXL RPC rings vs TCP\n\n" + bench_control.markdown(results["control"]) + "\n",
-              flush=True)
-    if "eviction" in sections:
-        from . import bench_eviction
-        results["eviction"] = bench_eviction.run(pool_dir, quick=args.quick)
-        print("## Eviction and master memory\n\n" + bench_eviction.markdown(results["eviction"]) + "\n",
-              flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
-"""Benchmark against Mooncake: python -m mooncake_cxl.bench_compare [--quick] [--out DIR]
-(also reachable as `python -m mooncake_cxl.bench --compare mooncake`).
+"""Against Mooncake: python -m mooncake_cxl.bench --compare mooncake [--quick] [--out DIR]
+[--no-progress] [--no-reexec].
 
 The same workloads run against both stores in one run:
 
@@ -28,22 +28,21 @@ is not already in one, it re-executes itself under `unshare -n` (needs root
 or user namespaces, and util-linux's unshare) and brings `lo` up itself.
 --no-reexec refuses instead.
 """
-import argparse
 import json
 import multiprocessing as mp
 import os
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
-import uuid
 
-KIB, MIB = 1 << 10, 1 << 20
+from . import common
+from .common import KIB, MIB
+
 SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
 STORES = ["mooncake_cxl", "mooncake"]
 OPS = ["put", "put_from", "batch_put_from", "get", "get_into", "batch_get_into", "is_exist"]
@@ -59,6 +58,7 @@ QUICK_ROUNDS = 1
 REFERENCE_SEGMENT = 256 * MIB  # Mooncake writer's segment: the read set plus one batch in flight
 REFERENCE_LOCAL_BUFFER = 64 * MIB  # put()/get() stage values here; 16 MiB values must fit
 _NETNS_ENV = "MCXL_COMPARE_NETNS"
+_PROG = "mooncake_cxl.bench --compare"
 
 
 def batch_size(size):
@@ -68,15 +68,6 @@ def batch_size(size):
 
 def read_set_len(size):
     return max(batch_size(size), min(64, READ_SET_BYTES // size))
-
-
-def _value(size, i):
-    head = f"{size}:{i}:".encode()
-    return head + bytes([i % 251]) * (size - len(head))
-
-
-def _size_name(size):
-    return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
 
 
 # ---------------------------------------------------------------- network namespace
@@ -101,12 +92,13 @@ def _bring_loopback_up():
 
 
 def _reexec_in_netns(argv):
+    """Runs `python -m mooncake_cxl.bench <argv>` again under `unshare -n`."""
     unshare = shutil.which("unshare")
     if unshare is None:
-        sys.exit("bench_compare: Mooncake's client binds 0.0.0.0, so it must run in a private network "
+        sys.exit(f"{_PROG}: Mooncake's client binds 0.0.0.0, so it must run in a private network "
                  "namespace, and `unshare` (util-linux) is not installed")
     env = dict(os.environ, **{_NETNS_ENV: "1"})
-    cmd = [unshare, "-n", "--", sys.executable, "-m", "mooncake_cxl.bench_compare", *argv]
+    cmd = [unshare, "-n", "--", sys.executable, "-m", "mooncake_cxl.bench", *argv]
     proc = subprocess.Popen(cmd, env=env)
     try:
         return proc.wait()
@@ -224,10 +216,10 @@ def _write(s, size, tag, n, nbatch):
     import numpy as np
     nread, b = read_set_len(size), batch_size(size)
     for i in range(nread):  # the reader's values (untimed)
-        rc = s.put(f"{tag}/r/{i}", _value(size, i))
+        rc = s.put(f"{tag}/r/{i}", common.value(size, i))
         if rc != 0:
             raise RuntimeError(f"put of the read set failed: {rc}")
-    value = _value(size, 7)
+    value = common.value(size, 7)
     out = {}
     # Every timed put writes a new key, removed right after (untimed), so the
     # working set stays the read set plus one batch.
@@ -265,7 +257,7 @@ def _read(s, size, tag, n, nbatch):
     import numpy as np
     nread, b = read_set_len(size), batch_size(size)
     keys = [f"{tag}/r/{i}" for i in range(nread)]
-    if s.get(keys[1]) != _value(size, 1):
+    if s.get(keys[1]) != common.value(size, 1):
         raise RuntimeError(f"wrong bytes read back for {keys[1]}")
     out = {}
 
@@ -279,7 +271,7 @@ def _read(s, size, tag, n, nbatch):
         raise RuntimeError("register_buffer failed")
     try:
         out["get_into"] = _timed(lambda i: s.get_into(keys[i % nread], base, size), n, _expect("get_into", size))
-        if bytes(bufs[:size]) != _value(size, (n - 1) % nread):
+        if bytes(bufs[:size]) != common.value(size, (n - 1) % nread):
             raise RuntimeError("get_into wrote the wrong bytes")
         ptrs, sizes = [base + j * size for j in range(b)], [size] * b
         out["batch_get_into"] = _timed(
@@ -361,11 +353,6 @@ class _Worker:
 
 # ---------------------------------------------------------------- the run
 
-def _percentiles(ns):
-    ns = sorted(ns)
-    return statistics.median(ns) / 1e3, ns[min(len(ns) - 1, int(len(ns) * 0.99))] / 1e3
-
-
 def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
     """The four client processes, driven size by size, round by round; they
     are closed before the masters stop (a Mooncake client whose master is
@@ -380,7 +367,7 @@ def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
             w.wait(120)
         if progress:
             from tqdm import tqdm
-            bar = tqdm(total=len(SIZES) * rounds * len(STORES), desc="bench_compare", unit="run",
+            bar = tqdm(total=len(SIZES) * rounds * len(STORES), desc="compare", unit="run",
                        file=sys.stderr, dynamic_ncols=True)
         for size in SIZES:
             n, nbatch = plan[size]
@@ -388,7 +375,7 @@ def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
                 order = STORES if r % 2 == 0 else STORES[::-1]
                 for st in order:
                     if bar:
-                        bar.set_postfix_str(f"{_size_name(size)} {st}")
+                        bar.set_postfix_str(f"{common.size_name(size)} {st}")
                     tag = f"cmp/{size}/{r}"
                     wrote = workers[st, "writer"].call("write", size, tag, n, nbatch)
                     read = workers[st, "reader"].call("read", size, tag, n, nbatch)
@@ -408,23 +395,17 @@ def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
 
 def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
     """Both stores, every size and op; returns the result dict (see main)."""
-    from .bench import machine
-    from .launch import MasterProcess
+    from ..launch import MasterProcess
     plan, rounds = (QUICK_PLAN, QUICK_ROUNDS) if quick else (PLAN, ROUNDS)
     log_dir = log_dir or tempfile.mkdtemp(prefix="mcxl_compare_")
     pool_size = 1024 * MIB
-    pool = os.path.join(pool_dir if os.path.isdir(pool_dir) else tempfile.gettempdir(),
-                        f"mcxl_compare_{uuid.uuid4().hex}")
     samples = {(st, op, size): [] for st in STORES for op in OPS for size in SIZES}
     ctx = mp.get_context("spawn")
-    try:
-        with MasterProcess(pool, pool_size, format=True, log_path=os.path.join(log_dir, "ours_master.log")) as ours, \
-                ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as theirs:
-            addresses = {"mooncake_cxl": ours.address, "mooncake": theirs.address}
-            _measure(ctx, addresses, plan, rounds, samples, progress, log_dir)
-    finally:
-        if os.path.exists(pool):
-            os.unlink(pool)
+    with common.temp_pool("mcxl_compare", pool_dir) as pool, \
+            MasterProcess(pool, pool_size, format=True, log_path=os.path.join(log_dir, "ours_master.log")) as ours, \
+            ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as theirs:
+        addresses = {"mooncake_cxl": ours.address, "mooncake": theirs.address}
+        _measure(ctx, addresses, plan, rounds, samples, progress, log_dir)
     rows = []
     for op in OPS:
         for size in SIZES:
@@ -432,13 +413,13 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
             if op in BATCH_OPS:
                 row["batch"] = batch_size(size)
             for st in STORES:
-                med, p99 = _percentiles(samples[st, op, size])
+                med, p99 = common.percentiles(samples[st, op, size])
                 row[st] = {"median_us": med, "p99_us": p99, "samples": len(samples[st, op, size]),
                            "gbps": row["bytes_per_call"] / (med * 1e3)}
             row["ratio_median"] = row["mooncake_cxl"]["median_us"] / row["mooncake"]["median_us"]
             row["ratio_p99"] = row["mooncake_cxl"]["p99_us"] / row["mooncake"]["p99_us"]
             rows.append(row)
-    return {"machine": machine(), "quick": quick, "rounds": rounds,
+    return {"machine": common.machine(), "quick": quick, "rounds": rounds,
             "plan": {str(k): v for k, v in plan.items()}, "sizes": SIZES, "ops": OPS,
             "setup": {"mooncake_cxl": "protocol cxl, pool in /dev/shm, 1 GiB",
                       "mooncake": (f"mooncake-transfer-engine-non-cuda, protocol tcp over loopback, "
@@ -457,7 +438,7 @@ def markdown(result):
              "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         o, m = r["mooncake_cxl"], r["mooncake"]
-        size = _size_name(r["size"]) + (f" ×{r['batch']}" if "batch" in r else "")
+        size = common.size_name(r["size"]) + (f" ×{r['batch']}" if "batch" in r else "")
         moves = r["op"] != "is_exist"
         g = (lambda x: f"{x['gbps']:.2f}") if moves else (lambda x: "—")
         lines.append(f"| {r['op']} | {size} | {o['median_us']:.1f} | {o['p99_us']:.1f} | {m['median_us']:.1f} | "
@@ -485,7 +466,7 @@ def chart(result, path):
                               (bw_ax, "Throughput (bytes per call / median)", "GB/s")):
         ax.set_xscale("log", base=2)
         ax.set_yscale("log")
-        ax.set_xticks(result["sizes"], [_size_name(s) for s in result["sizes"]])
+        ax.set_xticks(result["sizes"], [common.size_name(s) for s in result["sizes"]])
         ax.set_xlabel("value size (batch ops move batch × size per call)")
         ax.set_ylabel(ylabel)
         ax.set_title(title)
@@ -501,36 +482,27 @@ def chart(result, path):
     plt.close(fig)
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench_compare", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true", help="a smoke run (seconds), not a measurement")
-    ap.add_argument("--out", default="bench_out", metavar="DIR",
-                    help="where compare.md, compare.json and compare.png go (default: ./bench_out)")
-    ap.add_argument("--no-progress", action="store_true", help="no progress bar")
-    ap.add_argument("--no-reexec", action="store_true",
-                    help="fail instead of re-running under `unshare -n` when not in a loopback-only namespace")
-    args = ap.parse_args(argv)
-
+def main(out="bench_out", quick=False, progress=True, reexec=True, argv=()):
+    """The --compare run of python -m mooncake_cxl.bench; `argv` is that
+    command's own arguments, to run it again under `unshare -n` when this
+    process is not in a loopback-only namespace. Returns the exit status."""
     if not loopback_only():
-        if args.no_reexec or os.environ.get(_NETNS_ENV) == "1":
-            sys.exit("bench_compare: not in a loopback-only network namespace (Mooncake's client binds "
+        if not reexec or os.environ.get(_NETNS_ENV) == "1":
+            sys.exit(f"{_PROG}: not in a loopback-only network namespace (Mooncake's client binds "
                      "0.0.0.0); run it under `unshare -n` or without --no-reexec")
-        return _reexec_in_netns(argv)
+        return _reexec_in_netns(list(argv))
     _bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     try:
         import mooncake.store  # noqa: F401
     except ImportError as e:
-        sys.exit(f"bench_compare: the reference store is not importable ({e}); "
+        sys.exit(f"{_PROG}: the reference store is not importable ({e}); "
                  "pip install 'mooncake-cxl[oracle,compare]' (needs Debian's libibverbs1)")
 
-    os.makedirs(args.out, exist_ok=True)
+    os.makedirs(out, exist_ok=True)
     t0 = time.monotonic()
-    result = run(quick=args.quick, log_dir=tempfile.mkdtemp(prefix="mcxl_compare_logs_"),
-                 progress=not args.no_progress)
+    result = run(quick=quick, log_dir=tempfile.mkdtemp(prefix="mcxl_compare_logs_"), progress=progress)
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
-    paths = {ext: os.path.join(args.out, f"compare.{ext}") for ext in ("md", "json", "png")}
+    paths = {ext: os.path.join(out, f"compare.{ext}") for ext in ("md", "json", "png")}
     table = markdown(result)
     with open(paths["md"], "w") as f:
         f.write(table + "\n")
@@ -541,7 +513,3 @@ def main(argv=None):
     print()
     print(f"wrote {paths['md']}, {paths['json']}, {paths['png']} ({result['wall_seconds']} s)")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,5 @@
-"""Benchmark of the control path: CXL RPC rings against TCP (issue: CXL RPC).
+"""The control path (section "control" of python -m mooncake_cxl.bench):
+CXL RPC rings against TCP.
 
 The cheapest master request (remove of a missing key), a ping (health_check)
 and a 4 KiB put, timed in a client process over rings and in another over
@@ -7,17 +8,17 @@ master burns while idle with 8 clients attached.
 """
 import multiprocessing as mp
 import os
-import statistics
 import time
+
+from . import common
+from .common import MIB
 
 ROUNDS = 3
 
 
 def _client(address, transport, n, q):
     os.environ["MC_CXL_RPC"] = transport
-    from mooncake_cxl import MooncakeDistributedStore
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address) == 0
+    s = common.connect(address)
     value = b"v" * 4096
     out = {"remove_missing": [], "ping": [], "put_4k": []}
     for i in range(n):
@@ -40,9 +41,7 @@ def _client(address, transport, n, q):
 
 
 def _idle_client(address, ready, stop):
-    from mooncake_cxl import MooncakeDistributedStore
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address) == 0
+    s = common.connect(address)
     ready.put(1)
     stop.wait(120)
     s.close()
@@ -54,7 +53,14 @@ def _cpu_seconds(pid):
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def run(master, quick=False):
+def run(quick=False, pool_dir="/dev/shm"):
+    """Both transports against one master of its own, over a fresh pool."""
+    from ..launch import MasterProcess
+    with common.temp_pool("mcxl_bench_ctl", pool_dir) as pool, MasterProcess(pool, 256 * MIB, format=True) as m:
+        return measure(m, quick=quick)
+
+
+def measure(master, quick=False):
     ctx = mp.get_context("spawn")
     n = 300 if quick else 3000
     samples = {t: {"remove_missing": [], "ping": [], "put_4k": []} for t in ("ring", "tcp")}
@@ -68,12 +74,11 @@ def run(master, quick=False):
             p.join()
     rows = []
     for op in ("remove_missing", "ping", "put_4k"):
-        ring, tcp = sorted(samples["ring"][op]), sorted(samples["tcp"][op])
-        med = lambda xs: statistics.median(xs) / 1e3
-        p99 = lambda xs: xs[int(len(xs) * 0.99)] / 1e3
-        rows.append({"op": op, "ring_median_us": med(ring), "ring_p99_us": p99(ring),
-                     "tcp_median_us": med(tcp), "tcp_p99_us": p99(tcp),
-                     "reduction": 1 - med(ring) / med(tcp)})
+        ring_med, ring_p99 = common.percentiles(samples["ring"][op])
+        tcp_med, tcp_p99 = common.percentiles(samples["tcp"][op])
+        rows.append({"op": op, "ring_median_us": ring_med, "ring_p99_us": ring_p99,
+                     "tcp_median_us": tcp_med, "tcp_p99_us": tcp_p99,
+                     "reduction": 1 - ring_med / tcp_med})
     # Idle: 8 attached clients, nobody calling.
     ready, stop = ctx.Queue(), ctx.Event()
     idlers = [ctx.Process(target=_idle_client, args=(master.address, ready, stop)) for _ in range(8)]

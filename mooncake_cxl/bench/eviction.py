@@ -1,4 +1,4 @@
-"""Benchmark of eviction and master memory (issue: watermark eviction).
+"""Eviction and master memory (section "eviction" of python -m mooncake_cxl.bench).
 
 Sustained put throughput of 64 KiB objects while the pool sits at its high
 watermark (every few puts run an eviction round) against the same puts into
@@ -7,22 +7,15 @@ stored object with one million objects (its anonymous RSS: the pool's pages
 are the CXL device's, not the master's).
 """
 import multiprocessing as mp
-import os
 import statistics
 import time
 
-KIB, MIB = 1 << 10, 1 << 20
-
-
-def _store(address):
-    from mooncake_cxl import MooncakeDistributedStore
-    s = MooncakeDistributedStore()
-    assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address) == 0
-    return s
+from . import common
+from .common import KIB, MIB
 
 
 def _throughput(address, pool_bytes, n, rounds, q):
-    s = _store(address)
+    s = common.connect(address)
     value = b"e" * (64 * KIB)
     per_fill = int(pool_bytes * 0.25 // len(value))
     out = {"half_empty": [], "at_watermark": []}
@@ -43,7 +36,7 @@ def _throughput(address, pool_bytes, n, rounds, q):
 
 
 def _bulk(address, count, batch, q):
-    s = _store(address)
+    s = common.connect(address)
     value = b"m" * 64
     for b in range(0, count, batch):
         keys = [f"obj{i:07d}" for i in range(b, min(count, b + batch))]
@@ -62,48 +55,37 @@ def _rss(pid):
     return out
 
 
-def run(pool_dir, quick=False):
-    from .launch import MasterProcess
-    import uuid
+def run(quick=False, pool_dir="/dev/shm"):
+    from ..launch import MasterProcess
     ctx = mp.get_context("spawn")
     result = {}
     pool_bytes = 256 * MIB
-    path = os.path.join(pool_dir, f"mcxl_bench_evict_{uuid.uuid4().hex}")
-    try:
-        with MasterProcess(path, pool_bytes, format=True) as m:
-            q = ctx.Queue()
-            p = ctx.Process(target=_throughput, args=(m.address, pool_bytes, 200 if quick else 1000,
-                                                      1 if quick else 3, q))
-            p.start()
-            t = q.get(timeout=900)
-            p.join()
-            half, wm = statistics.median(t["half_empty"]), statistics.median(t["at_watermark"])
-            result["put_64k_half_empty_gbps"] = half / 1e9
-            result["put_64k_at_watermark_gbps"] = wm / 1e9
-            result["eviction_cost"] = 1 - wm / half
-            result["evict_log"] = [l for l in m.log_tail(4000).splitlines() if "[evict]" in l][-1:]
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+    with common.temp_pool("mcxl_bench_evict", pool_dir) as path, MasterProcess(path, pool_bytes, format=True) as m:
+        q = ctx.Queue()
+        p = ctx.Process(target=_throughput, args=(m.address, pool_bytes, 200 if quick else 1000,
+                                                  1 if quick else 3, q))
+        p.start()
+        t = q.get(timeout=900)
+        p.join()
+        half, wm = statistics.median(t["half_empty"]), statistics.median(t["at_watermark"])
+        result["put_64k_half_empty_gbps"] = half / 1e9
+        result["put_64k_at_watermark_gbps"] = wm / 1e9
+        result["eviction_cost"] = 1 - wm / half
+        result["evict_log"] = [l for l in m.log_tail(4000).splitlines() if "[evict]" in l][-1:]
     count = 100_000 if quick else 1_000_000
-    path = os.path.join(pool_dir, f"mcxl_bench_mem_{uuid.uuid4().hex}")
-    try:
-        with MasterProcess(path, 1 << 30, format=True,
-                           extra_flags=[f"--index_capacity={2 * count}"]) as m:
-            before = _rss(m.proc.pid)
-            q = ctx.Queue()
-            p = ctx.Process(target=_bulk, args=(m.address, count, 1000, q))
-            p.start()
-            q.get(timeout=900)
-            p.join()
-            after = _rss(m.proc.pid)
-            result["objects"] = count
-            result["master_anon_bytes_per_object"] = after["RssAnon"] / count
-            result["master_anon_growth_per_object"] = (after["RssAnon"] - before["RssAnon"]) / count
-            result["pool_pages_touched_by_master_per_object"] = after.get("RssShmem", 0) / count
-    finally:
-        if os.path.exists(path):
-            os.unlink(path)
+    with common.temp_pool("mcxl_bench_mem", pool_dir) as path, \
+            MasterProcess(path, 1 << 30, format=True, extra_flags=[f"--index_capacity={2 * count}"]) as m:
+        before = _rss(m.proc.pid)
+        q = ctx.Queue()
+        p = ctx.Process(target=_bulk, args=(m.address, count, 1000, q))
+        p.start()
+        q.get(timeout=900)
+        p.join()
+        after = _rss(m.proc.pid)
+        result["objects"] = count
+        result["master_anon_bytes_per_object"] = after["RssAnon"] / count
+        result["master_anon_growth_per_object"] = (after["RssAnon"] - before["RssAnon"]) / count
+        result["pool_pages_touched_by_master_per_object"] = after.get("RssShmem", 0) / count
     return result
 
 

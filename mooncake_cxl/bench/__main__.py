@@ -1,0 +1,67 @@
+"""The benchmark's command line.
+
+Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
+writer and reader in separate processes), control (CXL RPC rings against
+TCP), eviction (throughput at the watermark, master memory per object). Each
+starts its own master over a pool in /dev/shm. --compare mooncake runs the
+same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
+"""
+import argparse
+import json
+import sys
+
+from . import common
+
+SECTIONS = ("data", "control", "eviction")
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
+    ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--only", default=",".join(SECTIONS),
+                    help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
+                         "eviction (throughput at the watermark, master memory per object)")
+    ap.add_argument("--compare", choices=["mooncake"],
+                    help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
+    ap.add_argument("--out", default="bench_out", metavar="DIR",
+                    help="with --compare: where compare.{md,json,png} go (default: ./bench_out)")
+    ap.add_argument("--no-progress", action="store_true", help="with --compare: no progress bar")
+    ap.add_argument("--no-reexec", action="store_true",
+                    help="with --compare: fail instead of re-running under `unshare -n` when not in a "
+                         "loopback-only network namespace")
+    args = ap.parse_args(argv)
+    if args.compare:
+        from . import compare
+        return compare.main(out=args.out, quick=args.quick, progress=not args.no_progress,
+                            reexec=not args.no_reexec, argv=argv)
+    sections = [x for x in args.only.split(",") if x]
+    unknown = set(sections) - set(SECTIONS)
+    if unknown:
+        ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    pool_dir = common.default_pool_dir()
+    results = {}
+    if "data" in sections:
+        from . import data
+        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir)
+        print("## Data path\n\n" + data.markdown(results["data"]) + "\n", flush=True)
+    if "control" in sections:
+        from . import control
+        results["control"] = control.run(quick=args.quick, pool_dir=pool_dir)
+        print("## Control path: CXL RPC rings vs TCP\n\n" + control.markdown(results["control"]) + "\n",
+              flush=True)
+    if "eviction" in sections:
+        from . import eviction
+        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir)
+        print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
+              flush=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

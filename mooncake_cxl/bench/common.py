@@ -1,0 +1,69 @@
+"""What every benchmark section shares: sizes, the values written, one
+client's setup, percentiles, the machine line, and a throw-away pool file.
+
+Depends on nothing else in mooncake_cxl.bench (the sections import it, never
+the other way round).
+"""
+import contextlib
+import os
+import platform
+import statistics
+import tempfile
+import uuid
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def value(size, i):
+    """The i-th value of `size` bytes: its head names it, so a reader can check it."""
+    head = f"{size}:{i}:".encode()
+    return head + bytes([i % 251]) * (size - len(head))
+
+
+def size_name(size):
+    return f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
+
+
+def percentiles(ns):
+    """(median, p99) in µs of latencies in ns."""
+    ns = sorted(ns)
+    return statistics.median(ns) / 1e3, ns[min(len(ns) - 1, int(len(ns) * 0.99))] / 1e3
+
+
+def connect(address):
+    """One of our clients, set up as a user sets it up (protocol "cxl")."""
+    from mooncake_cxl import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address)
+    if rc != 0:
+        raise RuntimeError(f"setup failed: {rc}")
+    return s
+
+
+def machine():
+    model = "unknown CPU"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
+
+
+def default_pool_dir():
+    """/dev/shm (the pool's medium in these runs) when there is one."""
+    return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
+
+
+@contextlib.contextmanager
+def temp_pool(prefix, pool_dir=None):
+    """A fresh pool path in `pool_dir`; the file is removed afterwards."""
+    pool_dir = pool_dir if pool_dir and os.path.isdir(pool_dir) else default_pool_dir()
+    path = os.path.join(pool_dir, f"{prefix}_{uuid.uuid4().hex}")
+    try:
+        yield path
+    finally:
+        if os.path.exists(path):
+            os.unlink(path)
