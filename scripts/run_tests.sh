@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install mooncake_cxl with its C++ unit tests, then run ctest and pytest.
 #
-# System packages (apt-get, when missing): googletest for the C++ tests,
+# System packages (apt-get, when missing): googletest for the C++ tests, RE2
+# (libre2-dev) for remove_by_regex,
 # libibverbs1 for the reference Mooncake wheel (the oracle of the conformance
 # suite). The reference client listens on 0.0.0.0, so pytest runs inside a
 # private loopback-only network namespace (unshare -n) when that is possible;
@@ -11,6 +12,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
 [ -e /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
+[ -e /usr/include/re2/re2.h ] || missing+=(libre2-dev)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)

@@ -192,7 +192,10 @@ Result<std::string> Client::MasterCall(MessageType type, const std::function<std
 }
 
 Result<std::string> Client::CallOnce(MessageType type, const std::string& payload) {
-  if (options_.use_rings && type != MessageType::kAttach && type != MessageType::kDetach) {
+  // Attach/Detach bind the TCP connection; whole-index scans would stall
+  // every ring client behind them on the master's ring thread.
+  if (options_.use_rings && type != MessageType::kAttach && type != MessageType::kDetach &&
+      type != MessageType::kRemoveByRegex && type != MessageType::kRemoveAll) {
     auto r = RingCall(type, payload);
     if (r.ok() || r.error() != ErrorCode::NOT_SUPPORTED) return r;
   }

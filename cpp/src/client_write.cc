@@ -98,7 +98,23 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   uint64_t data_size = pool_->geometry().data_size;
   for (int backoff_us = 500; !todo.empty(); backoff_us = std::min(backoff_us * 2, 50000)) {
     std::vector<size_t> no_room;
-    PutOnce(keys, values, sizes, options, upsert, todo, &out, &no_room);
+    // In requests of at most kMaxRequestKeys keys and about kMaxRequestBytes
+    // (the master's per-request limits, rpc_protocol.h).
+    const auto& g = options.group_ids;
+    for (size_t begin = 0; begin < todo.size();) {
+      size_t end = begin, bytes = 0;
+      while (end < todo.size() && end - begin < kMaxRequestKeys) {
+        size_t i = todo[end];
+        size_t group = g.size() == keys.size() ? g[i].size() : g.empty() ? 0 : g[0].size();
+        size_t item = 16 + keys[i].size() + group;
+        if (end > begin && bytes + item > kMaxRequestBytes) break;
+        bytes += item;
+        ++end;
+      }
+      std::vector<size_t> part(todo.begin() + begin, todo.begin() + end);
+      PutOnce(keys, values, sizes, options, upsert, part, &out, &no_room);
+      begin = end;
+    }
     todo.clear();
     for (size_t i : no_room) {
       if (sizes[i] >= data_size || MonoNs() >= deadline) out[i] = ErrorCode::NO_AVAILABLE_HANDLE;
@@ -217,21 +233,31 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
     req.keys.emplace_back(keys[i]);
     sent.push_back(i);
   }
-  if (sent.empty()) return out;
-  auto r = MasterCall(MessageType::kBatchRemove, [&] {
-    req.client = Ref();  // current after a re-attach
-    Encoder e;
-    Encode(req, &e);
-    return e.data();
-  }, true);
-  RemoveReply reply;
-  const std::string reply_bytes = r.ok() ? *r : std::string();
-  Decoder d(reply_bytes);
-  ErrorCode whole = !r.ok() ? r.error()
-                    : !Decode(&d, &reply) || reply.results.size() != sent.size() ? ErrorCode::RPC_FAIL
-                                                                                  : reply.status;
-  for (size_t j = 0; j < sent.size(); ++j)
-    out[sent[j]] = whole != ErrorCode::OK ? ToInt(whole) : reply.results[j];
+  // In requests within the master's per-request limits (rpc_protocol.h).
+  for (size_t begin = 0; begin < sent.size();) {
+    size_t end = begin, bytes = 0;
+    while (end < sent.size() && end - begin < kMaxRequestKeys &&
+           (end == begin || bytes + 4 + req.keys[end].size() <= kMaxRequestBytes))
+      bytes += 4 + req.keys[end++].size();
+    RemoveRequest part;
+    part.force = force;
+    part.keys.assign(req.keys.begin() + begin, req.keys.begin() + end);
+    auto r = MasterCall(MessageType::kBatchRemove, [&] {
+      part.client = Ref();  // current after a re-attach
+      Encoder e;
+      Encode(part, &e);
+      return e.data();
+    }, true);
+    RemoveReply reply;
+    const std::string reply_bytes = r.ok() ? *r : std::string();
+    Decoder d(reply_bytes);
+    ErrorCode whole = !r.ok() ? r.error()
+                      : !Decode(&d, &reply) || reply.results.size() != end - begin ? ErrorCode::RPC_FAIL
+                                                                                    : reply.status;
+    for (size_t j = begin; j < end; ++j)
+      out[sent[j]] = whole != ErrorCode::OK ? ToInt(whole) : reply.results[j - begin];
+    begin = end;
+  }
   return out;
 }
 

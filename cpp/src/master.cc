@@ -203,7 +203,25 @@ bool Master::PoolLost() {
   return true;
 }
 
+bool Master::RunsInSlices(uint16_t type) {
+  return type == uint16_t(MessageType::kRemoveByRegex) || type == uint16_t(MessageType::kRemoveAll);
+}
+
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  if (RunsInSlices(type)) {
+    std::string refusal;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!Admit(type, payload, *conn_slot, &refusal)) {
+        CountOp(type, refusal);
+        return refusal;
+      }
+    }
+    std::string reply = HandleRemoveMatching(payload, type == uint16_t(MessageType::kRemoveAll));
+    std::lock_guard<std::mutex> lock(mu_);
+    CountOp(type, reply);
+    return reply;
+  }
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_lost_) return StatusReply(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   std::string reply = Dispatch(type, payload, conn_slot);
@@ -267,6 +285,15 @@ void Master::ServeRing(uint32_t slot) {
       replies.WakeConsumer();
       continue;
     }
+    if (RunsInSlices(h.type)) {
+      // A whole-index scan would stall every ring client behind it (one
+      // ring thread): NOT_SUPPORTED makes the client send it over TCP.
+      Encoder e;
+      EncodeStatus(ErrorCode::NOT_SUPPORTED, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
     uint32_t conn_slot = slot;
     std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
     CountOp(h.type, reply);
@@ -298,8 +325,8 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
     case MessageType::kPutStart: return HandlePutStart(&d);
     case MessageType::kRemove: return HandleRemove(&d, false);
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
-    case MessageType::kRemoveByRegex: return HandleRemoveMatching(&d, false);
-    case MessageType::kRemoveAll: return HandleRemoveMatching(&d, true);
+    case MessageType::kRemoveByRegex:
+    case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:
       MCXL_LOG(kWarn, "master", "request of unknown type %u (%zu bytes) rejected", type, payload.size());
       return StatusReply(ErrorCode::INVALID_PARAMS);

@@ -45,7 +45,9 @@ bool LocalPidDead(uint64_t pid) {
   char path[64];
   snprintf(path, sizeof(path), "/proc/%llu/stat", (unsigned long long)pid);
   FILE* f = fopen(path, "r");
-  if (f == nullptr) return true;
+  // Out of file descriptors (EMFILE) is no news about the pid: only a
+  // missing /proc entry says it is gone.
+  if (f == nullptr) return errno == ENOENT || errno == ESRCH;
   char buf[512] = {};
   size_t n = fread(buf, 1, sizeof(buf) - 1, f);
   fclose(f);

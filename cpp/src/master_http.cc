@@ -2,6 +2,7 @@
 // line, and the key/segment queries SGLang and operators use. Metric names
 // follow mooncake_master's where the meaning is the same.
 // Atomics follow the three rules stated in master.h.
+#include <algorithm>
 #include <cinttypes>
 #include <cstdio>
 #include <cstring>
@@ -9,6 +10,7 @@
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/master.h"
+#include "master_internal.h"
 
 namespace mcxl {
 namespace {
@@ -83,24 +85,37 @@ Master::ReadCountsResult Master::ReadCounts() const {
 }
 
 std::string Master::MetricsText() {
-  std::lock_guard<std::mutex> lock(mu_);
-  PromWriter w;
-  if (pool_lost_) {  // the pool is not to be touched again
-    w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
-    return std::move(w.text());
+  // The index scan runs in slices of mu_ (see master.h): the counts are of
+  // moments a few milliseconds apart, which a gauge can afford.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pool_lost_) {  // the pool is not to be touched again
+      PromWriter w;
+      w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
+      return std::move(w.text());
+    }
   }
-  CheckPending();  // count puts completed since the last Tick
-  uint64_t now = NowNs();
-  auto [hits, misses, clients] = ReadCounts();
   uint64_t leased = 0, hard = 0, soft = 0;
-  for (uint64_t s = 0; s < index_->capacity(); ++s) {
-    const IndexEntry& e = index_->entry(s);
-    if (StateOf(e.state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete) continue;
-    if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
-    if (index_->LeaseUntil(s) > now) ++leased;
-    if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
-    if (SoftPinActive(s, now)) ++soft;
+  uint64_t cap = index_->capacity();  // fixed after Open
+  for (uint64_t s = 0; s < cap;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t now = NowNs();
+      for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
+        const IndexEntry& e = index_->entry(s);
+        if (StateOf(e.state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete) continue;
+        if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
+        if (index_->LeaseUntil(s) > now) ++leased;
+        if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
+        if (SoftPinActive(s, now)) ++soft;
+      }
+    }
+    if (s < cap) SlicePause();
   }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckPending();  // count puts completed since the last Tick
+  PromWriter w;
+  auto [hits, misses, clients] = ReadCounts();
   w.Metric("master_total_capacity_bytes", "gauge", "Bytes of the pool's data region", alloc_->capacity());
   w.Metric("master_allocated_bytes", "gauge", "Bytes allocated to objects (complete, unfinished, pinned)",
            alloc_->used_bytes());
@@ -125,6 +140,9 @@ std::string Master::MetricsText() {
   w.Metric("master_get_misses_total", "counter", "Reads that did not find the key", misses);
   w.Metric("master_revoked_puts_total", "counter", "Unfinished puts revoked (client died or too slow)",
            stats_.revoked_puts);
+  w.Metric("master_refused_requests_total", "counter",
+           "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
+           stats_.refused_requests);
   w.Metric("master_refused_requests_total", "counter",
            "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
            stats_.refused_requests);
@@ -184,15 +202,31 @@ std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
   return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
 }
 
-std::string Master::AllKeys() const {
-  std::lock_guard<std::mutex> lock(mu_);
+std::string Master::AllKeys(uint64_t limit, bool* truncated) const {
+  // In slices of mu_ (see master.h); at most `limit` keys and kMaxAllKeysBytes.
+  constexpr size_t kMaxAllKeysBytes = 64u << 20;
   std::string out;
-  if (pool_lost_) return out;
-  for (uint64_t s = 0; s < index_->capacity(); ++s) {
-    if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
-    if (!out.empty()) out += '\n';
-    out += KeyOf(s);
+  uint64_t n = 0, cap = index_->capacity();  // fixed after Open
+  *truncated = false;
+  for (uint64_t s = 0; s < cap && !*truncated;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pool_lost_) return std::string();
+      for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
+        if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+          continue;
+        if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
+        std::string_view k = KeyOf(s);
+        if (n >= limit || out.size() + k.size() + 1 > kMaxAllKeysBytes) {
+          *truncated = true;
+          break;
+        }
+        if (!out.empty()) out += '\n';
+        out += k;
+        ++n;
+      }
+    }
+    if (s < cap && !*truncated) SlicePause();
   }
   return out;
 }

@@ -1,8 +1,10 @@
 // Helpers shared by the master's parts (master*.cc); not a public header.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
+#include <thread>
 
 #include "mooncake_cxl/error_code.h"
 
@@ -17,5 +19,9 @@ std::string ThisMachine();
 bool LocalPidDead(uint64_t pid);
 // A reply payload carrying only `status`.
 std::string StatusReply(ErrorCode status);
+// Between two slices of an index scan, mu_ released: std::mutex is not fair,
+// and without a pause the scanning thread would take it again before a woken
+// waiter (a put on the ring thread) runs.
+inline void SlicePause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
 
 }  // namespace mcxl

@@ -11,6 +11,7 @@
 #include "mooncake_cxl/master.h"
 
 #include <algorithm>
+#include <unordered_set>
 
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
@@ -111,6 +112,11 @@ std::string Master::HandlePutStart(Decoder* d) {
   PutStartReply reply;
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (req.keys.size() > kMaxRequestKeys || req.abandoned.size() > kMaxAbandonedIds) {
+    // Bounds the time under mu_; the client never sends more (it splits).
+    MCXL_LOG(kWarn, "master", "PutStart of %zu keys with %zu abandoned put ids refused: at most %u and %u",
+             req.keys.size(), req.abandoned.size(), kMaxRequestKeys, kMaxAbandonedIds);
     reply.status = ErrorCode::INVALID_PARAMS;
   } else if (!ClientValid(req.client)) {
     reply.status = ErrorCode::ILLEGAL_CLIENT;  // the client re-attaches and retries
@@ -221,14 +227,17 @@ void Master::RevokePending(const PendingPut& p, bool owner_dead) {
 
 void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
   if (ids.empty()) return;
+  // Hash sets: linear in the ids (at most kMaxAbandonedIds) and the pending puts.
+  std::unordered_set<uint64_t> given(ids.begin(), ids.end());
   auto& list = clients_[slot].abandoned;
+  std::unordered_set<uint64_t> known(list.begin(), list.end());
   for (uint64_t id : ids)
-    if (std::find(list.begin(), list.end(), id) == list.end()) list.push_back(id);
+    if (known.insert(id).second) list.push_back(id);
   if (list.size() > 256) list.erase(list.begin(), list.end() - 256);
   size_t keep = 0;
   for (size_t i = 0; i < pending_.size(); ++i) {
     PendingPut p = pending_[i];
-    if (p.owner == slot && std::find(ids.begin(), ids.end(), p.put_id) != ids.end()) {
+    if (p.owner == slot && given.count(p.put_id) != 0) {
       // The client will never write it: revoke and free at once.
       if (PendingState(p) == EntryState::kWriting) RevokePending(p, true);
       else FinishPending(p, PendingState(p));

@@ -8,8 +8,10 @@
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
 
+#include <re2/re2.h>
+
 #include <algorithm>
-#include <regex>
+#include <memory>
 
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
@@ -117,6 +119,11 @@ std::string Master::HandleRemove(Decoder* d, bool batch) {
   if (!Decode(d, &req) || (!batch && req.keys.size() != 1)) {
     MCXL_LOG(kWarn, "master", "malformed Remove request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (req.keys.size() > kMaxRequestKeys) {
+    // Bounds the time under mu_; the client splits larger batches itself.
+    MCXL_LOG(kWarn, "master", "BatchRemove of %zu keys refused: at most %u per request", req.keys.size(),
+             kMaxRequestKeys);
+    reply.status = ErrorCode::INVALID_PARAMS;
   } else {
     for (const auto& k : req.keys) {
       ++stats_.remove_requests;
@@ -131,45 +138,73 @@ std::string Master::HandleRemove(Decoder* d, bool batch) {
   return e.data();
 }
 
-std::string Master::HandleRemoveMatching(Decoder* d, bool all) {
-  RemoveByRegexRequest req;
-  CountReply reply;
-  if (!Decode(d, &req)) {
-    MCXL_LOG(kWarn, "master", "malformed RemoveByRegex/RemoveAll request rejected");
-    reply.status = ErrorCode::INVALID_PARAMS;
-    Encoder e;
-    Encode(reply, &e);
-    return e.data();
-  }
-  std::regex re;
-  if (!all) {
-    try {
-      re = std::regex(req.pattern, std::regex::ECMAScript);
-    } catch (const std::regex_error& ex) {
-      MCXL_LOG(kWarn, "master", "remove_by_regex: invalid pattern '%s': %s", req.pattern.c_str(), ex.what());
-      reply.status = ErrorCode::INVALID_PARAMS;
-      Encoder e;
-      Encode(reply, &e);
-      return e.data();
-    }
-  }
-  uint64_t now = NowNs();
-  for (uint64_t s = 0; s < index_->capacity(); ++s) {
-    const IndexEntry& e = index_->entry(s);
-    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) != EntryState::kComplete) continue;
-    if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
-    if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) continue;
-    if (!all) {
-      std::string_view k = KeyOf(s);
-      if (!std::regex_search(k.begin(), k.end(), re)) continue;
-    }
-    Unlink(s, true, 0);
-    ++reply.count;
-  }
+namespace {
+std::string CountReplyBytes(ErrorCode status, uint64_t count) {
   Encoder e;
-  Encode(reply, &e);
+  Encode(CountReply{status, count}, &e);
   return e.data();
+}
+}  // namespace
+
+std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
+  Decoder d(payload);
+  RemoveByRegexRequest req;
+  if (!Decode(&d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed RemoveByRegex/RemoveAll request rejected");
+    return CountReplyBytes(ErrorCode::INVALID_PARAMS, 0);
+  }
+  // RE2: linear time in the key, no recursion, bounded memory, whatever the
+  // pattern. Latin-1 so that it matches bytes, as std::regex over char does
+  // (the reference's regex_search). RE2 has no backreferences or lookaround:
+  // such a pattern is refused (INVALID_PARAMS), never run slowly.
+  std::unique_ptr<RE2> re;
+  if (!all) {
+    if (req.pattern.size() > kMaxPatternBytes) {
+      MCXL_LOG(kWarn, "master", "remove_by_regex: pattern of %zu bytes refused (limit %zu)", req.pattern.size(),
+               kMaxPatternBytes);
+      return CountReplyBytes(ErrorCode::INVALID_PARAMS, 0);
+    }
+    RE2::Options o;
+    o.set_encoding(RE2::Options::EncodingLatin1);
+    o.set_log_errors(false);
+    o.set_max_mem(16 << 20);
+    re = std::make_unique<RE2>(re2::StringPiece(req.pattern.data(), req.pattern.size()), o);
+    if (!re->ok()) {
+      MCXL_LOG(kWarn, "master", "remove_by_regex: pattern '%.200s' refused: %s (RE2 syntax: no backreferences "
+               "or lookaround)", req.pattern.c_str(), re->error().c_str());
+      return CountReplyBytes(ErrorCode::INVALID_PARAMS, 0);
+    }
+  }
+  // In slices: mu_ is held for at most a budget of slots, key bytes matched
+  // and unlinks, then released so that other requests run. Entries put
+  // meanwhile behind the scan are not removed (as if put after the request);
+  // each entry is judged on one look at its state, under one hold.
+  uint64_t cap = index_->capacity();  // fixed after Open
+  uint64_t count = 0;
+  for (uint64_t s = 0; s < cap;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      uint64_t now = NowNs();
+      for (uint64_t budget = 0; s < cap && budget < kScanSliceSlots; ++s) {
+        ++budget;
+        const IndexEntry& e = index_->entry(s);
+        uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kComplete) continue;
+        if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
+        if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) continue;
+        if (!all) {
+          std::string_view k = KeyOf(s);
+          budget += k.size() / 256;
+          if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
+        }
+        Unlink(s, true, 0);
+        budget += 8;  // the pin check of Unlink reads every client's pin table
+        ++count;
+      }
+    }
+    if (s < cap) SlicePause();
+  }
+  return CountReplyBytes(ErrorCode::OK, count);
 }
 
 }  // namespace mcxl

@@ -99,9 +99,11 @@ Status RpcClient::SendAll(const std::string& data) {
   return ErrorCode::OK;
 }
 
-Status RpcClient::RecvAll(char* p, size_t n) {
+Status RpcClient::RecvAll(char* p, size_t n, size_t* received) {
   size_t off = 0;
+  if (received != nullptr) *received = 0;
   while (off < n) {
+    if (received != nullptr) *received = off;
     ssize_t r = recv(fd_, p + off, n - off, 0);
     if (r > 0) {
       off += size_t(r);
@@ -119,15 +121,26 @@ Result<std::string> RpcClient::Call(MessageType type, const std::string& payload
   std::lock_guard<std::mutex> lock(mu_);
   if (reconnected != nullptr) *reconnected = false;
   if (fd_ >= 0 && PeerClosed()) Disconnect();  // e.g. the master restarted since the last call
-  if (fd_ < 0) {
-    Status s = ConnectLocked();
-    if (!s.ok()) return s.error();
-    if (reconnected != nullptr) *reconnected = true;
-  }
-  uint64_t id = next_id_++;
-  Status s = SendAll(MakeFrame(type, id, payload));
   FrameHeader h{};
-  if (s.ok()) s = RecvAll(reinterpret_cast<char*>(&h), sizeof(h));
+  Status s = ErrorCode::OK;
+  uint64_t id = 0;
+  for (int attempt = 0;; ++attempt) {
+    bool fresh = fd_ < 0;
+    if (fresh) {
+      s = ConnectLocked();
+      if (!s.ok()) return s.error();
+      if (reconnected != nullptr) *reconnected = true;
+    }
+    id = next_id_++;
+    s = SendAll(MakeFrame(type, id, payload));
+    size_t got = 0;
+    if (s.ok()) s = RecvAll(reinterpret_cast<char*>(&h), sizeof(h), &got);
+    // The master closes connections idle past --rpc_conn_timeout_seconds;
+    // when that crossed our request (an old connection, closed before any
+    // reply byte: the master never read it), send it once more on a new one.
+    if (s.ok() || fresh || attempt > 0 || got > 0 || s.error() != ErrorCode::RPC_FAIL) break;
+    Disconnect();
+  }
   if (s.ok() && (CheckFrameHeader(h) != FrameCheck::kOk || h.request_id != id)) {
     MCXL_LOG(kWarn, "rpc", "bad reply frame from the master (%s)", FrameCheckName(CheckFrameHeader(h)));
     s = ErrorCode::RPC_FAIL;

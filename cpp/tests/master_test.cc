@@ -18,6 +18,7 @@
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
+#include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 namespace {
@@ -605,6 +606,108 @@ TEST_F(MasterTest, EvictionSkipsUnfinishedPutsAndKeepsGroupsWhole) {
   // The unfinished put kept its extent: its client can still complete it.
   WriteAndPublish(unfinished.items[0], ValueFor("writing", kMiB));
   EXPECT_EQ(Get("writing"), ValueFor("writing", kMiB));
+}
+
+}  // namespace
+}  // namespace mcxl
+
+// Issue 10, items 5 and 6: one request must not stall or crash the master.
+namespace mcxl {
+namespace {
+
+TEST_F(MasterTest, RegexIsRe2LinearOverBytes) {
+  ClientRef c = Attach();
+  Put(c, std::string(20000, 'a'), 16);  // std::regex recursed once per character
+  Put(c, std::string(28, 'a'), 16);     // ^(a|a)*b$ backtracked 2^28 ways
+  Put(c, "\xc3\xa9/x", 16);             // two bytes, then "/x"
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "^(a|a)*b$", false).count, 0u);
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "(a)\\1", false).status, ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "a(?=a)", false).status, ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, std::string(Master::kMaxPatternBytes + 1, 'a'), false)
+                .status,
+            ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "^../x$", false).count, 1u);  // '.' is one byte
+  CountReply r = RemoveMatching(MessageType::kRemoveByRegex, "^(a|b)*$", false);
+  EXPECT_EQ(r.status, ErrorCode::OK);
+  EXPECT_EQ(r.count, 2u);
+  EXPECT_EQ(master_->stats().complete_keys, 0u);
+}
+
+TEST_F(MasterTest, RemoveAllScansInSlicesAndRemovesEverything) {
+  ClientRef c = Attach();
+  const int n = int(Master::kScanSliceSlots) * 2 + 100;  // several slices
+  for (int base = 0; base < n; base += 1000) {
+    std::vector<std::string> keys;
+    for (int i = base; i < std::min(n, base + 1000); ++i) keys.push_back("k/" + std::to_string(i));
+    PutStartReply r = PutStart(c, keys, std::vector<uint64_t>(keys.size(), 8));
+    ASSERT_EQ(r.status, ErrorCode::OK);
+    for (size_t i = 0; i < keys.size(); ++i) {
+      ASSERT_EQ(r.items[i].status, ErrorCode::OK) << keys[i];
+      WriteAndPublish(r.items[i], ValueFor(keys[i], 8));
+    }
+  }
+  master_->Tick();
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "^k/1", false).count, 1111u);  // 1, 10-19, 100-199, 1000-1999
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveAll, "", false).count, uint64_t(n) - 1111);
+  EXPECT_EQ(master_->stats().complete_keys, 0u);
+  EXPECT_EQ(master_->stats().allocated_bytes, 0u);
+}
+
+TEST_F(MasterTest, RingRefusesWholeIndexScansSoTheClientUsesTcp) {
+  ClientRef c = Attach();
+  Put(c, "r/1", 16);
+  uint32_t ring_bytes = master_->pool().superblock()->ring_bytes;
+  ShmRing requests(master_->pool().ring(c.slot, 0), ring_bytes), replies(master_->pool().ring(c.slot, 1), ring_bytes);
+  ASSERT_TRUE(requests.Push(MakeFrame(MessageType::kRemoveAll, RingRequestId(c.generation, 42), Enc(RemoveByRegexRequest{c, "", true}))));
+  master_->ServeRing(c.slot);
+  std::string frame;
+  ASSERT_EQ(replies.Pop(&frame), ShmRing::PopResult::kOk);
+  FrameHeader h;
+  ASSERT_GE(frame.size(), sizeof(h));
+  memcpy(&h, frame.data(), sizeof(h));
+  EXPECT_EQ(h.type, uint16_t(MessageType::kError));
+  EXPECT_EQ(h.request_id, RingRequestId(c.generation, 42));
+  EXPECT_EQ(StatusOf(frame.substr(sizeof(h))), ErrorCode::NOT_SUPPORTED);
+  EXPECT_EQ(Get("r/1"), ValueFor("r/1", 16));  // nothing removed
+}
+
+TEST_F(MasterTest, PerRequestListsAreCappedAndAbandonedIdsHashed) {
+  ClientRef c = Attach();
+  PutStartRequest req;
+  req.client = c;
+  req.put_id = 7;
+  req.keys = {"w"};
+  req.sizes = {10};
+  ASSERT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(req)).items.at(0).status, ErrorCode::OK);
+  // 400,000 abandoned ids: refused as a whole, at once.
+  PutStartRequest big = req;
+  big.put_id = 8;
+  for (uint64_t i = 0; i < 400000; ++i) big.abandoned.push_back(1000 + i);
+  uint64_t t0 = MonoNs();
+  EXPECT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(big)).status, ErrorCode::INVALID_PARAMS);
+  EXPECT_LT(MonoNs() - t0, 5 * 1000000000ull);  // a hang guard, not a benchmark
+  // kMaxAbandonedIds ids, one of them the unfinished put 7: it is revoked.
+  PutStartRequest most = req;
+  most.put_id = 9;
+  most.keys = {"v"};
+  for (uint64_t i = 0; i + 1 < kMaxAbandonedIds; ++i) most.abandoned.push_back(5000 + i);
+  most.abandoned.push_back(7);
+  EXPECT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(most)).status, ErrorCode::OK);
+  EXPECT_EQ(Remove("w"), ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(req)).status, ErrorCode::RPC_TIMEOUT);  // late 7
+  // Too many keys in one PutStart or BatchRemove.
+  PutStartRequest many = req;
+  many.put_id = 10;
+  many.keys.clear();
+  many.sizes.clear();
+  for (uint32_t i = 0; i <= kMaxRequestKeys; ++i) {
+    many.keys.push_back("m/" + std::to_string(i));
+    many.sizes.push_back(8);
+  }
+  EXPECT_EQ(CallFor<PutStartReply>(MessageType::kPutStart, Enc(many)).status, ErrorCode::INVALID_PARAMS);
+  RemoveRequest rm{c, many.keys, true};
+  EXPECT_EQ(CallFor<RemoveReply>(MessageType::kBatchRemove, Enc(rm)).status, ErrorCode::INVALID_PARAMS);
+  EXPECT_EQ(master_->stats().pending_puts, 1u);  // "v" only
 }
 
 }  // namespace

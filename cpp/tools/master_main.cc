@@ -1,5 +1,6 @@
 // mooncake_cxl_master: the master of a CXL pool. Flags follow mooncake_master.
 #include <signal.h>
+#include <sys/resource.h>
 
 #include <atomic>
 #include <cstdio>
@@ -41,7 +42,21 @@ mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req)
   }
   if (req.path == "/metrics/summary") return mcxl::TextResponse(200, m.SummaryLine());
   if (req.path == "/health") return mcxl::JsonResponse("{\"status\":\"ok\"}");
-  if (req.path == "/get_all_keys") return mcxl::TextResponse(200, m.AllKeys());
+  if (req.path == "/get_all_keys") {
+    // At most ?limit= keys (default 1,000,000) and 64 MiB; when more exist
+    // the last line is the marker below (not a key).
+    bool present = false, truncated = false;
+    std::string limit_text = req.Query("limit", &present);
+    uint64_t limit = 1000000;
+    if (present) {
+      char* end = nullptr;
+      limit = strtoull(limit_text.c_str(), &end, 10);
+      if (limit_text.empty() || *end != '\0') return mcxl::BadRequest("limit must be a number of keys");
+    }
+    std::string body = m.AllKeys(limit, &truncated);
+    if (truncated) body += (body.empty() ? "" : "\n") + std::string("...(truncated; ask /get_all_keys?limit=N)");
+    return mcxl::TextResponse(200, body);
+  }
   if (req.path == "/get_all_segments") return mcxl::TextResponse(200, m.AllSegments());
   if (req.path == "/query_key") {
     bool present = false;
@@ -52,6 +67,20 @@ mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req)
   }
   return mcxl::NotFound(req.path);
 }
+// The soft RLIMIT_NOFILE (often 1024) up to the hard one, so that
+// --max_rpc_connections is what limits connections, not EMFILE.
+void RaiseFdLimit(int64_t max_connections) {
+  rlimit rl{};
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return;
+  if (rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    (void)setrlimit(RLIMIT_NOFILE, &rl);
+    (void)getrlimit(RLIMIT_NOFILE, &rl);
+  }
+  if (rl.rlim_cur != RLIM_INFINITY && rl.rlim_cur < rlim_t(max_connections) + 64)
+    MCXL_LOG(kWarn, "master", "file descriptor limit %llu is below --max_rpc_connections=%lld + 64: accepts pause "
+             "when it is reached", (unsigned long long)rl.rlim_cur, (long long)max_connections);
+}
 void OnSignal(int) { g_stop.store(true, std::memory_order_relaxed); }  // polled by Run
 }  // namespace
 
@@ -60,6 +89,7 @@ int main(int argc, char** argv) {
   mcxl::MasterConfig cfg;
   if (const char* p = getenv("MC_CXL_DEV_PATH")) cfg.cxl_path = p;
   if (const char* s = getenv("MC_CXL_DEV_SIZE")) cfg.cxl_size = strtoull(s, nullptr, 10);
+  mcxl::TcpServerOptions tcp;
   mcxl::FlagSet flags;
   flags.Add("rpc_address", &cfg.rpc_address, "address the RPC server binds");
   flags.Add("rpc_port", &cfg.rpc_port, "RPC server port (0 = any free port)");
@@ -86,6 +116,10 @@ int main(int argc, char** argv) {
   flags.Add("put_start_release_timeout_sec", &cfg.put_start_release_timeout_sec,
             "a revoked put's space is freed after this many seconds when its writer is on another "
             "host (at once if its client died; a live writer on this host: when its process exits)");
+  flags.Add("max_rpc_connections", &tcp.max_connections,
+            "RPC connections served at once; a connection beyond is closed at once");
+  flags.Add("rpc_conn_timeout_seconds", &tcp.idle_timeout_s,
+            "an RPC connection idle this long is closed (clients reconnect); 0 = never");
   flags.Add("enable_key_listing", &g_enable_key_listing,
             "serve /get_all_keys and /query_key (they reveal keys) to non-loopback peers too");
   flags.Add("pool_group", &cfg.pool_group,
@@ -96,7 +130,7 @@ int main(int argc, char** argv) {
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
                         "memory_allocator", "root_fs_dir", "global_file_segment_size",
-                        "enable_offload", "rpc_conn_timeout_seconds", "rpc_interface",
+                        "enable_offload", "rpc_interface",
                         "max_total_finished_tasks", "max_total_pending_tasks", "max_total_processing_tasks"})
     flags.Ignore(n);
   std::string error;
@@ -128,7 +162,8 @@ int main(int argc, char** argv) {
             mcxl::ErrorCodeName(master.error()));
     return 1;
   }
-  mcxl::TcpServer server(master->get());
+  RaiseFdLimit(tcp.max_connections);
+  mcxl::TcpServer server(master->get(), tcp);
   if (!server.Listen(cfg.rpc_address, int(cfg.rpc_port)).ok()) return 1;
   mcxl::HttpServer http;
   if (!http.Listen(cfg.metrics_host, int(cfg.metrics_port)).ok()) return 1;

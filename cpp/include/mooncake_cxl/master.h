@@ -46,7 +46,11 @@
 //    hints compared with the clock or summed for statistics: relaxed, after
 //    ObserveRange.
 //
-// Thread safety: none. One thread calls Create, Handle, Tick and OnDisconnect.
+// Thread safety: every public entry point takes mu_ (the TCP loop, its
+// long-request worker, the ring server and the HTTP thread call in). Work
+// under mu_ is short: scans of the whole index (remove_by_regex, remove_all,
+// /metrics, /get_all_keys) take it per slice of kScanSliceSlots slots, so
+// other requests interleave; each entry is judged on one look under one hold.
 #pragma once
 
 #include <atomic>
@@ -131,6 +135,16 @@ class Master {
   // ILLEGAL_CLIENT (one rate-limited log line) and changes nothing.
   static constexpr uint32_t kNoSlot = 0xffffffffu;
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot);
+  // Requests whose Handle scans the whole index in slices (RemoveByRegex,
+  // RemoveAll): they may take long, though never holding mu_ for long, so a
+  // transport runs them off its main loop (TcpServer's worker). Over a ring
+  // they are refused with NOT_SUPPORTED: the client sends them over TCP.
+  static bool RunsInSlices(uint16_t type);
+  // Index slots one hold of mu_ covers in a scan (also capped by key bytes
+  // matched and unlinks: see master_remove.cc).
+  static constexpr uint64_t kScanSliceSlots = 4096;
+  // Longest remove_by_regex pattern accepted (RE2 syntax, see HandleRemoveMatching).
+  static constexpr size_t kMaxPatternBytes = 64 * 1024;
   // The connection that attached `slot` is gone.
   void OnDisconnect(uint32_t slot);
   // CXL RPC: answers every request waiting in client `slot`'s request ring
@@ -154,7 +168,8 @@ class Master {
   std::string SummaryLine();
   // 200 + JSON body, or 404 when the key is not stored.
   std::pair<int, std::string> QueryKey(std::string_view key) const;
-  std::string AllKeys() const;
+  // Complete keys, one per line, at most `limit`; *truncated when more exist.
+  std::string AllKeys(uint64_t limit, bool* truncated) const;
   std::string AllSegments() const;
   const Pool& pool() const { return *pool_; }
   const MasterConfig& config() const { return config_; }
@@ -253,7 +268,9 @@ class Master {
 
   // ---- removal and deferred frees (master_remove.cc) ----
   std::string HandleRemove(Decoder* d, bool batch);
-  std::string HandleRemoveMatching(Decoder* d, bool all);
+  // Called WITHOUT mu_: decodes and compiles outside it, then scans the
+  // index taking mu_ per slice.
+  std::string HandleRemoveMatching(std::string_view payload, bool all);
   ErrorCode RemoveKey(std::string_view key, bool force);
   // Tombstones the entry and frees its extent now (or when unpinned), or
   // quarantines it (DeferredFree) until release_mono_ns / quarantine_pid.

@@ -4,7 +4,9 @@
 // waits: connecting gives up after `connect_timeout_ms` (RPC_FAIL), a reply
 // that does not arrive within `reply_timeout_ms` is RPC_TIMEOUT. Any I/O
 // failure closes the connection; the next Call reconnects, and so does a Call
-// that finds the master closed the connection since the last one. A kError reply (the
+// that finds the master closed the connection since the last one (or that
+// finds it closed under its request before any reply byte: an idle
+// connection the master timed out; sent once more). A kError reply (the
 // master rejected the frame) comes back as the status it carries.
 //
 // Thread safety: Call serialises callers on an internal mutex.
@@ -36,7 +38,7 @@ class RpcClient {
   Status ConnectLocked();
   bool PeerClosed() const;
   Status SendAll(const std::string& data);
-  Status RecvAll(char* p, size_t n);
+  Status RecvAll(char* p, size_t n, size_t* received = nullptr);  // *received: bytes before a failure
 
   std::mutex mu_;
   std::string host_;

@@ -33,6 +33,15 @@ enum class MessageType : uint16_t {
 };
 const char* MessageTypeName(uint16_t type);
 
+// Per-request limits, so that one request's time under the master's lock is
+// bounded; over a limit the master answers INVALID_PARAMS with a log line.
+// The client never exceeds them: it splits a larger batch (Client::Put,
+// BatchRemove) into requests of at most kMaxRequestKeys keys and
+// kMaxRequestBytes of payload, and sends at most 64 abandoned put ids.
+constexpr uint32_t kMaxRequestKeys = 4096;      // PutStart keys, BatchRemove keys
+constexpr uint32_t kMaxAbandonedIds = 1024;     // PutStart abandoned put ids
+constexpr uint32_t kMaxRequestBytes = 16u << 20;  // what the client packs in one request
+
 struct AttachRequest {
   std::string local_hostname;  // the client's host:port identity
   std::string machine;         // gethostname(): tells the master a pid is local
