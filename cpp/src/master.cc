@@ -74,6 +74,7 @@ Status Master::Open() {
                                              2 * sb->index_capacity + 2);
   entry_meta_.assign(sb->index_capacity, EntryMeta{});
   clients_.assign(sb->client_slot_count, ClientInfo{});
+  retired_.assign(sb->client_slot_count, RetiredPins{});
   attached_bits_.reset(new std::atomic<uint64_t>[(sb->client_slot_count + 63) / 64]());
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
