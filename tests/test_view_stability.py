@@ -10,6 +10,10 @@ never another object's bytes. When the holder finally drops its view, the
 extent comes back (no leak).
 
 The lease is 50 ms, so that only the pin protects the object.
+
+The one case where the master does drop a live view's pin (a retired client of
+another host past --put_start_release_timeout_sec) is simulated by clearing the
+pin records in the pool: the handle then refuses access (BufferError).
 """
 import multiprocessing as mp
 import os
@@ -212,4 +216,41 @@ def test_killed_holder_releases_its_view(master_factory):
     finally:
         if p.is_alive():
             p.kill()
+        s.close()
+
+
+def _zero_all_pin_records(pool_path):
+    """What the master does to a retired table of another host's client past
+    --put_start_release_timeout_sec: the records are dropped."""
+    import mmap
+    import struct
+    with open(pool_path, "r+b") as f:
+        mm = mmap.mmap(f.fileno(), 0)
+        try:
+            slots, = struct.unpack_from("<I", mm, 56)
+            table, per = struct.unpack_from("<QI", mm, 64)
+            mm[table:table + slots * per * 16] = bytes(slots * per * 16)
+        finally:
+            mm.close()
+
+
+def test_handle_refuses_access_once_its_pin_is_dropped(master, pool_path):
+    s = connect(master)
+    try:
+        assert s.put("dropped", b"v" * 4096) == 0
+        h = s.get_buffer("dropped")
+        assert bytes(h) == b"v" * 4096
+        _zero_all_pin_records(pool_path)
+        with pytest.raises(BufferError) as e:
+            memoryview(h)
+        why = e.value.__cause__ or e.value.__context__ or e.value
+        assert "dropped this view's pin" in str(why)
+        with pytest.raises(BufferError):
+            bytes(h)
+        with pytest.raises(BufferError):
+            h.ptr()
+        del h  # dropping a handle whose record is gone is harmless
+        h2 = s.get_buffer("dropped")
+        assert h2 is not None and bytes(h2) == b"v" * 4096
+    finally:
         s.close()

@@ -739,5 +739,32 @@ TEST_F(MasterTest, DetachWithALiveViewRetiresTheSlotUntilTheViewGoes) {
   EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u) << "the retired slot was never released";
 }
 
+TEST_F(MasterTest, RetiredTableOfAnotherHostExpires) {
+  config_.put_start_release_timeout_sec = 0;  // expire at the next client check
+  StartMaster();
+  AttachRequest req;
+  req.local_hostname = "remote:1";
+  req.machine = "some-other-host";  // its pid cannot be checked from here
+  req.pid = 1;
+  auto r = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  ASSERT_EQ(r.status, ErrorCode::OK);
+  ClientRef c{r.slot, r.slot_generation};
+  Put(c, "remote-view", 4096);
+  auto snap = index_->FindComplete("remote-view", KeyHash("remote-view"));
+  ASSERT_TRUE(snap.ok());
+  PinInTable(master_->pool(), c.slot, 0, *snap);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_NE(master_->pool().client_slot(c.slot)->generation.load() & kSlotRetired, 0u);
+  for (int i = 0; i < 200 && master_->pool().pin_table(c.slot)[0].object_offset.load() != 0; ++i) {
+    master_->Tick();
+    usleep(10000);
+  }
+  // The residual: the record is dropped (the handle's PinHeld check fails
+  // and access raises) and the slot is free again.
+  EXPECT_EQ(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
+  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u);
+  EXPECT_EQ(Remove("remote-view"), ErrorCode::OK);
+}
+
 }  // namespace
 }  // namespace mcxl
