@@ -137,17 +137,29 @@ class HeldBuffer {
 
 // A read-only view straight into the pool. Holds a pin (see
 // Client::PinValue) until it is garbage-collected, and the client (and so the
-// pool mapping) alive, so it stays readable after close().
+// pool mapping) alive. While it lives its bytes never change: the pin
+// survives the client's close(), a reclaim of its slot while the process is
+// alive (e.g. stopped past --client_ttl), and a master restart. Every access
+// (buffer protocol, ptr()) checks that the pin is still held and raises
+// BufferError if the master dropped it (only a retired client of another host
+// past --put_start_release_timeout_sec): it never shows other bytes. A
+// memoryview or array taken from the handle is valid while the handle is.
 class BufferHandle {
  public:
   BufferHandle(std::shared_ptr<Client> c, PinnedView v) : client_(std::move(c)), view_(v) {}
   ~BufferHandle() { client_->Unpin(view_); }
   BufferHandle(const BufferHandle&) = delete;
-  uintptr_t ptr() const { return reinterpret_cast<uintptr_t>(view_.data); }
+  uintptr_t ptr() const { return reinterpret_cast<uintptr_t>(Checked()); }
   uint64_t size() const { return view_.size; }
-  const char* data() const { return view_.data; }
+  const char* data() const { return Checked(); }
 
  private:
+  const char* Checked() const {
+    if (!client_->PinHeld(view_))
+      throw py::buffer_error("BufferHandle: the master dropped this view's pin (its client was retired "
+                             "longer than --put_start_release_timeout_sec); the bytes are no longer valid");
+    return view_.data;
+  }
   std::shared_ptr<Client> client_;
   PinnedView view_;
 };

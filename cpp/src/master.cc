@@ -82,6 +82,7 @@ Status Master::Open() {
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
+  retired_.assign(geo.client_slot_count, RetiredPins{});
   attached_bits_.reset(new std::atomic<uint64_t>[(geo.client_slot_count + 63) / 64]());
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.

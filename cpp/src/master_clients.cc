@@ -9,7 +9,9 @@
 // protection. A full table first reclaims slots whose local process is gone.
 // A client is reclaimed when it detaches, when its local process is gone,
 // or when its heartbeat is older than --client_ttl: its unfinished puts are
-// revoked first, then its slot, rings and pin table are cleared.
+// revoked first, then its slot, rings and pin table are cleared (or, while
+// its process may still hold views, the slot is retired with its pin table
+// and a re-attach naming the old generation takes it back: master_pins.cc).
 //
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
@@ -170,11 +172,15 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
     uint32_t slot = kNoSlot;
     if (ClientValid({req.prev_slot, req.prev_generation})) {
       slot = req.prev_slot;  // a reconnect of a live client keeps its slot
+    } else if (req.prev_slot < retired_.size() && retired_[req.prev_slot].active &&
+               retired_[req.prev_slot].generation == req.prev_generation) {
+      slot = req.prev_slot;  // its views outlived the attachment: it takes back their pins
+      retired_[slot].active = false;
     } else {
       for (int pass = 0; pass < 2 && slot == kNoSlot; ++pass) {
         if (pass == 1 && ReclaimDeadLocalClients() == 0) break;
         for (uint32_t i = 0; i < clients_.size(); ++i)
-          if (!clients_[i].attached) {
+          if (!clients_[i].attached && !retired_[i].active) {
             slot = i;
             break;
           }
@@ -257,6 +263,7 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
     else RevokePending(p, dead);
   }
   pending_.resize(keep);
+  ClientInfo was = c;
   c = ClientInfo{};
   SetAttached(slot, false);
   ShmRing::Reset(pool_->ring(slot, 0));
@@ -268,14 +275,9 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   cs->get_misses.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
-  // Its pins die with it (DESIGN.md §2): clear the table for the next owner.
-  uint32_t per = pool_->geometry().pins_per_client;
-  PinRecord* t = pool_->pin_table(slot);
-  for (uint32_t i = 0; i < per; ++i) t[i].entry_plus1.store(0, std::memory_order_relaxed);
-  cs->pins_in_use.store(0, std::memory_order_relaxed);
-  cs->pin_high_water.store(0, std::memory_order_relaxed);
-  PublishRange(t, per * sizeof(PinRecord));
-  PublishRange(&cs->heartbeat_ns, kCacheLine);
+  // Its pins die with it (DESIGN.md §2), unless its process may still hold
+  // views: then the slot is retired with its table (master_pins.cc).
+  RetireOrClearPins(slot, was, dead);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 
@@ -303,6 +305,7 @@ void Master::CheckClients() {
     uint64_t last = std::max(hb, c.attach_ns);
     if (now > last && now - last > ttl) ReclaimClient(i, "heartbeat expired");
   }
+  CheckRetiredPins();
 }
 
 }  // namespace mcxl

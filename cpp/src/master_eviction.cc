@@ -28,6 +28,12 @@
 // --allow_evict_soft_pinned_objects is on. Objects put with the same group id
 // (K and V, TP shards) are evicted together or not at all.
 //
+// Upserts. Until Tick settles an upsert, its key has two COMPLETE entries;
+// the newest is the value (readers take it). Evicting an entry therefore
+// takes every older entry of its key along, oldest first, and an entry with
+// an older upsert still WRITING is not evicted yet: eviction may drop a key,
+// never bring an older value back.
+//
 // Readers copying an object while it is evicted are safe by the seqlock
 // (DESIGN.md §2): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
@@ -44,13 +50,13 @@ namespace mcxl {
 namespace {
 constexpr uint64_t kSampleSize = 4096;
 
-uint64_t PinKey(uint64_t slot, uint64_t gen) { return (gen << 24) ^ slot; }
 }  // namespace
 
-// Every (entry, generation) some client pins, gathered once per round.
+// Every object generation some live or retired pin table names, gathered
+// once per round (generations are unique over the pool's life).
 struct Master::PinSet {
-  std::unordered_set<uint64_t> keys;
-  bool Has(uint64_t slot, uint64_t gen) const { return keys.count(PinKey(slot, gen)) != 0; }
+  std::unordered_set<uint64_t> gens;
+  bool Has(uint64_t gen) const { return gens.count(gen) != 0; }
 };
 
 uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
@@ -71,7 +77,7 @@ Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& 
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
   if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) return Protection::kPermanent;
-  if (index_->LeaseUntil(slot) > now || pins.Has(slot, GenOf(sg))) return Protection::kTransient;
+  if (index_->LeaseUntil(slot) > now || pins.Has(GenOf(sg))) return Protection::kTransient;
   return Protection::kNone;
 }
 
@@ -103,15 +109,18 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   for (uint64_t m : members) {
     if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
     Protection p = Protected(m, now, pins);
+    // An older upsert of the key still being written would become the
+    // key's value once this one is gone: wait for it (transient).
+    if (p == Protection::kNone && OlderUnfinished(m)) p = Protection::kTransient;
     if (p == Protection::kTransient) round_blocked_transiently_ = true;
     if (p != Protection::kNone) return 0;  // the whole group stays
   }
-  for (uint64_t m : members) {
-    Extent ext;  // the size our allocator handed out, not the header's claim
-    if (alloc_->Lookup(entry_meta_[m].extent, &ext)) *bytes += ext.size;
-    Unlink(m, true, 0);
-  }
-  return members.size();
+  // Each member goes with the older values of its key (an upsert the master
+  // has not settled yet): evicting only the newest would bring an older
+  // value back. A member already taken that way returns 0.
+  uint64_t evicted = 0;
+  for (uint64_t m : members) evicted += UnlinkWithOlder(m, bytes);
+  return evicted;
 }
 
 uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
@@ -123,14 +132,14 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   {
     uint32_t per = pool_->geometry().pins_per_client;
     for (uint32_t c = 0; c < clients_.size(); ++c) {
-      if (!clients_[c].attached) continue;
+      if (!PinTableLive(c)) continue;
       ClientSlot* cs = pool_->client_slot(c);
       if (cs->pins_in_use.load(std::memory_order_acquire) == 0) continue;
       uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
       const PinRecord* t = pool_->pin_table(c);
       for (uint64_t i = 0; i < hwm; ++i)
-        if (uint64_t e = t[i].entry_plus1.load(std::memory_order_relaxed))
-          pins.keys.insert(PinKey(e - 1, t[i].generation.load(std::memory_order_relaxed)));
+        if (t[i].object_offset.load(std::memory_order_relaxed) != 0)
+          pins.gens.insert(t[i].generation.load(std::memory_order_relaxed));
     }
   }
   uint64_t cap = index_->capacity();

@@ -3,9 +3,12 @@
 // as pending; the client copies and CASes the entry COMPLETE itself. Tick
 // (CheckPending) notices completions and, for upserts, unlinks the older
 // value of the key (ClearSupersededIfSettled: one snapshot of the states per
-// decision). Puts whose client gave up (abandoned put ids) or that outlived
-// --put_start_discard_timeout_sec are revoked with the client's own CAS;
-// the extent of one whose writer may still run is quarantined (Unlink).
+// decision). Until then the key's newest entry is its value for every other
+// decision too: eviction and removal unlink an entry only together with the
+// older ones, oldest first (UnlinkWithOlder). Puts whose client gave up
+// (abandoned put ids) or that outlived --put_start_discard_timeout_sec are
+// revoked with the client's own CAS; the extent of one whose writer may still
+// run is quarantined (Unlink).
 //
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
@@ -169,6 +172,43 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
     uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
     if (!pending_upsert && (fl & kFlagSuperseded)) index_->SetFlags(s, fl & ~kFlagSuperseded);
   }
+}
+
+bool Master::OlderUnfinished(uint64_t slot) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
+  std::vector<uint64_t> live;
+  FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (s != slot && StateOf(sg) == EntryState::kWriting && GenOf(sg) < gen) return true;
+  }
+  return false;
+}
+
+uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (StateOf(sg) != EntryState::kComplete) return 0;
+  std::string key(KeyOf(slot));  // a copy: the header goes with the extent
+  std::vector<uint64_t> live;
+  FindLive(key, e.key_hash.load(std::memory_order_relaxed), &live);
+  // One look per entry (see ClearSupersededIfSettled): what was COMPLETE and
+  // older here goes; a WRITING one is the caller's to judge (OlderUnfinished).
+  std::vector<std::pair<uint64_t, uint64_t>> doomed;  // (generation, slot)
+  for (uint64_t s : live) {
+    uint64_t osg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (s != slot && StateOf(osg) == EntryState::kComplete && GenOf(osg) < GenOf(sg))
+      doomed.emplace_back(GenOf(osg), s);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  doomed.emplace_back(GenOf(sg), slot);  // the newest last
+  for (const auto& d : doomed) {
+    Extent ext;  // the size our allocator handed out, not the header's claim
+    if (bytes != nullptr && alloc_->Lookup(entry_meta_[d.second].extent, &ext)) *bytes += ext.size;
+    Unlink(d.second, true, 0);
+  }
+  return doomed.size();
 }
 
 EntryState Master::PendingState(const PendingPut& p) const {

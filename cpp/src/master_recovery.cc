@@ -5,8 +5,10 @@
 // unfinished puts are revoked with the same CAS their client would use to
 // publish (so exactly one side wins), and their extents stay reserved until
 // the owner's process is gone (a client of this machine) or, for a remote
-// owner, --put_start_release_timeout_sec passes; client
-// slots and pin tables of the previous incarnation are cleared.
+// owner, --put_start_release_timeout_sec passes; client slots of the previous
+// incarnation are cleared, except that a slot whose process may be alive and
+// holds views is retired with its pin table, and the extents those views show
+// are kept (master_pins.cc).
 //
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
@@ -34,17 +36,9 @@ void Master::Recover() {
     if (cs->generation.load(std::memory_order_relaxed) != 0 &&
         cs->machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_))
       old_pid[i] = cs->pid.load(std::memory_order_relaxed);
-    cs->generation.store(0, std::memory_order_relaxed);  // every client re-attaches
-    // Pins of the previous incarnation's clients are void: they re-attach
-    // with empty tables.
-    PinRecord* t = pool_->pin_table(i);
-    uint32_t per = pool_->geometry().pins_per_client;
-    for (uint32_t r = 0; r < per; ++r)
-      t[r].entry_plus1.store(0, std::memory_order_relaxed);
-    cs->pins_in_use.store(0, std::memory_order_relaxed);
-    cs->pin_high_water.store(0, std::memory_order_relaxed);
-    PublishRange(t, per * sizeof(PinRecord));
-    PublishRange(&cs->heartbeat_ns, kCacheLine);
+    // Every client re-attaches; one whose process may be alive and holds
+    // views keeps its slot and pins (retired until it re-attaches).
+    RecoverPinTable(i);
   }
   PublishRange(pool_->client_slot(0), clients_.size() * sizeof(ClientSlot));
 
@@ -110,6 +104,7 @@ void Master::Recover() {
     by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
   }
   index_->SetMaxProbe(max_probe);
+  ReservePinnedExtents();  // objects unlinked while viewed keep their extents
   // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
   // the newest.
   for (auto& [hash, slots] : by_hash) {

@@ -23,14 +23,14 @@
 
 namespace mcxl {
 
-bool Master::IsPinned(uint64_t entry_slot, uint64_t generation) const {
+bool Master::IsPinned(uint64_t generation) const {
   // seq_cst fence: the tombstone (or lease check) before it and the pin loads
   // after it form a Dekker pair with the client's pin store, fence, version
   // re-check: either we see its pin or it sees our version change.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t per = pool_->geometry().pins_per_client;  // ours: a shared word could stretch the scan
   for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
+    if (!PinTableLive(c)) continue;
     ClientSlot* cs = pool_->client_slot(c);
     ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
     if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
@@ -38,7 +38,7 @@ bool Master::IsPinned(uint64_t entry_slot, uint64_t generation) const {
     PinRecord* t = pool_->pin_table(c);
     ObserveRange(t, hwm * sizeof(PinRecord));
     for (uint64_t i = 0; i < hwm; ++i)
-      if (t[i].entry_plus1.load(std::memory_order_relaxed) == entry_slot + 1 &&
+      if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
           t[i].generation.load(std::memory_order_relaxed) == generation)
         return true;
   }
@@ -48,7 +48,7 @@ bool Master::IsPinned(uint64_t entry_slot, uint64_t generation) const {
 void Master::ReleaseUnpinned() {
   size_t keep = 0;
   for (const PinnedFree& p : pinned_) {
-    if (IsPinned(p.entry_slot, p.generation)) pinned_[keep++] = p;
+    if (IsPinned(p.generation)) pinned_[keep++] = p;
     else (void)alloc_->Free(p.handle);
   }
   pinned_.resize(keep);
@@ -63,8 +63,8 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
   meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
-  if (free_now && IsPinned(entry_slot, gen)) {
-    pinned_.push_back({meta.extent, entry_slot, gen});
+  if (free_now && IsPinned(gen)) {
+    pinned_.push_back({meta.extent, gen});
   } else if (free_now) {
     Status s = alloc_->Free(meta.extent);
     if (!s.ok())
@@ -97,19 +97,23 @@ void Master::ReleaseQuarantined(uint64_t now_mono) {
 
 ErrorCode Master::RemoveKey(std::string_view key, bool force) {
   if (key.empty() || key.size() > kMaxKeyLength) return ErrorCode::INVALID_PARAMS;
-  std::vector<uint64_t> live, complete;
+  std::vector<uint64_t> live;
   FindLive(key, KeyHash(key), &live);
   uint64_t now = NowNs();
+  // One look per entry (see ClearSupersededIfSettled): only what was
+  // COMPLETE here is checked and removed. The newest is the key's value (an
+  // unsettled upsert leaves older ones): its lease and pins decide, and
+  // UnlinkWithOlder removes the older ones first.
+  uint64_t newest = UINT64_MAX, newest_gen = 0;
   for (uint64_t s : live) {
-    // One look per entry (see ClearSupersededIfSettled): only what was
-    // COMPLETE here is checked and removed.
     uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) != EntryState::kComplete) continue;
-    if (!force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) return ErrorCode::OBJECT_HAS_LEASE;
-    complete.push_back(s);
+    if (StateOf(sg) == EntryState::kComplete && (newest == UINT64_MAX || GenOf(sg) > newest_gen))
+      newest = s, newest_gen = GenOf(sg);
   }
-  if (complete.empty()) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
-  for (uint64_t s : complete) Unlink(s, true, 0);
+  if (newest == UINT64_MAX) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
+  if (!force && (index_->LeaseUntil(newest) > now || IsPinned(newest_gen)))
+    return ErrorCode::OBJECT_HAS_LEASE;
+  (void)UnlinkWithOlder(newest, nullptr);
   return ErrorCode::OK;
 }
 
@@ -191,13 +195,13 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
         uint64_t sg = e.state_gen.load(std::memory_order_acquire);
         if (StateOf(sg) != EntryState::kComplete) continue;
         if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
-        if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(s, GenOf(sg)))) continue;
+        if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(GenOf(sg)))) continue;
         if (!all) {
           std::string_view k = KeyOf(s);
           budget += k.size() / 256;
           if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
         }
-        Unlink(s, true, 0);
+        (void)UnlinkWithOlder(s, nullptr);  // with the older values of its key
         budget += 8;  // the pin check of Unlink reads every client's pin table
         ++count;
       }

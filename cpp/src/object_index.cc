@@ -121,6 +121,11 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       // Only an entry marked superseded can have a newer one further on.
       if (!(s.flags & kFlagSuperseded)) break;
     }
+    // Past a superseded entry, the newer one may have gone while we probed
+    // on; the master unlinks older values first, so if `best` is still
+    // linked now, nothing newer was gone (a reader never returns an older
+    // value than one that was current during its probe).
+    if (!retry && found && (best.flags & kFlagSuperseded) && !StillValid(best)) retry = true;
     if (!retry) {
       if (found) return best;
       return ErrorCode::OBJECT_NOT_FOUND;

@@ -608,6 +608,184 @@ TEST_F(MasterTest, EvictionSkipsUnfinishedPutsAndKeepsGroupsWhole) {
   EXPECT_EQ(Get("writing"), ValueFor("writing", kMiB));
 }
 
+// ---- issue 10, item 1: the newest generation is the key's value for eviction
+// and removal even before Tick settles the upsert.
+
+// A reader's lease for the next hour.
+static void LeaseEntry(ObjectIndex* index, uint64_t slot) { index->ExtendLease(slot, NowNs() + 3600ull * 1000000000ull); }
+
+TEST_F(MasterTest, EvictingAnUnsettledUpsertTakesTheOlderValueAlong) {
+  config_.cxl_size = 16 * kMiB;
+  StartMaster();
+  ClientRef c = Attach();
+  PutStartItem old = Put(c, "k", kMiB);
+  LeaseEntry(index_.get(), old.entry_slot);  // a reader holds the old value
+  for (int i = 0;; ++i) {  // leased fillers up to the high watermark
+    if (master_->stats().allocated_bytes + 2 * (kMiB + 128) > 0.9 * master_->stats().capacity_bytes) break;
+    LeaseEntry(index_.get(), Put(c, "fill" + std::to_string(i), kMiB).entry_slot);
+  }
+  PutStartReply up = PutStart(c, {"k"}, {kMiB}, /*upsert=*/true);
+  ASSERT_EQ(up.items.at(0).status, ErrorCode::OK);
+  WriteAndPublish(up.items[0], std::string(kMiB, 'N'));  // acknowledged; no Tick yet
+  ASSERT_EQ(Get("k"), std::string(kMiB, 'N'));
+  // The next put evicts: the new value is the only unleased object.
+  PutStartReply next = PutStart(c, {"next"}, {kMiB});
+  ASSERT_EQ(next.items.at(0).status, ErrorCode::OK);
+  EXPECT_GE(master_->stats().evicted_keys, 2u);
+  EXPECT_EQ(Get("k"), "") << "eviction brought the old value back";
+  WriteAndPublish(next.items[0], ValueFor("next", kMiB));
+  master_->Tick();
+  EXPECT_EQ(Get("k"), "");
+}
+
+TEST_F(MasterTest, EvictionWaitsForAnOlderUpsertStillWriting) {
+  config_.cxl_size = 16 * kMiB;
+  StartMaster();
+  ClientRef c = Attach();
+  LeaseEntry(index_.get(), Put(c, "k", kMiB).entry_slot);
+  PutStartReply first = PutStart(c, {"k"}, {kMiB}, /*upsert=*/true);  // still writing
+  ASSERT_EQ(first.items.at(0).status, ErrorCode::OK);
+  PutStartReply second = PutStart(c, {"k"}, {kMiB}, /*upsert=*/true);
+  ASSERT_EQ(second.items.at(0).status, ErrorCode::OK);
+  WriteAndPublish(second.items[0], std::string(kMiB, '2'));
+  for (int i = 0; i < 30; ++i) {  // churn: the pool overflows twice
+    PutStartReply r = PutStart(c, {"churn" + std::to_string(i)}, {kMiB});
+    if (r.items.at(0).status == ErrorCode::OK) WriteAndPublish(r.items[0], ValueFor("x", kMiB));
+  }
+  EXPECT_GT(master_->stats().evicted_keys, 0u);
+  // Had the second upsert been evicted, publishing the first would make its
+  // (older) value the key's.
+  WriteAndPublish(first.items[0], std::string(kMiB, '1'));
+  master_->Tick();
+  EXPECT_EQ(Get("k"), std::string(kMiB, '2'));
+}
+
+TEST_F(MasterTest, RemoveOfAnUnsettledUpsertJudgesTheNewestValue) {
+  ClientRef c = Attach();
+  for (const char* key : {"r", "all"}) {
+    LeaseEntry(index_.get(), Put(c, key, 100).entry_slot);  // the old value is leased
+    PutStartReply up = PutStart(c, {key}, {200}, /*upsert=*/true);
+    ASSERT_EQ(up.items.at(0).status, ErrorCode::OK);
+    WriteAndPublish(up.items[0], std::string(200, 'n'));
+  }
+  EXPECT_EQ(Remove("r"), ErrorCode::OK);  // the current value is not leased
+  EXPECT_EQ(Get("r"), "");
+  EXPECT_EQ(RemoveMatching(MessageType::kRemoveAll, "", false).status, ErrorCode::OK);
+  EXPECT_EQ(Get("all"), "") << "remove_all kept the old value of an upserted key";
+  master_->Tick();
+  EXPECT_EQ(master_->stats().allocated_bytes, 0u);
+}
+
+// ---- issue 10, item 2: pins of a live process outlive its attachment.
+
+// What Client::PinValue leaves in the pool: a claimed record.
+static void PinInTable(const Pool& pool, uint32_t slot, uint32_t record, const EntrySnapshot& s) {
+  ClientSlot* cs = pool.client_slot(slot);
+  PinRecord& rec = pool.pin_table(slot)[record];
+  rec.object_offset.store(s.object_offset);
+  rec.generation.store(s.generation());
+  cs->pins_in_use.fetch_add(1);
+  if (cs->pin_high_water.load() < record + 1) cs->pin_high_water.store(record + 1);
+}
+
+TEST_F(MasterTest, RestartKeepsALiveClientsPinsAndTheViewedExtent) {
+  ClientRef c = Attach();
+  Put(c, "viewed", 4096);
+  auto snap = index_->FindComplete("viewed", KeyHash("viewed"));
+  ASSERT_TRUE(snap.ok());
+  PinInTable(master_->pool(), c.slot, 0, *snap);
+  const char* bytes = index_->ValuePtr(*snap, "viewed");
+  ASSERT_EQ(Remove("viewed"), ErrorCode::OBJECT_HAS_LEASE);  // pinned
+  ASSERT_EQ(Remove("viewed", true), ErrorCode::OK);          // unlinked, extent kept
+  uint64_t used = master_->stats().allocated_bytes;
+  config_.format = false;
+  StartMaster();  // this process (the pin's owner) is alive
+  EXPECT_EQ(master_->stats().allocated_bytes, used) << "recovery freed an extent a live view shows";
+  EXPECT_NE(master_->pool().client_slot(c.slot)->generation.load() & kSlotRetired, 0u);
+  // Another client fills the pool: the viewed bytes stay.
+  ClientRef other = Attach("client:2");
+  EXPECT_NE(other.slot, c.slot) << "a retired slot was handed to another client";
+  for (int i = 0; i < 80; ++i) {
+    PutStartReply r = PutStart(other, {"f" + std::to_string(i)}, {kMiB});
+    if (r.items.at(0).status != ErrorCode::OK) break;
+    WriteAndPublish(r.items[0], std::string(kMiB, 'f'));
+  }
+  EXPECT_EQ(std::string(bytes, 4096), ValueFor("viewed", 4096));
+  // The owner re-attaches naming its old identity: same slot, pins kept.
+  AttachRequest req;
+  req.local_hostname = "client:1";
+  req.machine = Hostname();
+  req.pid = uint64_t(getpid());
+  req.prev_slot = c.slot;
+  req.prev_generation = c.generation;
+  SetToken(&req);
+  auto back = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  ASSERT_EQ(back.status, ErrorCode::OK);
+  EXPECT_EQ(back.slot, c.slot);
+  EXPECT_NE(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
+  // Dropping the view frees the extent.
+  master_->pool().pin_table(c.slot)[0].object_offset.store(0);
+  master_->pool().client_slot(c.slot)->pins_in_use.fetch_sub(1);
+  uint64_t before = master_->stats().allocated_bytes;
+  for (int i = 0; i < 100 && master_->stats().allocated_bytes == before; ++i) {
+    master_->Tick();
+    usleep(10000);
+  }
+  EXPECT_EQ(master_->stats().allocated_bytes, before - ExtentBytes(6, 4096));
+}
+
+TEST_F(MasterTest, DetachWithALiveViewRetiresTheSlotUntilTheViewGoes) {
+  ClientRef c = Attach();
+  Put(c, "v", 4096);
+  auto snap = index_->FindComplete("v", KeyHash("v"));
+  ASSERT_TRUE(snap.ok());
+  PinInTable(master_->pool(), c.slot, 3, *snap);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  ClientRef other = Attach("client:2");  // removes go over its connection
+  EXPECT_NE(other.slot, c.slot);
+  EXPECT_EQ(Remove("v"), ErrorCode::OBJECT_HAS_LEASE) << "a closed client's view lost its pin";
+  master_->pool().pin_table(c.slot)[3].object_offset.store(0);  // the view is dropped
+  for (int i = 0; i < 200 && Remove("v") != ErrorCode::OK; ++i) {
+    master_->Tick();
+    usleep(10000);
+  }
+  EXPECT_EQ(Get("v"), "");
+  for (int i = 0; i < 200 && master_->pool().client_slot(c.slot)->generation.load() != 0; ++i) {
+    master_->Tick();
+    usleep(10000);
+  }
+  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u) << "the retired slot was never released";
+}
+
+TEST_F(MasterTest, RetiredTableOfAnotherHostExpires) {
+  config_.put_start_release_timeout_sec = 0;  // expire at the next client check
+  StartMaster();
+  AttachRequest req;
+  req.local_hostname = "remote:1";
+  req.machine = "some-other-host";  // its pid cannot be checked from here
+  req.pid = 1;
+  SetToken(&req);
+  auto r = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  ASSERT_EQ(r.status, ErrorCode::OK);
+  ClientRef c{r.slot, r.slot_generation};
+  Put(c, "remote-view", 4096);
+  auto snap = index_->FindComplete("remote-view", KeyHash("remote-view"));
+  ASSERT_TRUE(snap.ok());
+  PinInTable(master_->pool(), c.slot, 0, *snap);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_NE(master_->pool().client_slot(c.slot)->generation.load() & kSlotRetired, 0u);
+  for (int i = 0; i < 200 && master_->pool().pin_table(c.slot)[0].object_offset.load() != 0; ++i) {
+    master_->Tick();
+    usleep(10000);
+  }
+  // The residual: the record is dropped (the handle's PinHeld check fails
+  // and access raises) and the slot is free again.
+  EXPECT_EQ(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
+  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u);
+  Attach("client:2");  // removes go over an attached client's connection
+  EXPECT_EQ(Remove("remote-view"), ErrorCode::OK);
+}
+
 }  // namespace
 }  // namespace mcxl
 

@@ -81,13 +81,17 @@ struct RangeCopy {
 };
 
 // A zero-copy view of a value in the pool, pinned: the master keeps its
-// extent (and refuses unforced removes) until Unpin.
+// extent (and refuses unforced removes) until Unpin, also past this client's
+// close(), a reclaim of its slot while it lives, or a master restart (the
+// slot is retired with its pin table; see master_pins.cc).
 struct PinnedView {
   const char* data = nullptr;
   uint64_t size = 0;
-  uint32_t record = 0;           // index in this client's pin table
-  uint32_t slot = 0;             // client slot that owns the record
-  uint64_t slot_generation = 0;  // ... while it still has this generation
+  uint32_t record = 0;           // index in the pin table of `slot`
+  uint32_t slot = 0;             // client slot whose table holds the record
+  uint64_t slot_generation = 0;  // the attachment that pinned it
+  uint64_t object_offset = 0;    // what the record names
+  uint64_t generation = 0;
 };
 
 class Client {
@@ -125,10 +129,16 @@ class Client {
   // lookup's error; the ranges are copied from one consistent version.
   std::vector<int64_t> GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges);
 
-  // Zero-copy views. PinValue costs no master round trip: it writes a record
-  // in this client's pin table and re-validates the entry.
+  // Zero-copy views. PinValue costs no master round trip (unless the slot
+  // was lost: it re-attaches first): it claims a record in this client's pin
+  // table and re-validates the entry. Unpin works after Close too (the
+  // master keeps a closed client's table while it holds views).
   Result<PinnedView> PinValue(std::string_view key);
   void Unpin(const PinnedView& view);
+  // True while the view's pin record still names its object: the master
+  // has not dropped it (the one case: another host's retired client past
+  // --put_start_release_timeout_sec). Checked by BufferHandle on each access.
+  bool PinHeld(const PinnedView& view) const;
 
   // Registered caller memory (register_buffer). Registration validates
   // ranges and pre-faults pages; unregistered memory works too.
@@ -209,12 +219,12 @@ class Client {
   uint64_t ring_generation_ = 0;
   uint64_t ring_next_id_ = 1;
 
-  // Pin records of the current slot: free list and high-water mark.
+  // Pin records of the table of slot pin_slot_: free list and high-water
+  // mark. A re-attach to the same slot keeps the table (and so these).
   std::mutex pin_mu_;
   std::vector<uint32_t> free_pins_;
   uint32_t pin_high_water_ = 0;
-  uint64_t pins_in_use_ = 0;
-  uint64_t pin_slot_generation_ = 0;  // the slot generation these belong to
+  uint32_t pin_slot_ = UINT32_MAX;
 
   mutable std::shared_mutex registry_mu_;
   std::map<uintptr_t, uint64_t> registered_;  // start -> size

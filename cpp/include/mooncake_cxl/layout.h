@@ -26,7 +26,7 @@
 namespace mcxl {
 
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
-constexpr uint32_t kLayoutVersion = 2;  // 2: Superblock::auth_token
+constexpr uint32_t kLayoutVersion = 3;  // 2: Superblock::auth_token; 3: pin records name the object's offset
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -96,27 +96,42 @@ struct RingHeader {
 };
 static_assert(sizeof(RingHeader) == 2 * kCacheLine);
 
+// A slot whose attachment ended (reclaimed, detached, or a master restart)
+// while its process may still hold BufferHandles: `generation` is the ended
+// generation | kSlotRetired, and its pin table is honoured until that process
+// re-attaches (and takes the slot back), drops its views, or is known dead.
+constexpr uint64_t kSlotRetired = 1ull << 63;
+
 // One attached client. Line 0 is the master's, line 1 the client's.
 struct ClientSlot {
-  std::atomic<uint64_t> generation;  // master: 0 = free, else bumped per attach
+  std::atomic<uint64_t> generation;  // master: 0 = free, else bumped per attach (or kSlotRetired)
   std::atomic<uint64_t> pid;         // master: the attached process
   std::atomic<uint64_t> machine_hash;  // master: KeyHash(gethostname()) of it
   char host[40];                     // master: local_hostname, NUL-terminated
   alignas(kCacheLine) std::atomic<uint64_t> heartbeat_ns;  // client: liveness
   std::atomic<uint64_t> heartbeat_generation;  // client: slot generation it holds
-  std::atomic<uint64_t> pins_in_use;  // client: live records in its pin table
-  std::atomic<uint64_t> pin_high_water;  // client: records [0, this) may be live
+  // client (atomic add/sub, paired with its record CASes): records claimed
+  // and not released; 0 lets the master skip the table. Never below the truth:
+  // the master resets it only for a dead owner.
+  std::atomic<uint64_t> pins_in_use;
+  // client: raised (never lowered) to cover every record it claims, so
+  // records [0, this) may be live; the master resets it only for a dead owner.
+  std::atomic<uint64_t> pin_high_water;
   std::atomic<uint64_t> get_hits;        // client: reads that found the key
   std::atomic<uint64_t> get_misses;      // client: reads that did not
 };
 static_assert(sizeof(ClientSlot) == 2 * kCacheLine);
 
 // A zero-copy view (BufferHandle) held by a client: while a record names an
-// entry, the master neither frees the entry's extent nor removes it unforced.
-// Written by its client (and cleared by the master when it reclaims the slot).
+// object, the master neither frees its extent nor removes it unforced. Named
+// by where it lives and its generation (unique over the pool's life), so a
+// restarted master can keep the extent of an object unlinked while viewed.
+// Written by its client (claimed and released with a CAS of object_offset);
+// cleared by the master only when the owner is known dead (or, for another
+// host's client, its retired table expired).
 struct PinRecord {
-  std::atomic<uint64_t> entry_plus1;  // index slot + 1; 0 = free record
-  std::atomic<uint64_t> generation;   // of the pinned object
+  std::atomic<uint64_t> object_offset;  // ObjectHeader's pool offset; 0 = free record
+  std::atomic<uint64_t> generation;     // of the pinned object
 };
 static_assert(sizeof(PinRecord) == 16);
 

@@ -18,9 +18,18 @@
 //   until its process is gone (checked in Tick); a remote one until
 //   --put_start_release_timeout_sec has passed.
 //
+//   Upsert:   until Tick settles it, the newest COMPLETE entry of a key is
+//             its value for every decision: eviction and removal unlink an
+//             entry only with the older ones, oldest first (UnlinkWithOlder).
+//   Views:    pins of a process that may be alive outlive its attachment
+//             (reclaim, close(), restart): the slot is retired with its pin
+//             table until the process re-attaches, drops its views or dies
+//             (master_pins.cc).
+//
 // Recovery (a master started on a formatted pool without --format): every
 // COMPLETE entry whose header checks out is kept and its extent reserved;
-// unfinished puts are revoked; client slots are cleared (clients re-attach).
+// unfinished puts are revoked; client slots are cleared (clients re-attach),
+// except slots retired with live views, whose viewed extents stay reserved.
 //
 // The pool is memory every client can write: the master never dereferences
 // an offset or length it reads from an entry or header. Where an object lies
@@ -193,7 +202,16 @@ class Master {
   // An unlinked object whose extent a BufferHandle still pins.
   struct PinnedFree {
     uint64_t handle;
-    uint64_t entry_slot, generation;
+    uint64_t generation;
+  };
+  // A slot whose attachment ended while its process may still hold views
+  // (layout.h, kSlotRetired): its pin table stays honoured.
+  struct RetiredPins {
+    bool active = false;
+    uint64_t generation = 0;  // the ended attachment's: a re-attach naming it takes the slot back
+    uint64_t pid = 0;
+    bool local = false;  // same machine: pid liveness can be checked
+    uint64_t since_mono_ns = 0;
   };
   struct ClientInfo {
     bool attached = false;
@@ -264,6 +282,16 @@ class Master {
   // Records put ids the client abandoned and revokes what they allocated.
   void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
   void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
+  // The newest generation of a key is its current value at every decision
+  // (eviction, removal), whether or not Tick has noticed its completion: an
+  // entry goes only together with every older COMPLETE entry of its key,
+  // oldest first, so that no moment exists in which an older value is linked
+  // and a newer one is not. Returns the entries unlinked (0 when `slot` is no
+  // longer COMPLETE); adds their extent bytes to *bytes when given.
+  uint64_t UnlinkWithOlder(uint64_t slot, uint64_t* bytes);
+  // True when an older entry of `slot`'s key is still WRITING: it may yet be
+  // published, so `slot` must not go before it (it would become current).
+  bool OlderUnfinished(uint64_t slot) const;
   void CheckPending();
 
   // ---- removal and deferred frees (master_remove.cc) ----
@@ -277,10 +305,29 @@ class Master {
   void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid = 0);
   // Frees the quarantined extents whose time or owner process is over.
   void ReleaseQuarantined(uint64_t now_mono);
-  // True when some client's pin table names this object (zero-copy views
-  // hold a pin that removal and eviction respect).
-  bool IsPinned(uint64_t entry_slot, uint64_t generation) const;
+  // True when a live or retired pin table names the object of this
+  // generation (zero-copy views hold a pin that removal and eviction respect).
+  bool IsPinned(uint64_t generation) const;
   void ReleaseUnpinned();
+
+  // ---- pin tables outliving their attachment (master_pins.cc) ----
+  // Pins of a live process survive its slot's reclaim, its close() and a
+  // master restart: while a BufferHandle lives its bytes never change.
+  bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
+  bool TableHasPins(uint32_t slot) const;
+  // At reclaim (after the slot's generation was cleared): keeps the table as
+  // retired when the owner may be alive and holds views, else clears it.
+  void RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead);
+  // Zeroes the records; the counters too when no owner can still write them.
+  void ClearPinTable(uint32_t slot, bool owner_may_live);
+  // Releases retired tables whose views are gone or whose owner died.
+  void CheckRetiredPins();
+  // Recovery: slot `slot` of the previous incarnation keeps its table when
+  // its process may be alive and holds views; REQUIRES: before objects are
+  // unlinked. ReservePinnedExtents keeps the extents of objects unlinked
+  // while viewed (after the live objects' extents are reserved).
+  void RecoverPinTable(uint32_t slot);
+  void ReservePinnedExtents();
 
   // ---- eviction (master_eviction.cc) ----
   // An extent for a new object, evicting first when the pool is above its
@@ -336,6 +383,7 @@ class Master {
   std::vector<PendingPut> pending_;
   std::vector<DeferredFree> deferred_;
   std::vector<PinnedFree> pinned_;
+  std::vector<RetiredPins> retired_;  // per client slot
   uint64_t last_pin_scan_mono_ = 0;
   uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
