@@ -744,7 +744,15 @@ class TensorMethods:
 
     # -- parallelism (TensorParallelism / writer partitions / ReadTarget) --
 
-    def _parallel_write(self, key, tensor, parallelism, config, writer_partition, upsert, op):
+    def _parallel_write(self, key, tensor, parallelism, config, writer_partition, upsert, op,
+                        from_buffer=False):
+        """The routes of Mooncake 0.3.13's put_tensor_with_parallelism, as its
+        store behaves (tests/test_conformance.py checks the keys and bytes):
+        a writer partition or a multi-axis TP request stores the calling
+        rank's shard of the full tensor; a single TP axis takes `tensor` as
+        that rank's shard already (global shape = its shape × size along
+        split_dim); DP/EP/PP stores the tensor as it is under its shard key.
+        The _from forms (from_buffer) store every TP rank's shard instead."""
         if writer_partition is not None and parallelism is not None:
             log.error("%s: writer_partition cannot be combined with parallelism", op)
             return INVALID
@@ -757,21 +765,37 @@ class TensorMethods:
         axes = _parse_axes(parallelism, op)
         if axes is None:
             return INVALID
+        t = _check_tensor(torch_module(), tensor, op, key)
+        if t is None:
+            return INVALID
         tp = next((a for a in axes if a[0] == TP), None)
-        if tp is None:  # DP/EP/PP only: the tensor as it is, under its shard key
-            t = _check_tensor(torch_module(), tensor, op, key)
-            if t is None:
-                return INVALID
+
+        def header(mine, local):
+            return [(k, r, s, -1 if d is None else d, i or 0, local[d] if d is not None else 0)
+                    for k, r, s, d, i in mine]
+        if tp is not None and tp[3] >= t.dim():
+            log.error("%s(%r): split_dim %d out of range for a %d-d tensor", op, key, tp[3], t.dim())
+            return INVALID
+        if tp is None or (len(axes) == 1 and not from_buffer):
+            # as it is: the caller's shard (DP/EP/PP, or this TP rank's shard)
+            full = list(t.shape)
+            if tp is not None:
+                full[tp[3]] *= tp[2]
             skey = parallelism_key(key, axes)
-            hdr = [(k, r, s, -1 if d is None else d, i or 0, 0) for k, r, s, d, i in axes]
-            return self._write_parts([skey], [tensor_parts(t, op, skey, t.shape, hdr)], config, upsert)[0]
+            parts = tensor_parts(t, op, skey, full, header(axes, t.shape))
+            return self._write_parts([skey], [parts], config, upsert)[0]
 
         def axes_of(base, rank, shard):
             mine = _with_tp_rank(axes, rank)
-            hdr = [(k, r, s, -1 if d is None else d, i or 0,
-                    shard.shape[d] if d is not None else 0) for k, r, s, d, i in mine]
-            return hdr, parallelism_key(base, mine)
-        return self._put_tp([key], [tensor], config, tp[2], tp[3], upsert, op, axes_of)[0]
+            return header(mine, shard.shape), parallelism_key(base, mine)
+        if from_buffer:  # every TP rank's shard
+            return self._put_tp([key], [t], config, tp[2], tp[3], upsert, op, axes_of)[0]
+        shards = _shards(t, tp[2], tp[3], op, key)  # only the calling rank's shard
+        if shards is None:
+            return INVALID
+        hdr, skey = axes_of(key, tp[1], shards[tp[1]])
+        return self._write_parts([skey], [tensor_parts(shards[tp[1]], op, skey, t.shape, hdr)], config,
+                                 upsert)[0]
 
     def _writer_write(self, key, tensor, wp, config, upsert, op):
         try:
@@ -788,9 +812,12 @@ class TensorMethods:
                       split_dim)
             return INVALID
         extent = t.shape[split_dim]
-        chunk = -(-extent // size)
-        start = min(rank * chunk, extent)
-        shard = t.narrow(split_dim, start, max(0, min(chunk, extent - start)))
+        if extent % size:
+            log.error("%s(%r): only uniform sharding is supported: dim %d of size %d into %d shards",
+                      op, key, split_dim, extent, size)
+            return INVALID
+        chunk = extent // size
+        shard = t.narrow(split_dim, rank * chunk, chunk)
         skey = writer_shard_key(key, rank, size, split_dim)
         axes = [(TP, rank, size, split_dim, 0, shard.shape[split_dim])]
         rc = self._write_parts([skey], [tensor_parts(shard, op, skey, t.shape, axes)], config, upsert)[0]
@@ -858,7 +885,8 @@ class TensorMethods:
         t = self._decode_at(ptr, size, op)
         if t is None:
             return INVALID
-        return self._parallel_write(key, t, parallelism, config, writer_partition, upsert, op)
+        return self._parallel_write(key, t, parallelism, config, writer_partition, upsert, op,
+                                    from_buffer=True)
 
     def put_tensor_with_parallelism_from(self, key, buffer_ptr, size, parallelism=None, config=None,
                                          writer_partition=None):
@@ -965,7 +993,9 @@ class TensorMethods:
         if any(s is None for s in shards):
             return None
         full = torch.cat(shards, dim=split_dim)
-        if shape is not None and list(full.shape) != shape:
+        if shape is None:
+            shape = self._meta_of(keys[0]).global_shape
+        if list(full.shape) != shape:
             log.error("%s: shards of %r make shape %s, the manifest says %s", op, key,
                       list(full.shape), shape)
             return None

@@ -1361,24 +1361,74 @@ def test_tensor_tp_shards(any_store):
     assert torch.equal(got[0], big[2:]) and got[2] is None
 
 
-@pytest.mark.differs_on_purpose
-def test_tensor_parallelism_single_tp_axis(impl, any_store):
-    # The reference's put_tensor_with_parallelism passes (size, split_dim) where
-    # (rank, size) belong, so a single TP axis stores one unsplit "_tp_0"
-    # shard; ours stores every shard, as put_tensor_with_tp does.
+def test_tensor_parallelism_keys_and_bytes(impl, any_store):
+    # 0.3.13's routes: one TP axis stores the caller's tensor as that rank's
+    # shard; several axes store the rank's part of the full tensor; DP as is;
+    # writer partitions a shard plus a manifest; the _from forms every shard.
     torch = _torch()
     s = any_store
     big = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    ax = impl.mod.ParallelAxis()
-    ax.kind, ax.rank, ax.size, ax.split_dim = "tp", 0, 2, 1
-    par = impl.mod.TensorParallelism()
-    par.axes = [ax]
-    assert s.put_tensor_with_parallelism("pb", big, par) == OK
-    assert s.batch_is_exist(["pb_tp_0", "pb_tp_1"]) == ([1, 1] if impl.ours else [1, 0])
-    rt = impl.mod.ReadTarget()
+    mod = impl.mod
+
+    def axis(kind, rank, size, split_dim=None):
+        a = mod.ParallelAxis()
+        a.kind, a.rank, a.size = kind, rank, size
+        if split_dim is not None:
+            a.split_dim = split_dim
+        return a
+
+    def par(*axes):
+        p = mod.TensorParallelism()
+        p.axes = list(axes)
+        return p
+
+    def target(mode, parallelism=None):
+        t = mod.ReadTarget()
+        t.mode = mode
+        t.parallelism = parallelism
+        return t
+    rt = mod.ReadTarget()
     assert (rt.mode, rt.parallelism) == ("as_stored", None)
-    assert s.put_tensor_with_parallelism("plain", big) == OK
-    assert torch.equal(s.get_tensor_with_parallelism("plain", rt), big)
+    data = lambda t: t.contiguous().numpy().tobytes()  # noqa: E731
+    assert s.put_tensor_with_parallelism("a", big, par(axis("tp", 1, 2, 1))) == OK
+    assert s.batch_is_exist(["a_tp_0", "a_tp_1"]) == [0, 1]
+    assert s.get("a_tp_1") == tensor_object(0, [4, 12], data(big), local=[4, 6], axes=[(1, 1, 2, 1, 6)])
+    assert torch.equal(s.get_tensor_with_parallelism("a", target("shard", par(axis("tp", 1, 2, 1)))), big)
+    assert s.put_tensor_with_parallelism("m", big, par(axis("tp", 1, 2, 0), axis("dp", 1, 2))) == OK
+    assert s.batch_is_exist(["m__dp_1of2__tp_0of2_sd0", "m__dp_1of2__tp_1of2_sd0"]) == [0, 1]
+    want = tensor_object(0, [4, 6], data(big[2:]), local=[2, 6], axes=[(1, 1, 2, 0, 2), (0, 1, 2, -1, 0)])
+    assert s.get("m__dp_1of2__tp_1of2_sd0") == want
+    assert s.put_tensor_with_parallelism("d", big, par(axis("dp", 1, 2))) == OK
+    assert s.get("d__dp_1of2") == tensor_object(0, [4, 6], data(big), axes=[(0, 1, 2, -1, 0)])
+
+    class WP:
+        def __init__(self, rank, size, split_dim):
+            self.rank, self.size, self.split_dim = rank, size, split_dim
+    for r in range(3):
+        assert s.put_tensor_with_parallelism("w", big, writer_partition=WP(r, 3, 1)) == OK
+        assert s.get(f"w__writer_{r}of3_sd1") == tensor_object(0, [4, 6], data(big[:, 2 * r:2 * r + 2]),
+                                                               local=[4, 2], axes=[(1, r, 3, 1, 2)])
+    import struct
+    assert s.get("w__writer_manifest") == struct.pack("<IHHiiiii4x8q", 0x574D414E, 1, 96, 0, 2, 1, 3, 0,
+                                                      4, 6, -1, -1, -1, -1, -1, -1)
+    assert torch.equal(s.get_tensor_with_parallelism("w", target("full")), big)
+    assert torch.equal(s.get_tensor_with_parallelism("w", target("shard", par(axis("tp", 2, 3, 1)))),
+                       big[:, 4:])
+    assert s.put_tensor_with_parallelism("x", big, writer_partition=WP(0, 4, 1)) == INVALID  # uneven
+    assert s.put_tensor_with_parallelism("x", big, par(axis("tp", 0, 2))) == INVALID  # no split_dim
+    assert s.put_tensor_with_parallelism("x", big, par(axis("tp", 0, 2, 1)), mod.ReplicateConfig(),
+                                         WP(0, 2, 0)) == INVALID
+    assert s.put_tensor("plain", big) == OK
+    obj = np.frombuffer(s.get("plain"), dtype=np.uint8).copy()
+    assert s.put_tensor_with_parallelism_from("f", obj.ctypes.data, obj.nbytes, par(axis("tp", 1, 2, 1))) == OK
+    for r in range(2):
+        assert s.get(f"f_tp_{r}") == tensor_object(0, [4, 6], data(big[:, 3 * r:3 * r + 3]), local=[4, 3],
+                                                   axes=[(1, r, 2, 1, 3)])
+    assert s.batch_put_tensor_with_parallelism_from(["bm"], [obj.ctypes.data], [obj.nbytes],
+                                                    [par(axis("tp", 0, 2, 0), axis("dp", 1, 2))]) == [OK]
+    assert s.batch_is_exist(["bm__dp_1of2__tp_0of2_sd0", "bm__dp_1of2__tp_1of2_sd0"]) == [1, 1]
+    assert torch.equal(s.get_tensor_with_parallelism(
+        "bm", target("full", par(axis("tp", 0, 2, 0), axis("dp", 1, 2)))), big)
 
 
 def test_replica_desc_shapes(any_store):

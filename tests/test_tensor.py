@@ -277,61 +277,78 @@ def test_tp_split_and_headers(store):
 
 def test_parallelism(store):
     big = torch.arange(24, dtype=torch.float32).reshape(4, 6)
-    tp = TensorParallelism([ParallelAxis("tp", 0, 2, 1)])
-    assert store.put_tensor_with_parallelism("p", big, tp) == 0
+    halves = [big[:, :3], big[:, 3:]]
+    tp = [TensorParallelism([ParallelAxis("tp", r, 2, 1)]) for r in range(2)]
+    # one TP axis: each rank stores the shard it holds, under key_tp_<rank>
+    for r in range(2):
+        assert store.put_tensor_with_parallelism("p", halves[r], tp[r]) == 0
     assert store.batch_is_exist(["p_tp_0", "p_tp_1", "p"]) == [1, 1, 0]
-    assert torch.equal(store.get_tensor_with_parallelism("p", ReadTarget("full", tp)), big)
-    assert torch.equal(store.get_tensor_with_parallelism("p", ReadTarget("shard", tp)), big[:, :3])
-    tp1 = TensorParallelism([ParallelAxis("tp", 1, 2, 1)])
-    assert torch.equal(store.get_tensor_with_parallelism("p", ReadTarget("shard", tp1)), big[:, 3:])
+    raw = store.get("p_tp_1")
+    assert struct.unpack_from("<8q8qI", raw, 40)[:2] == (4, 6)  # global shape: 2 shards of (4, 3)
+    assert torch.equal(store.get_tensor_with_parallelism("p", ReadTarget("full", tp[0])), big)
+    assert torch.equal(store.get_tensor_with_parallelism("p", ReadTarget("shard", tp[1])), halves[1])
+    assert torch.equal(store.get_tensor_with_tp("p", 1, 2, 1), halves[1])  # the same keys as _with_tp
     assert store.get_tensor_with_parallelism("p", ReadTarget("shard", TensorParallelism(
         [ParallelAxis("tp", 1, 2, 0)]))) is None  # another split: mismatch
-    # several axes: Mooncake's key names
-    axes = TensorParallelism([ParallelAxis("tp", 0, 2, 0), ParallelAxis("dp", 1, 2)])
-    assert store.put_tensor_with_parallelism("m", big, axes) == 0
-    assert store.batch_is_exist(["m__dp_1of2__tp_0of2_sd0", "m__dp_1of2__tp_1of2_sd0"]) == [1, 1]
-    assert torch.equal(store.get_tensor_with_parallelism("m", ReadTarget("full", axes)), big)
+    assert store.put_tensor_with_parallelism("lone", halves[0], tp[0]) == 0
+    assert store.get_tensor_with_parallelism("lone", ReadTarget("full", tp[0])) is None  # rank 1 missing
+    # several axes: each rank stores its part of the full tensor; Mooncake's key names
+    axes = [TensorParallelism([ParallelAxis("tp", r, 2, 0), ParallelAxis("dp", 1, 2)]) for r in range(2)]
+    assert store.put_tensor_with_parallelism("m", big, axes[1]) == 0
+    assert store.batch_is_exist(["m__dp_1of2__tp_0of2_sd0", "m__dp_1of2__tp_1of2_sd0"]) == [0, 1]
+    assert store.get_tensor_with_parallelism("m", ReadTarget("full", axes[0])) is None
+    assert store.put_tensor_with_parallelism("m", big, axes[0]) == 0
+    assert torch.equal(store.get_tensor_with_parallelism("m", ReadTarget("full", axes[1])), big)
+    assert torch.equal(store.get_tensor_with_parallelism("m", ReadTarget("shard", axes[1])), big[2:])
     ep = TensorParallelism([ParallelAxis("ep", 0, 4, expert_id=3)])
     assert store.put_tensor_with_parallelism("e", big, ep) == 0
     assert torch.equal(store.get_tensor("e__ep_0of4_eid3"), big)
     assert torch.equal(store.get_tensor_with_parallelism("e", ReadTarget("shard", ep)), big)
-    # writer partitions: uneven shards and a manifest
+    # writer partitions: this writer's shard of the full tensor, and a manifest
     class WP:
-        def __init__(self, rank):
-            self.rank, self.size, self.split_dim = rank, 3, 1
+        def __init__(self, rank, size=3, split_dim=1):
+            self.rank, self.size, self.split_dim = rank, size, split_dim
     for r in range(3):
-        assert store.put_tensor_with_parallelism("w", big[:, :5], writer_partition=WP(r)) == 0
+        assert store.put_tensor_with_parallelism("w", big, writer_partition=WP(r)) == 0
     assert store.is_exist("w__writer_2of3_sd1") == 1 and len(store.get("w__writer_manifest")) == 96
-    assert torch.equal(store.get_tensor_with_parallelism("w", ReadTarget("full")), big[:, :5])
+    assert torch.equal(store.get_tensor_with_parallelism("w", ReadTarget("full")), big)
     assert torch.equal(store.get_tensor_with_parallelism(
-        "w", ReadTarget("shard", TensorParallelism([ParallelAxis("tp", 2, 3, 1)]))), big[:, 4:5])
+        "w", ReadTarget("shard", TensorParallelism([ParallelAxis("tp", 2, 3, 1)]))), big[:, 4:])
     buf = torch.zeros(1024, dtype=torch.uint8)
-    assert torch.equal(store.get_tensor_with_parallelism_into("w", buf.data_ptr(), 1024, ReadTarget("full")),
-                       big[:, :5])
+    assert torch.equal(store.get_tensor_with_parallelism_into("w", buf.data_ptr(), 1024, ReadTarget("full")), big)
     assert store.get_tensor_with_parallelism_into("w", buf.data_ptr(), 100, ReadTarget("full")) is None
-    # as stored, batches, the _from forms, upsert
+    assert store.put_tensor_with_parallelism("x", big, writer_partition=WP(0, 4)) == INVALID  # uneven
+    # as stored, batches, upsert
     assert store.put_tensor_with_parallelism("plain", big) == 0
     assert torch.equal(store.get_tensor_with_parallelism("plain"), big)
     assert torch.equal(store.batch_get_tensor_with_parallelism(["plain"])[0], big)
-    assert torch.equal(store.batch_get_tensor_with_parallelism(["p"], [ReadTarget("full", tp)])[0], big)
-    assert torch.equal(store.batch_get_tensor_with_parallelism_into(
-        ["plain"], [buf.data_ptr()], [1024])[0], big)
-    assert store.batch_put_tensor_with_parallelism(["q1", "q2"], [big, big], [tp, tp]) == [0, 0]
+    assert torch.equal(store.batch_get_tensor_with_parallelism(["p"], [ReadTarget("full", tp[0])])[0], big)
+    assert torch.equal(store.batch_get_tensor_with_parallelism_into(["plain"], [buf.data_ptr()], [1024])[0], big)
+    assert store.batch_put_tensor_with_parallelism(["q1", "q2"], halves, tp) == [0, 0]
+    assert store.batch_is_exist(["q1_tp_0", "q2_tp_1"]) == [1, 1]
     assert store.batch_put_tensor_with_parallelism(["q3"], [big]) == [0]
     assert store.upsert_tensor_with_parallelism("q3", big * 2) == 0
     assert torch.equal(store.get_tensor("q3"), big * 2)
-    assert store.batch_upsert_tensor_with_parallelism(["q3"], [big], [tp]) == [0]
+    assert store.batch_upsert_tensor_with_parallelism(["q1"], [halves[1] * 2], [tp[0]]) == [0]
+    assert torch.equal(store.get_tensor("q1_tp_0"), halves[1] * 2)
+    # the _from forms: the buffer holds the full tensor; every TP rank's shard is stored
     obj = np.frombuffer(store.get("plain"), dtype=np.uint8).copy()
-    assert store.put_tensor_with_parallelism_from("r", obj.ctypes.data, obj.nbytes, tp) == 0
-    assert torch.equal(store.get_tensor_with_parallelism("r", ReadTarget("full", tp)), big)
-    assert store.batch_put_tensor_with_parallelism_from(["r2"], [obj.ctypes.data], [obj.nbytes]) == [0]
-    assert store.upsert_tensor_with_parallelism_from("r2", obj.ctypes.data, obj.nbytes) == 0
-    assert store.batch_upsert_tensor_with_parallelism_from(["r2"], [obj.ctypes.data], [obj.nbytes]) == [0]
+    assert store.put_tensor_with_parallelism_from("r", obj.ctypes.data, obj.nbytes, tp[1]) == 0
+    assert store.batch_is_exist(["r_tp_0", "r_tp_1"]) == [1, 1]
+    assert torch.equal(store.get_tensor_with_parallelism("r", ReadTarget("full", tp[0])), big)
+    assert store.batch_put_tensor_with_parallelism_from(["r2"], [obj.ctypes.data], [obj.nbytes], [axes[0]]) == [0]
+    assert torch.equal(store.get_tensor_with_parallelism("r2", ReadTarget("full", axes[0])), big)
+    assert store.batch_put_tensor_with_parallelism_from(["r3"], [obj.ctypes.data], [obj.nbytes]) == [0]
+    assert store.upsert_tensor_with_parallelism_from("r3", obj.ctypes.data, obj.nbytes) == 0
+    assert store.batch_upsert_tensor_with_parallelism_from(["r3"], [obj.ctypes.data], [obj.nbytes]) == [0]
+    assert store.get("r3") == obj.tobytes()
     # refused: both kinds, a TP axis without split_dim, duplicate kinds, full without TP
-    assert store.put_tensor_with_parallelism("x", big, tp, None, WP(0)) == INVALID
+    assert store.put_tensor_with_parallelism("x", big, tp[0], None, WP(0)) == INVALID
     assert store.put_tensor_with_parallelism("x", big, TensorParallelism([ParallelAxis("tp", 0, 2)])) == INVALID
     assert store.put_tensor_with_parallelism("x", big, TensorParallelism(
         [ParallelAxis("dp", 0, 2), ParallelAxis("dp", 1, 2)])) == INVALID
+    assert store.put_tensor_with_parallelism("x", big, TensorParallelism(
+        [ParallelAxis("tp", 0, 4, 1), ParallelAxis("dp", 0, 2)])) == INVALID  # uneven
     assert store.get_tensor_with_parallelism("e", ReadTarget("full", ep)) is None
     with pytest.raises(RuntimeError):
         ReadTarget("sideways")
