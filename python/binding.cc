@@ -497,11 +497,15 @@ class Store {
       py::gil_scoped_release nogil;
       snap.emplace(c->Locate(key));
       if (*snap) {
-        // owner_slot is read from pool memory any client can write: bound it.
+        // owner_slot and the superblock are pool memory any client can write:
+        // bound the slot by the table and the mapping. The host name may be
+        // torn while its slot is re-attached; it is descriptive only.
         const auto& pool = c->pool();
-        uint32_t slot = snap->value().owner_slot;
-        if (slot < pool->superblock()->client_slot_count) {
-          const char* host = pool->client_slot(slot)->host;
+        const Superblock* sb = pool->superblock();
+        uint64_t slot = snap->value().owner_slot;
+        if (slot < sb->client_slot_count && sb->client_table_offset <= pool->size() &&
+            slot < (pool->size() - sb->client_table_offset) / sizeof(ClientSlot)) {
+          const char* host = pool->client_slot(uint32_t(slot))->host;
           writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
         }
       }
