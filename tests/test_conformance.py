@@ -1453,6 +1453,20 @@ def test_replica_desc_shapes(any_store):
     assert s.batch_replica_clear([]) == []
 
 
+def test_batch_replica_clear(any_store):
+    # A put grants no lease, so the writer clears its keys at once; the
+    # segment is named by the writer's local_hostname; other names clear nothing.
+    s = any_store
+    assert s.put("a", b"1") == OK and s.put_batch(["b", "c"], [b"2", b"3"]) == OK
+    assert s.batch_replica_clear(["a", "b", "missing"]) == ["a", "b"]
+    assert s.batch_is_exist(["a", "b"]) == [0, 0]
+    assert s.batch_replica_clear(["c"], "nonexistent_host:99999") == []
+    assert s.batch_replica_clear(["c"], s.get_hostname()) == ["c"]
+    assert s.is_exist("c") == 0
+    assert s.put("d", b"4") == OK and s.is_exist("d") == 1  # is_exist grants a lease...
+    assert s.batch_replica_clear(["d"]) == []  # ...which protects it
+
+
 def test_put_and_get_sessions(any_store):
     s = any_store
     b = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
