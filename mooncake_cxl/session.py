@@ -16,7 +16,9 @@ start and writes the ranges straight into it. Here the ranges are gathered in
 a private staging buffer of this client and stored by session_end in one
 batch put (one master round trip for all keys; one extra copy per byte). So
 the space is claimed at end, not start (a full pool fails end, not start),
-and another client's put of the same key between start and end wins.
+and another client's put of the same key between start and end wins (end
+then returns -705 for that key, OBJECT_ALREADY_EXISTS, as the reference's
+start would have).
 A get session only checks that each key exists: reads are one-sided and
 always see the current object, so there is nothing to cache.
 """
@@ -104,6 +106,11 @@ class SessionMethods:
                 s = self._put_sessions.pop(key, None)
                 if s is None:
                     log.error("batch_put_session_end(%r): no open put session", key)
+                    continue
+                if isinstance(self._replica_info(key), dict):
+                    log.error("batch_put_session_end(%r): another put stored the key during the session",
+                              key)
+                    out[i] = int(ErrorCode.OBJECT_ALREADY_EXISTS)
                     continue
                 taken.setdefault(id(s[1]), (s[1], []))[1].append((i, key, s[0]))
         for config, items in taken.values():

@@ -110,3 +110,21 @@ def test_get_session(store):
                                                     [[0], [0]]) == [2, INVALID]
     assert store.batch_get_session_end(["s1"]) == 0
     assert store.batch_get_into_multi_buffer_ranges(["s1"], [[p]], [[4]], [[2]]) == [INVALID]
+
+
+def test_put_session_loses_to_a_put_by_another_client(master):
+    """Ours stages a session privately: a put of the key by another client
+    during the session wins, and end reports -705 rather than claiming success."""
+    a, b = connect(master, hostname="127.0.0.1:14004"), connect(master, hostname="127.0.0.1:14005")
+    try:
+        src = buf(b"A" * 8)
+        assert a.batch_put_session_start(["k", "other"], [8, 8]) == [0, 0]
+        assert a.batch_put_from_multi_buffer_ranges(["k", "other"], [[src.ctypes.data]] * 2, [[8]] * 2,
+                                                    [[0]] * 2) == [8, 8]
+        assert b.put("k", b"B" * 8) == 0
+        assert a.batch_put_session_end(["k", "other"]) == [EXISTS, 0]
+        assert a.get("k") == b"B" * 8 and b.get("other") == b"A" * 8
+        assert b.batch_put_session_end(["other"]) == [INVALID]  # sessions are per client
+    finally:
+        a.close()
+        b.close()
