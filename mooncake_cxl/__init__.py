@@ -5,9 +5,12 @@ Mooncake's ``mooncake.store.MooncakeDistributedStore``.
 """
 from ._core import BufferHandle, ObjectDataType, ReplicaStatus, ReplicateConfig, SoftPinAction
 from .errors import ErrorCode
+from .replica import Descriptor, DiskDescriptor, MemoryDescriptor, ReplicaDescriptor
 from .store import MooncakeDistributedStore
+from .tensor import ParallelAxis, ReadTarget, TensorParallelism
 
 __all__ = [
     "MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
-    "ObjectDataType", "ErrorCode", "BufferHandle",
+    "ObjectDataType", "ErrorCode", "BufferHandle", "ReplicaDescriptor", "MemoryDescriptor",
+    "DiskDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget",
 ]

@@ -30,7 +30,8 @@ _NAMES = ("mooncake", "mooncake.store")
 # exported at module level as the reference does (where its names clash,
 # TaskStatus wins there: FAILED and PROCESSING, which we do not have).
 _STORE_NAMES = ("MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
-                "BufferHandle", "ObjectDataType")
+                "BufferHandle", "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor",
+                "DiskDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget")
 
 
 def real_mooncake_available():

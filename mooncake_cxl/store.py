@@ -1,17 +1,24 @@
 """The drop-in façade: mooncake_cxl.MooncakeDistributedStore.
 
-Everything but setup() is the C++ binding itself (mooncake_cxl._core), so a
-get or is_exist goes straight from Python into C++ with no Python frame in
-between. setup() lives here because its two call forms (seven positional
-arguments plus keywords, or one dict with size strings) are easier to keep
-identical to Mooncake's in Python.
+The byte calls (put, get, is_exist, get_into, ...) are the C++ binding itself
+(mooncake_cxl._core), so a get or is_exist goes straight from Python into C++
+with no Python frame in between. Here in Python: setup() (its two call forms,
+seven positional arguments plus keywords or one dict with size strings, are
+easier to keep identical to Mooncake's in Python), the tensor family
+(tensor.py), replica descriptors (replica.py), put/get sessions (session.py),
+and the methods of Mooncake's store that mean nothing on a CXL pool
+(segments, tasks, ...), which return NOT_SUPPORTED (-1012) in the reference's
+return shape with one log line saying what to use instead.
 """
 import logging
 import os
 
 from . import _core
 from .errors import ErrorCode
+from .replica import ReplicaMethods
+from .session import SessionMethods
 from .sizes import parse_size
+from .tensor import TensorMethods
 
 log = logging.getLogger("mooncake_cxl")
 
@@ -36,8 +43,26 @@ def _env_int(name, default):
     return int(value) if value.isdigit() else default
 
 
-class MooncakeDistributedStore(_core.StoreCore):
+_NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
+
+
+def _unsupported(op, why):
+    log.warning("%s() is not supported: %s", op, why)
+    return _NOT_SUPPORTED
+
+
+_SEGMENTS = ("a CXL pool is one shared segment that the master formats and clients map; "
+             "use the master's --cxl_size to size it")
+_TASKS = ("a CXL pool holds one copy that every host reads directly, so there is nothing to copy "
+          "or move; use get()/get_into() from any host")
+
+
+class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, _core.StoreCore):
     """A client of a mooncake_cxl pool, with the API of Mooncake's store."""
+
+    def __init__(self):
+        _core.StoreCore.__init__(self)
+        self._init_sessions()
 
     def setup(self, local_hostname, metadata_server=None, global_segment_size=None,
               local_buffer_size=None, protocol=None, rdma_devices=None,
@@ -109,3 +134,47 @@ class MooncakeDistributedStore(_core.StoreCore):
         """Mooncake's thin client of a local real client; not needed with a CXL pool."""
         log.error("setup_dummy() is not supported: every process maps the pool itself; use setup()")
         return int(ErrorCode.NOT_SUPPORTED)
+
+    def init_all(self, protocol, device_name, mount_segment_size=16 * 1024 * 1024, /):
+        """Mooncake's transfer-engine bring-up; setup() does everything here."""
+        return _unsupported("init_all", "there is no transfer engine to start; use setup()")
+
+    def alloc_from_mem_pool(self, size, /):
+        """Memory of a standalone client's pool, for a dummy client (setup_dummy)."""
+        _unsupported("alloc_from_mem_pool", "no standalone client here (setup_dummy is not "
+                     "supported); use your own memory with register_buffer()")
+        return 0  # the reference's value for "no memory"
+
+    # ---- segments: the pool is the one segment ----
+
+    def mount_segment(self, path, size, offset=0, protocol="tcp", location=""):
+        return {"ret": _unsupported("mount_segment", _SEGMENTS), "segment_ids": []}
+
+    def allocate_and_mount_segment(self, size, protocol="tcp", location=""):
+        return {"ret": _unsupported("allocate_and_mount_segment", _SEGMENTS), "segment_ids": [],
+                "allocated_size": 0}
+
+    def unmount_segment(self, segment_ids, grace_period_seconds=0):
+        return _unsupported("unmount_segment", _SEGMENTS)
+
+    def unmount_and_free_segment(self, segment_ids, grace_period_seconds=0):
+        return _unsupported("unmount_and_free_segment", _SEGMENTS)
+
+    def unmount_local_disk_segment(self, grace_period_seconds=0):
+        return _unsupported("unmount_local_disk_segment",
+                            "this store has no local-disk tier; use remove() to free objects")
+
+    # ---- replica tasks ----
+
+    def create_copy_task(self, key, targets):
+        return ((0, 0), _unsupported("create_copy_task", _TASKS))
+
+    def create_move_task(self, key, source, target):
+        return ((0, 0), _unsupported("create_move_task", _TASKS))
+
+    def query_task(self, task_id):
+        return (None, _unsupported("query_task", "no task is ever created: " + _TASKS))
+
+    def get_offload_rpc_read_count(self):
+        """Reads served by the SSD-offload RPC path: none here (no offload tier)."""
+        return 0

@@ -496,6 +496,40 @@ class Store {
     return r ? int64_t(*r) : int64_t(ToInt(r.error()));
   }
 
+  // Where `key`'s replica lives, for get_replica_desc: {offset (the object's
+  // offset in the pool, as /query_key reports it), size, writer (the
+  // local_hostname in the writer's client slot, "" when unknown)}, or a
+  // negative ErrorCode. A read of the index: no master round trip, no lease.
+  py::object ReplicaInfo(const std::string& key) {
+    auto c = Ready("get_replica_desc");
+    if (!c) return py::int_(kNotReady);
+    std::optional<Result<EntrySnapshot>> snap;
+    std::string writer;
+    {
+      py::gil_scoped_release nogil;
+      snap.emplace(c->Locate(key));
+      if (*snap) {
+        // owner_slot and the superblock are pool memory any client can write:
+        // bound the slot by the table and the mapping. The host name may be
+        // torn while its slot is re-attached; it is descriptive only.
+        const auto& pool = c->pool();
+        const Superblock* sb = pool->superblock();
+        uint64_t slot = snap->value().owner_slot;
+        if (slot < sb->client_slot_count && sb->client_table_offset <= pool->size() &&
+            slot < (pool->size() - sb->client_table_offset) / sizeof(ClientSlot)) {
+          const char* host = pool->client_slot(uint32_t(slot))->host;
+          writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
+        }
+      }
+    }
+    if (!*snap) return py::int_(ToInt(snap->error()));
+    py::dict d;
+    d["offset"] = snap->value().object_offset;
+    d["size"] = snap->value().value_size;
+    d["writer"] = writer;
+    return d;
+  }
+
   // ---- master operations ----
   int Remove(const std::string& key, bool force) {
     auto c = Ready("remove");
@@ -741,6 +775,13 @@ PYBIND11_MODULE(_core, m) {
               const std::vector<std::vector<uint64_t>>& sizes, const C& config) {
              return s.PutFromRanges(keys, ptrs, sizes, config, false, "batch_put_from_multi_buffers"); },
            py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = C())
+      // For batch_upsert_tensor (header + data per key, one master round trip).
+      .def("_batch_upsert_from_multi_buffers",
+           [](Store& s, const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,
+              const std::vector<std::vector<uint64_t>>& sizes, const C& config) {
+             return s.PutFromRanges(keys, ptrs, sizes, config, true, "batch_upsert_tensor"); },
+           py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = C())
+      .def("_replica_info", &Store::ReplicaInfo, py::arg("key"))
       .def("get_into", [](Store& s, const std::string& key, uintptr_t p, uint64_t n) {
              return s.GetIntoRanges({key}, {{p}}, {{n}}, "get_into")[0]; },
            py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))

@@ -27,6 +27,9 @@ python3 -m pip install -q --no-build-isolation ".[test,compare]" -C build-dir=bu
   -C cmake.define.MCXL_BUILD_TESTS=ON
 python3 -m pip install -q "mooncake-transfer-engine-non-cuda==0.3.13.post1" \
   || echo "note: the reference Mooncake wheel could not be installed; its tests will be skipped"
+# The tensor methods' optional extra (.[torch]), pinned: an unpinned torch pulls a multi-GB CUDA build.
+python3 -m pip install -q "torch==2.13.0" safetensors \
+  || echo "note: torch could not be installed; the tensor tests will be skipped"
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@"' _ "$@"

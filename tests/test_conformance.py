@@ -781,21 +781,16 @@ def test_with_soft_pin_0_3_12_name(any_module):
             c.with_soft_pin = True
 
 
-@pytest.mark.differs_on_purpose
 def test_replica_reporting(impl, any_store):
-    # A CXL pool holds one copy: replica_num > 1 is accepted on both. The
-    # reference reports replicas through get_replica_desc (one here, as the
-    # test cluster has one segment); ours has no get_replica_desc at all.
+    # A CXL pool holds one copy: replica_num > 1 is accepted on both, and both
+    # report one replica (the reference's test cluster has one segment).
     s = any_store
     assert s.put("r3", b"v", cfg(impl.mod, replica_num=3)) == OK and s.get("r3") == b"v"
-    if impl.ours:
-        assert not hasattr(s, "get_replica_desc") and not hasattr(s, "batch_get_replica_desc")
-    else:
-        descs = s.get_replica_desc("r3")
-        assert len(descs) == 1 and descs[0].is_memory_replica()
-        assert descs[0].status == impl.mod.ReplicaStatus.COMPLETE
-        assert s.get_replica_desc("nope") == []
-        assert list(s.batch_get_replica_desc(["r3", "nope"])) == ["r3"]
+    descs = s.get_replica_desc("r3")
+    assert len(descs) == 1 and descs[0].is_memory_replica()
+    assert descs[0].status == impl.mod.ReplicaStatus.COMPLETE
+    assert s.get_replica_desc("nope") == []
+    assert list(s.batch_get_replica_desc(["r3", "nope"])) == ["r3"]
 
 
 def test_replicate_configs_accepted_and_rejected(impl, any_store):
@@ -1248,3 +1243,280 @@ def test_keyword_names_of_single_argument_reads(impl, any_store):
                 call()
     # Positionally they agree.
     assert (s.get("kw"), s.get_batch(["kw"]), s.is_exist("kw"), s.get_size("kw")) == (b"v", [b"v"], 1, 1)
+
+
+# ---------------------------------------------------------------- tensors, replicas, sessions
+# The tensor family against Mooncake's own bytes: a tensor put by either store
+# is byte for byte the object below (a 304-byte header, then the data), built
+# here from the documented layout, not by either implementation. Then replica
+# descriptors, batch_replica_clear, the put/get sessions with
+# *_multi_buffer_ranges, and the shapes of the methods that are not supported
+# here. Needs torch (pip install '.[torch]'); skipped without it.
+
+def _torch():
+    return pytest.importorskip("torch", reason="torch is not installed: pip install '.[torch]'")
+
+
+def tensor_object(code, shape, data, local=None, axes=()):
+    """Mooncake's tensor object: TensorObjectHeader, TensorLayoutMetadata, data."""
+    import struct
+    local = shape if local is None else local
+    pad = lambda s: list(s) + [-1] * (8 - len(s))  # noqa: E731
+    head = struct.pack("<IHHiiIIQQ", 0x4D4F4F4E, 1, 304, code, len(shape), 1 if axes else 0, 0, 304, len(data))
+    head += struct.pack("<8q8qII", *pad(shape), *pad(local), len(axes), 0)
+    for i, (kind, rank, count, split_dim, extent) in enumerate(axes):
+        head += struct.pack("<iiiiiiq", kind, i, rank, count, split_dim, 0, extent)
+    head += bytes(304 - len(head))
+    return head + data
+
+
+def test_tensor_object_bytes(any_store):
+    torch = _torch()
+    s = any_store
+    t = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    cases = {
+        "i32": (t, tensor_object(6, [2, 3], t.numpy().tobytes())),
+        "zero_d": (torch.tensor(3.5), tensor_object(0, [], torch.tensor([3.5]).numpy().tobytes())),
+        "empty": (torch.empty(0, 3), tensor_object(0, [0, 3], b"")),
+        "noncontig": (t.t(), tensor_object(6, [3, 2], t.t().contiguous().numpy().tobytes())),
+        "bf16": (torch.ones(2, 2, dtype=torch.bfloat16),
+                 tensor_object(12, [2, 2], torch.ones(4, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes())),
+        "bool": (torch.tensor([True, False, True]), tensor_object(10, [3], b"\x01\x00\x01")),
+        "f8": (torch.zeros(2, dtype=torch.float8_e5m2), tensor_object(14, [2], b"\x00\x00")),
+    }
+    for key, (tensor, want) in cases.items():
+        assert s.put_tensor(key, tensor) == OK, key
+        assert s.get(key) == want, key
+        back = s.get_tensor(key)
+        assert back.dtype == tensor.dtype and torch.equal(back.reshape(tensor.shape), tensor), key
+    assert s.batch_put_tensor(["b1", "b2"], [t, t.t()]) == [OK, OK]
+    assert s.get("b2") == cases["noncontig"][1]
+    # and each reads the other's bytes: objects written with plain put()
+    assert s.put("foreign", cases["i32"][1]) == OK
+    assert torch.equal(s.get_tensor("foreign"), t)
+
+
+@pytest.mark.differs_on_purpose
+def test_tensor_zero_d_shape(impl, any_store):
+    # Same bytes (above); the reference reads a 0-d tensor back as shape (1,), ours as ().
+    torch = _torch()
+    s = any_store
+    assert s.put_tensor("z", torch.tensor(2.0)) == OK
+    assert tuple(s.get_tensor("z").shape) == (() if impl.ours else (1,))
+
+
+def test_tensor_bad_input(any_store):
+    torch = _torch()
+    s = any_store
+    assert s.put_tensor("c", torch.ones(2, dtype=torch.complex64)) == INVALID
+    assert s.put_tensor("nine", torch.ones([1] * 9)) == INVALID
+    assert s.put_tensor("raw", b"abc") == INVALID
+    assert s.get_tensor("missing") is None
+    assert s.batch_get_tensor(["missing"]) == [None]
+    assert s.batch_put_tensor([], []) == []
+    assert s.batch_put_tensor(["x"], [torch.ones(1), torch.ones(1)]) == [INVALID]
+    assert s.put("notatensor", b"y" * 400) == OK
+    assert s.get_tensor("notatensor") is None
+    assert s.put_tensor_from("pf", np.zeros(8, dtype=np.uint8).ctypes.data, 8) == INVALID
+
+
+def test_tensor_into_and_from(impl, any_store):
+    torch = _torch()
+    s = any_store
+    t = torch.arange(6, dtype=torch.int32).reshape(2, 3)
+    assert s.put_tensor("t", t) == OK
+    buf = torch.zeros(1024, dtype=torch.uint8)
+    out = s.get_tensor_into("t", buf.data_ptr(), 1024)
+    assert torch.equal(out, t) and out.data_ptr() == buf.data_ptr() + 304
+    small = torch.full((100,), 7, dtype=torch.uint8)
+    assert s.get_tensor_into("t", small.data_ptr(), 100) is None
+    assert bool((small == 7).all())  # too small: nothing written
+    assert s.get_tensor_into("missing", buf.data_ptr(), 1024) is None
+    got = s.batch_get_tensor_into(["t", "missing"], [buf.data_ptr(), buf.data_ptr() + 512], [512, 512])
+    assert torch.equal(got[0], t) and got[1] is None
+    assert s.put_tensor_from("copy", buf.data_ptr(), 304 + 24) == OK
+    assert s.get("copy") == s.get("t")
+    assert s.upsert_tensor("t", torch.zeros(5)) == OK
+    assert torch.equal(s.get_tensor("t"), torch.zeros(5))
+    assert s.pub_tensor("p", t, cfg(impl.mod, with_hard_pin=True)) == OK
+    assert s.pub_tensor("p2", t, cfg(impl.mod, preferred_segments=["a", "b"])) == INVALID
+
+
+def test_tensor_tp_shards(any_store):
+    torch = _torch()
+    s = any_store
+    big = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    assert s.put_tensor_with_tp("w", big, tp_rank=0, tp_size=2, split_dim=0) == OK
+    assert s.is_exist("w") == 0
+    for r in range(2):
+        assert s.get("w_tp_%d" % r) == tensor_object(0, [4, 6], big[2 * r:2 * r + 2].numpy().tobytes(),
+                                                     local=[2, 6], axes=[(1, r, 2, 0, 2)])
+        assert torch.equal(s.get_tensor_with_tp("w", tp_rank=r, tp_size=2), big[2 * r:2 * r + 2])
+    assert s.put_tensor_with_tp("c", big, 0, 3, 1) == OK
+    assert torch.equal(s.get_tensor_with_tp("c", 2, 3, 1), big[:, 4:])
+    assert s.put_tensor_with_tp("uneven", torch.ones(5, 4), tp_size=2) == INVALID
+    assert s.get_tensor_with_tp("w", 0, 1) is None  # tp_size 1 reads the base key: absent
+    assert s.batch_put_tensor_with_tp(["b1", "b2"], [big, big], tp_size=2) == [OK, OK]
+    got = s.batch_get_tensor_with_tp(["b1", "b2", "nope"], tp_rank=1, tp_size=2)
+    assert torch.equal(got[0], big[2:]) and got[2] is None
+
+
+def test_tensor_parallelism_keys_and_bytes(impl, any_store):
+    # 0.3.13's routes: one TP axis stores the caller's tensor as that rank's
+    # shard; several axes store the rank's part of the full tensor; DP as is;
+    # writer partitions a shard plus a manifest; the _from forms every shard.
+    torch = _torch()
+    s = any_store
+    big = torch.arange(24, dtype=torch.float32).reshape(4, 6)
+    mod = impl.mod
+
+    def axis(kind, rank, size, split_dim=None):
+        a = mod.ParallelAxis()
+        a.kind, a.rank, a.size = kind, rank, size
+        if split_dim is not None:
+            a.split_dim = split_dim
+        return a
+
+    def par(*axes):
+        p = mod.TensorParallelism()
+        p.axes = list(axes)
+        return p
+
+    def target(mode, parallelism=None):
+        t = mod.ReadTarget()
+        t.mode = mode
+        t.parallelism = parallelism
+        return t
+    rt = mod.ReadTarget()
+    assert (rt.mode, rt.parallelism) == ("as_stored", None)
+    data = lambda t: t.contiguous().numpy().tobytes()  # noqa: E731
+    assert s.put_tensor_with_parallelism("a", big, par(axis("tp", 1, 2, 1))) == OK
+    assert s.batch_is_exist(["a_tp_0", "a_tp_1"]) == [0, 1]
+    assert s.get("a_tp_1") == tensor_object(0, [4, 12], data(big), local=[4, 6], axes=[(1, 1, 2, 1, 6)])
+    assert torch.equal(s.get_tensor_with_parallelism("a", target("shard", par(axis("tp", 1, 2, 1)))), big)
+    assert s.put_tensor_with_parallelism("m", big, par(axis("tp", 1, 2, 0), axis("dp", 1, 2))) == OK
+    assert s.batch_is_exist(["m__dp_1of2__tp_0of2_sd0", "m__dp_1of2__tp_1of2_sd0"]) == [0, 1]
+    want = tensor_object(0, [4, 6], data(big[2:]), local=[2, 6], axes=[(1, 1, 2, 0, 2), (0, 1, 2, -1, 0)])
+    assert s.get("m__dp_1of2__tp_1of2_sd0") == want
+    assert s.put_tensor_with_parallelism("d", big, par(axis("dp", 1, 2))) == OK
+    assert s.get("d__dp_1of2") == tensor_object(0, [4, 6], data(big), axes=[(0, 1, 2, -1, 0)])
+
+    class WP:
+        def __init__(self, rank, size, split_dim):
+            self.rank, self.size, self.split_dim = rank, size, split_dim
+    for r in range(3):
+        assert s.put_tensor_with_parallelism("w", big, writer_partition=WP(r, 3, 1)) == OK
+        assert s.get(f"w__writer_{r}of3_sd1") == tensor_object(0, [4, 6], data(big[:, 2 * r:2 * r + 2]),
+                                                               local=[4, 2], axes=[(1, r, 3, 1, 2)])
+    import struct
+    assert s.get("w__writer_manifest") == struct.pack("<IHHiiiii4x8q", 0x574D414E, 1, 96, 0, 2, 1, 3, 0,
+                                                      4, 6, -1, -1, -1, -1, -1, -1)
+    assert torch.equal(s.get_tensor_with_parallelism("w", target("full")), big)
+    assert torch.equal(s.get_tensor_with_parallelism("w", target("shard", par(axis("tp", 2, 3, 1)))),
+                       big[:, 4:])
+    assert s.put_tensor_with_parallelism("x", big, writer_partition=WP(0, 4, 1)) == INVALID  # uneven
+    assert s.put_tensor_with_parallelism("x", big, par(axis("tp", 0, 2))) == INVALID  # no split_dim
+    assert s.put_tensor_with_parallelism("x", big, par(axis("tp", 0, 2, 1)), mod.ReplicateConfig(),
+                                         WP(0, 2, 0)) == INVALID
+    assert s.put_tensor("plain", big) == OK
+    obj = np.frombuffer(s.get("plain"), dtype=np.uint8).copy()
+    assert s.put_tensor_with_parallelism_from("f", obj.ctypes.data, obj.nbytes, par(axis("tp", 1, 2, 1))) == OK
+    for r in range(2):
+        assert s.get(f"f_tp_{r}") == tensor_object(0, [4, 6], data(big[:, 3 * r:3 * r + 3]), local=[4, 3],
+                                                   axes=[(1, r, 2, 1, 3)])
+    assert s.batch_put_tensor_with_parallelism_from(["bm"], [obj.ctypes.data], [obj.nbytes],
+                                                    [par(axis("tp", 0, 2, 0), axis("dp", 1, 2))]) == [OK]
+    assert s.batch_is_exist(["bm__dp_1of2__tp_0of2_sd0", "bm__dp_1of2__tp_1of2_sd0"]) == [1, 1]
+    assert torch.equal(s.get_tensor_with_parallelism(
+        "bm", target("full", par(axis("tp", 0, 2, 0), axis("dp", 1, 2)))), big)
+
+
+def test_replica_desc_shapes(any_store):
+    s = any_store
+    assert s.put("rk", b"hello world") == OK
+    descs = s.get_replica_desc("rk")
+    assert len(descs) == 1
+    d = descs[0]
+    assert d.status.name == "COMPLETE"
+    assert (d.is_memory_replica(), d.is_disk_replica(), d.is_local_disk_replica()) == (True, False, False)
+    bd = d.get_memory_descriptor().buffer_descriptor
+    assert bd.size == 11 and isinstance(bd.buffer_address, int) and isinstance(bd.transport_endpoint, str)
+    assert repr(bd).startswith("<Descriptor size=11 buffer_address=")
+    with pytest.raises(RuntimeError):
+        d.get_disk_descriptor()
+    assert s.get_replica_desc("missing") == []
+    got = s.batch_get_replica_desc(["rk", "missing"])
+    assert isinstance(got, dict) and list(got) == ["rk"] and len(got["rk"]) == 1
+    assert s.remove("rk") == HAS_LEASE  # a descriptor query grants a lease
+    assert s.batch_replica_clear(["rk"]) == []  # leased: skipped
+    assert s.batch_replica_clear(["missing"]) == []
+    assert s.batch_replica_clear([]) == []
+
+
+def test_batch_replica_clear(any_store):
+    # A put grants no lease, so the writer clears its keys at once; the
+    # segment is named by the writer's local_hostname; other names clear nothing.
+    s = any_store
+    assert s.put("a", b"1") == OK and s.put_batch(["b", "c"], [b"2", b"3"]) == OK
+    assert s.batch_replica_clear(["a", "b", "missing"]) == ["a", "b"]
+    assert s.batch_is_exist(["a", "b"]) == [0, 0]
+    assert s.batch_replica_clear(["c"], "nonexistent_host:99999") == []
+    assert s.batch_replica_clear(["c"], s.get_hostname()) == ["c"]
+    assert s.is_exist("c") == 0
+    assert s.put("d", b"4") == OK and s.is_exist("d") == 1  # is_exist grants a lease...
+    assert s.batch_replica_clear(["d"]) == []  # ...which protects it
+
+
+def test_put_and_get_sessions(any_store):
+    s = any_store
+    b = np.frombuffer(b"0123456789abcdef", dtype=np.uint8).copy()
+    p = b.ctypes.data
+    assert s.register_buffer(p, 16) == OK
+    o = np.zeros(16, dtype=np.uint8)
+    q = o.ctypes.data
+    assert s.register_buffer(q, 16) == OK
+    try:
+        assert s.batch_put_session_start(["s1", "s2"], [16, 8]) == [OK, OK]
+        assert s.is_exist("s1") == 0 and s.get("s1") == b""
+        assert s.batch_put_from_multi_buffer_ranges(["s1", "s2"], [[p, p + 8], [p]], [[8, 8], [8]],
+                                                    [[8, 0], [0]]) == [16, 8]
+        assert s.batch_put_from_multi_buffer_ranges(["zz"], [[p]], [[8]], [[0]]) == [INVALID]
+        assert s.batch_put_session_end(["s1", "s2"]) == [OK, OK]
+        assert (s.get("s1"), s.get("s2")) == (b"89abcdef01234567", b"01234567")
+        assert s.batch_put_session_end(["s1"]) == [INVALID]
+        assert s.batch_put_session_start(["s1"], [16]) == [-705]
+        assert s.batch_put_session_start(["s3"], [16]) == [OK]
+        assert s.batch_put_session_revoke(["s3"]) == [OK] and s.is_exist("s3") == 0
+        assert s.batch_put_session_revoke(["s4"]) == [INVALID]
+        assert s.batch_get_into_multi_buffer_ranges(["s1"], [[q]], [[4]], [[2]]) == [INVALID]
+        assert s.batch_get_session_start(["s1", "missing"]) == [OK, NOT_FOUND]
+        assert s.batch_get_into_multi_buffer_ranges(["s1"], [[q, q + 8]], [[4, 4]], [[2, 12]]) == [8]
+        assert o.tobytes() == b"abcd\0\0\0\x004567\0\0\0\0"
+        assert s.batch_get_into_multi_buffer_ranges(["s1"], [[q]], [[4]], [[14]]) == [INVALID]
+        assert s.batch_get_session_end(["s1"]) == OK
+        assert s.batch_get_into_multi_buffer_ranges(["s1"], [[q]], [[4]], [[2]]) == [INVALID]
+    finally:
+        s.unregister_buffer(p)
+        s.unregister_buffer(q)
+
+
+@pytest.mark.differs_on_purpose
+def test_not_supported_return_shapes(impl, any_store):
+    # Same shapes; ours carries NOT_SUPPORTED (-1012) where the reference has a
+    # segment, task or CUDA-specific answer.
+    s = any_store
+    ms = s.mount_segment("/nonexistent/x", 1 << 20)
+    assert sorted(ms) == ["ret", "segment_ids"] and ms["segment_ids"] == []
+    assert ms["ret"] == (NOT_SUPPORTED if impl.ours else -1)
+    assert s.unmount_segment(["nope"]) == (NOT_SUPPORTED if impl.ours else -1)
+    assert s.unmount_and_free_segment(["nope"]) == (NOT_SUPPORTED if impl.ours else -1)
+    assert s.put("k", b"v") == OK
+    uuid, rc = s.create_copy_task("k", ["seg"])
+    assert uuid == (0, 0) and rc == (NOT_SUPPORTED if impl.ours else INVALID)
+    uuid, rc = s.create_move_task("k", "a", "b")
+    assert uuid == (0, 0) and rc == (NOT_SUPPORTED if impl.ours else INVALID)
+    resp, rc = s.query_task((1, 2))
+    assert resp is None and rc == (NOT_SUPPORTED if impl.ours else -1400)
+    assert s.get_offload_rpc_read_count() == 0
+    assert s.get_tensor_into_cuda("k", None) == (NOT_SUPPORTED if impl.ours else INVALID)
+    assert s.batch_get_tensor_into_cuda(["k"], [None]) == [NOT_SUPPORTED if impl.ours else INVALID]

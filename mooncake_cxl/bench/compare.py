@@ -3,9 +3,14 @@
 
 The same workloads run against both stores in one run:
 
-  writer process   put, put_from (registered buffer), batch_put_from
-  reader process   get, get_into, batch_get_into (registered buffers), is_exist
-                   of the values the writer left in the store
+  writer process   put, put_from (registered buffer), batch_put_from, put_tensor
+  reader process   get, get_into, batch_get_into (registered buffers), is_exist,
+                   get_tensor, batch_get_tensor_into (registered buffers)
+                   of the values (and tensors) the writer left in the store
+
+(the tensor rows only when torch is installed: pip install '.[torch]'; a
+tensor of N bytes is a uint8 tensor, stored as Mooncake's 304-byte header
+plus the N bytes)
 
 for values of 4 KiB, 64 KiB, 1 MiB and 16 MiB. Each store has its own writer
 and reader process (four processes, set up once) and its own master: ours over
@@ -28,6 +33,7 @@ is not already in one, it re-executes itself under `unshare -n` (needs root
 or user namespaces, and util-linux's unshare) and brings `lo` up itself.
 --no-reexec refuses instead.
 """
+import importlib.util
 import json
 import multiprocessing as mp
 import os
@@ -45,8 +51,11 @@ from .common import KIB, MIB
 
 SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
 STORES = ["mooncake_cxl", "mooncake"]
-OPS = ["put", "put_from", "batch_put_from", "get", "get_into", "batch_get_into", "is_exist"]
-BATCH_OPS = ("batch_put_from", "batch_get_into")
+TENSOR_OPS = ["put_tensor", "get_tensor", "batch_get_tensor_into"] \
+    if importlib.util.find_spec("torch") is not None else []
+OPS = ["put", "put_from", "batch_put_from", "get", "get_into", "batch_get_into", "is_exist"] + TENSOR_OPS
+BATCH_OPS = ("batch_put_from", "batch_get_into", "batch_get_tensor_into")
+TENSOR_HEADER = 304  # Mooncake's tensor object header
 READ_SET_BYTES = 64 * MIB  # the values the writer leaves for the reader, per size
 
 # size: (timed single calls, timed batches)
@@ -250,6 +259,15 @@ def _write(s, size, tag, n, nbatch):
             lambda i: s.batch_put_from([f"{tag}/b/{i}/{j}" for j in range(b)], ptrs, sizes), nbatch, check_batch)
     finally:
         s.unregister_buffer(base)
+    if TENSOR_OPS:
+        import torch
+        for i in range(nread):  # the reader's tensors (untimed)
+            rc = s.put_tensor(f"{tag}/t/{i}", torch.frombuffer(bytearray(common.value(size, i)), dtype=torch.uint8))
+            if rc != 0:
+                raise RuntimeError(f"put_tensor of the read set failed: {rc}")
+        t = torch.frombuffer(bytearray(value), dtype=torch.uint8)
+        out["put_tensor"] = _timed(lambda i: s.put_tensor(f"{tag}/pt/{i}", t), n,
+                                   check_and_remove(lambda i: f"{tag}/pt/{i}"))
     return out
 
 
@@ -280,6 +298,29 @@ def _read(s, size, tag, n, nbatch):
     finally:
         s.unregister_buffer(base)
     out["is_exist"] = _timed(lambda i: s.is_exist(keys[i % nread]), n, _expect("is_exist", 1))
+    if TENSOR_OPS:
+        tkeys = [f"{tag}/t/{i}" for i in range(nread)]
+
+        def check_tensor(r, i):
+            if r is None or r.numel() != size:
+                raise RuntimeError(f"get_tensor returned {r!r:.80}, expected {size} elements")
+        out["get_tensor"] = _timed(lambda i: s.get_tensor(tkeys[i % nread]), n, check_tensor)
+        stride = size + TENSOR_HEADER
+        tbufs = np.zeros(b * stride, dtype=np.uint8)
+        tbase = tbufs.ctypes.data
+        if s.register_buffer(tbase, tbufs.nbytes) != 0:
+            raise RuntimeError("register_buffer failed")
+        try:
+            tptrs, tsizes = [tbase + j * stride for j in range(b)], [stride] * b
+
+            def check_tensors(r, i):
+                if len(r) != b or any(x is None or isinstance(x, int) or x.numel() != size for x in r):
+                    raise RuntimeError(f"batch_get_tensor_into returned {r!r:.120}")
+            out["batch_get_tensor_into"] = _timed(
+                lambda i: s.batch_get_tensor_into([tkeys[(i * b + j) % nread] for j in range(b)], tptrs, tsizes),
+                nbatch, check_tensors)
+        finally:
+            s.unregister_buffer(tbase)
     return out
 
 
@@ -304,7 +345,8 @@ def _worker(store_kind, role, address, conn, log_path):
                     conn.send(("ok", _read(s, *args)))
                 elif cmd == "clean":
                     size, tag = args
-                    s.batch_remove([f"{tag}/r/{i}" for i in range(read_set_len(size))], True)
+                    s.batch_remove([f"{tag}/{kind}/{i}" for kind in ("r", "t") for i in range(read_set_len(size))],
+                                   True)
                     conn.send(("ok", None))
             except Exception:
                 conn.send(("error", traceback.format_exc()))
