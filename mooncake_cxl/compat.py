@@ -4,8 +4,9 @@
     compat.install()                  # only if the real mooncake.store is absent
     from mooncake.store import MooncakeDistributedStore   # -> mooncake_cxl's
 
-    python -m mooncake_cxl.compat run script.py [args...]  # always ours
-    python -m mooncake_cxl.compat run -m package.module [args...]
+    python -m mooncake_cxl.compat run script.py [args...]  # always ours,
+    python -m mooncake_cxl.compat run -m package.module [args...]  # children too
+    MOONCAKE_CXL_COMPAT=1 any-python-program ...           # the same switch
 
 install() puts a finder first on sys.meta_path that answers for exactly two
 names, `mooncake` (an empty package) and `mooncake.store` (mooncake_cxl's
@@ -15,8 +16,14 @@ Mooncake wheel is importable, install() does nothing and returns False, unless
 `force=True` or the environment has MOONCAKE_CXL_AS_MOONCAKE=1. `run` always
 forces: asking for it is asking for ours.
 
-Nothing is installed at interpreter start-up (no .pth file): a process opts in
-by calling install() or by being started through `run`.
+The process-tree switch is MOONCAKE_CXL_COMPAT=1: the package installs
+site-packages/mooncake_cxl_compat.pth, whose one line checks that variable at
+every interpreter start and, when set, arms a lazy finder
+(_mooncake_cxl_compat_hook) that installs this shim, forced, at the first
+`mooncake` import. So the program and every child interpreter it starts
+(multiprocessing spawn, subprocess python, vLLM's EngineCore and workers) see
+ours. `run` sets MOONCAKE_CXL_COMPAT=1 for its children. Without the variable
+the .pth does nothing and a process opts in by calling install().
 """
 import importlib.abc
 import importlib.machinery
@@ -24,6 +31,7 @@ import os
 import sys
 
 ENV_VAR = "MOONCAKE_CXL_AS_MOONCAKE"
+SWITCH_VAR = "MOONCAKE_CXL_COMPAT"  # read by mooncake_cxl_compat.pth at interpreter start
 _NAMES = ("mooncake", "mooncake.store")
 
 # What `from mooncake.store import ...` finds. The enum values are also
@@ -113,10 +121,12 @@ def install(force=None):
     """Make `import mooncake.store` give mooncake_cxl. Returns True if the shim
     is in place afterwards, False if the real Mooncake was left in charge.
 
-    force=None reads MOONCAKE_CXL_AS_MOONCAKE (1/true/yes forces)."""
+    force=None reads MOONCAKE_CXL_AS_MOONCAKE and MOONCAKE_CXL_COMPAT
+    (1/true/yes forces)."""
     global _finder
     if force is None:
-        force = os.environ.get(ENV_VAR, "").strip().lower() in ("1", "true", "yes")
+        force = any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes")
+                    for v in (ENV_VAR, SWITCH_VAR))
     if _finder is not None:
         return True
     if not force and real_mooncake_available():
@@ -147,7 +157,8 @@ _USAGE = """usage: python -m mooncake_cxl.compat run script.py [args...]
        python -m mooncake_cxl.compat check
 
 run    runs the script (or module) with `mooncake.store` resolving to mooncake_cxl,
-       even when the real Mooncake wheel is installed.
+       even when the real Mooncake wheel is installed, in it and in every python
+       process it starts (it sets MOONCAKE_CXL_COMPAT=1 for them).
 check  prints which implementation `import mooncake.store` gives in this environment
        (with MOONCAKE_CXL_AS_MOONCAKE=1 honoured)."""
 
@@ -169,6 +180,7 @@ def main(argv=None):
         print(_USAGE, file=sys.stderr)
         return 2
     install(force=True)
+    os.environ[SWITCH_VAR] = "1"  # children: mooncake_cxl_compat.pth reads it at start-up
     if rest[0] == "-m":
         if len(rest) < 2:
             print(_USAGE, file=sys.stderr)

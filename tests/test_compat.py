@@ -50,6 +50,7 @@ def _python(code_or_args, cwd, env=None, timeout=120):
     import os
     e = dict(os.environ)
     e.pop("MOONCAKE_CXL_AS_MOONCAKE", None)
+    e.pop("MOONCAKE_CXL_COMPAT", None)
     e.update(env or {})
     out = subprocess.run(args, cwd=str(cwd), capture_output=True, text=True, timeout=timeout, env=e)
     assert out.returncode == 0, out.stderr[-3000:]
@@ -143,3 +144,88 @@ def test_check_and_usage(tmp_path):
     out = subprocess.run([sys.executable, "-m", "mooncake_cxl.compat", "bogus"], cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "usage:" in out.stderr
+
+
+# --------------------------------------------------------------------------
+# The process-tree switch: `compat run` and MOONCAKE_CXL_COMPAT=1 reach every
+# interpreter the program starts (vLLM's EngineCore and workers are spawned
+# processes), through site-packages/mooncake_cxl_compat.pth.
+
+WHICH = textwrap.dedent("""\
+    def which():
+        try:
+            import mooncake.store as s
+        except ModuleNotFoundError:
+            return "missing"
+        if getattr(s, "__mooncake_cxl_shim__", False):
+            import mooncake_cxl
+            return "ours" if s.MooncakeDistributedStore is mooncake_cxl.MooncakeDistributedStore else "broken"
+        return "reference:" + s.__file__
+    """)
+
+TREE_SCRIPT = textwrap.dedent("""\
+    import multiprocessing as mp
+    import subprocess
+    import sys
+
+    WHICH = {which!r}
+    exec(WHICH)
+
+    def spawned(q):
+        q.put(which())
+
+    if __name__ == "__main__":
+        ctx = mp.get_context("spawn")
+        q = ctx.Queue()
+        p = ctx.Process(target=spawned, args=(q,))
+        p.start()
+        from_spawn = q.get(timeout=100)
+        p.join(60)
+        sub = subprocess.run([sys.executable, "-c", WHICH + "print(which())"],
+                             capture_output=True, text=True, timeout=100)
+        print("main", which())
+        print("spawn", from_spawn)
+        print("subprocess", sub.stdout.strip() or "failed: " + sub.stderr[-500:])
+    """).format(which=WHICH)
+
+
+def _tree(tmp_path, args, env=None):
+    script = tmp_path / "tree.py"
+    script.write_text(TREE_SCRIPT)
+    lines = _python([str(script) if a == "SCRIPT" else a for a in args], tmp_path, env=env)
+    return dict(line.split(" ", 1) for line in lines if line)
+
+
+def test_compat_run_reaches_spawned_and_subprocess_children(tmp_path):
+    got = _tree(tmp_path, ["-m", "mooncake_cxl.compat", "run", "SCRIPT"])
+    assert got == {"main": "ours", "spawn": "ours", "subprocess": "ours"}
+
+
+def test_environment_switch_reaches_spawned_and_subprocess_children(tmp_path):
+    got = _tree(tmp_path, ["SCRIPT"], env={"MOONCAKE_CXL_COMPAT": "1"})
+    assert got == {"main": "ours", "spawn": "ours", "subprocess": "ours"}
+
+
+def test_without_the_switch_nothing_changes(tmp_path):
+    """Switch unset or 0: the reference wheel (installed system-wide on the
+    test machine) stays in charge in the program and in its children."""
+    real = _python("from mooncake_cxl import compat; print(compat.real_mooncake_available())", tmp_path)[0]
+    for env in ({}, {"MOONCAKE_CXL_COMPAT": "0"}):
+        got = _tree(tmp_path, ["SCRIPT"], env=env)
+        assert len(set(got.values())) == 1, got
+        if real == "True":
+            assert got["main"].startswith("reference:") and "mooncake_cxl" not in got["main"], got
+        else:
+            assert got["main"] == "missing", got
+
+
+def test_switch_is_lazy_and_the_pth_is_installed(tmp_path):
+    """With the switch set, an interpreter that never imports mooncake never
+    loads mooncake_cxl (the .pth hook only arms a finder); unset, not even that."""
+    code = ("import sys; print('mooncake_cxl' in sys.modules, "
+            "any(type(f).__name__ == '_LazyShim' for f in sys.meta_path))")
+    assert _python(code, tmp_path, env={"MOONCAKE_CXL_COMPAT": "1"})[0] == "False True"
+    assert _python(code, tmp_path)[0] == "False False"
+    import os
+    import site
+    assert any(os.path.isfile(os.path.join(d, "mooncake_cxl_compat.pth")) for d in site.getsitepackages())
