@@ -1,11 +1,20 @@
-"""Reserved for the block KV layer (the PD-disaggregation issue).
+"""mooncake_cxl.kv: engine KV-cache blocks as objects in the pool.
 
-What will live here: KV-cache blocks as the unit of storage on top of
-MooncakeDistributedStore: block keys derived from a token prefix (a chain of
-hashes, so that a shared prefix maps to the same blocks), layouts of a block's
-per-layer K/V tensors in one object, and batched save/load of a request's
-blocks through the zero-copy calls (batch_put_from_multi_buffers,
-batch_get_into_multi_buffers, get_buffer views). It depends on the top-level
-product modules only (store, errors, sizes); nothing outside this package
-depends on it except mooncake_cxl.vllm. Empty until that issue lands.
+    from mooncake_cxl.kv import BlockKVCache, KVLayout, Namespace
+    layout = KVLayout(num_layers=16, block_tokens=16, num_kv_heads=8, head_dim=64, dtype="bfloat16")
+    cache = BlockKVCache(store, layout, Namespace("llama-3.2-1b", tp_rank=0, tp_size=1),
+                         blocks_per_object=16)
+    cache.register(layer_buffers)              # the engine's per-layer KV arrays
+    hashes = cache.block_hashes(token_ids)     # chained: prefix semantics
+    cache.save(hashes, engine_block_ids)       # prefill: one copy out of the engine
+    prefix = cache.lookup(hashes)              # decode: longest cached prefix, one call
+    cache.load(prefix, engine_block_ids)       # one copy into the engine (or cache.views(prefix))
+
+Built on the public store API only (batch_is_exist, batch_put_from_multi_buffers,
+batch_get_into_multi_buffers, get_into_ranges, get_buffer); nothing outside this
+package depends on it except mooncake_cxl.vllm. See cache.py for the contract
+(key format, aggregation into runs of blocks per layer group).
 """
+from .cache import BlockKVCache, KVCacheError, KVLayout, Namespace, Prefix
+
+__all__ = ["BlockKVCache", "KVCacheError", "KVLayout", "Namespace", "Prefix"]
