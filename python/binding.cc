@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "mooncake_cxl/announce.h"
 #include "mooncake_cxl/client.h"
 #include "mooncake_cxl/layout.h"
 #include "mooncake_cxl/log.h"
@@ -415,6 +416,21 @@ class Store {
     return out;
   }
 
+  // An announcement channel of the pool (announce.h): a producer or a reader
+  // object, or an error code.
+  py::object AnnounceOpen(const std::string& name, bool producer, bool from_start) {
+    auto c = Ready("announce_open");
+    if (!c) return py::int_(kNotReady);
+    if (producer) {
+      auto r = AnnounceProducer::Open(c->pool(), name);
+      if (!r) return py::int_(ToInt(r.error()));
+      return py::cast(std::move(r.value()));
+    }
+    auto r = AnnounceReader::Open(c->pool(), name, from_start);
+    if (!r) return py::int_(ToInt(r.error()));
+    return py::cast(std::move(r.value()));
+  }
+
   py::object GetBuffer(const std::string& key) {
     auto c = Ready("get_buffer");
     if (!c) return py::none();
@@ -665,6 +681,8 @@ PYBIND11_MODULE(_core, m) {
     d["superblock.client_slot_count"] = offsetof(Superblock, client_slot_count);
     d["superblock.master_incarnation"] = offsetof(Superblock, master_incarnation);
     d["ring_header_size"] = sizeof(RingHeader);
+    d["superblock.announce_offset"] = offsetof(Superblock, announce_offset);
+    d["superblock.announce_slots"] = offsetof(Superblock, announce_slots);
     // For the pool-corruption tests (test_pool_corruption.py).
     d["superblock.pool_size"] = offsetof(Superblock, pool_size);
     d["superblock.index_offset"] = offsetof(Superblock, index_offset);
@@ -797,7 +815,43 @@ PYBIND11_MODULE(_core, m) {
       .def("get_into_ranges", &Store::GetIntoKeyRanges, py::arg("buffer_ptrs"), py::arg("all_keys"),
            py::arg("all_dst_offsets"), py::arg("all_src_offsets"), py::arg("all_sizes"))
       .def("get_buffer", &Store::GetBuffer, py::arg("key"))
-      .def("batch_get_buffer", &Store::BatchGetBuffer, py::arg("keys"));
+      .def("batch_get_buffer", &Store::BatchGetBuffer, py::arg("keys"))
+      .def("_announce_open", &Store::AnnounceOpen, py::arg("name"), py::arg("producer"), py::arg("from_start") = false);
+
+  // Announcement channels (mooncake_cxl.kv.announce wraps them).
+  py::class_<AnnounceProducer>(m, "_AnnounceProducer")
+      .def("publish", [](AnnounceProducer& p, const std::vector<uint64_t>& words) -> int64_t {
+             if (words.size() > 7) {
+               MCXL_LOG(kWarn, "announce", "publish: %zu words, a record holds 7", words.size());
+               return int64_t(ErrorCode::INVALID_PARAMS);
+             }
+             AnnounceMessage msg;
+             std::copy(words.begin(), words.end(), msg.words);
+             return int64_t(p.Publish(msg));
+           }, py::arg("words"))
+      .def("close", &AnnounceProducer::Close)
+      .def_property_readonly("head", &AnnounceProducer::head);
+  py::class_<AnnounceReader>(m, "_AnnounceReader")
+      // None when nothing is new, ("lapped", lost) after an overrun, else (number, words).
+      .def("next", [](AnnounceReader& r) -> py::object {
+             AnnounceMessage msg;
+             uint64_t n = 0;
+             switch (r.Next(&msg, &n)) {
+               case AnnounceReader::ReadResult::kEmpty: return py::none();
+               case AnnounceReader::ReadResult::kLapped: return py::make_tuple("lapped", n);
+               default: break;
+             }
+             return py::make_tuple(n, std::vector<uint64_t>(msg.words, msg.words + 7));
+           })
+      .def("wait", [](AnnounceReader& r, double timeout_s, double spin_us) {
+             uint64_t timeout_ns = timeout_s <= 0 ? 0 : uint64_t(std::min(timeout_s, 1e9) * 1e9);
+             uint64_t spin_ns = spin_us <= 0 ? 0 : uint64_t(std::min(spin_us, 1e9) * 1e3);
+             py::gil_scoped_release nogil;
+             return r.Wait(spin_ns, timeout_ns);
+           }, py::arg("timeout_s"), py::arg("spin_us") = 50.0)
+      .def_property_readonly("cursor", &AnnounceReader::cursor)
+      .def_property_readonly("head", &AnnounceReader::head)
+      .def_property_readonly("producer_pid", &AnnounceReader::producer_pid);
 
   py::class_<BufferHandle>(m, "BufferHandle", py::buffer_protocol())
       .def_buffer([](BufferHandle& h) {

@@ -94,3 +94,96 @@ def decode(conn, address, n_obj, groups, seed, n_tokens, shared_tokens):
     store.close()
     return {"prefix": prefix.blocks, "objects": len(prefix.objects), "loaded": loaded, "bad": bad,
             "untouched": untouched, "view_bad": view_bad}
+
+
+# ---------------------------------------------------------------- announcements
+
+def streaming_decode(conn, address, n_obj, seed, n_tokens, channel, ack_channel):
+    """Started before the prefill: follows `channel`, loads each announced run
+    as soon as it is announced, checks its bytes, acks it on `ack_channel`
+    (so the prefill produces run k+1 only after run k was loaded here)."""
+    from mooncake_cxl.kv import Announcer, Listener, request_key
+    from mooncake_cxl.kv.announce import BLOCKS_READY, REQUEST_DONE
+    store = open_store(address)
+    cache = make_cache(store, n_obj, 1)
+    hashes = cache.block_hashes(tokens(seed, n_tokens))
+    buffers = cache.layout.allocate(64)
+    engine_blocks = list(range(3, 3 + len(hashes)))
+    cache.register(buffers)
+    listener = Listener(store, channel)
+    acks = Announcer(store, ack_channel)
+    conn.send("listening")
+    loaded, events, bad, done = 0, [], 0, False
+    me = request_key("req-A")
+    while not done:
+        got = listener.wait(timeout=60)
+        assert got, "no announcement within 60 s"
+        for a in got:
+            if a.request != me:
+                continue
+            if a.kind == BLOCKS_READY:
+                prefix = cache.lookup(hashes[:a.end])
+                assert prefix.blocks == a.end, (prefix.blocks, a.end)
+                cache.load(prefix, engine_blocks, start=loaded)
+                bad += check_engine(cache, buffers, hashes[loaded:a.end], engine_blocks[loaded:a.end])
+                events.append((a.first, a.end))
+                loaded = a.end
+                acks.blocks_ready("req-A", a.first, a.end)
+            elif a.kind == REQUEST_DONE:
+                done = True
+    acks.close()
+    store.close()
+    return {"loaded": loaded, "events": events, "bad": bad, "lost": listener.lost}
+
+
+def streaming_prefill(conn, address, n_obj, seed, n_tokens, channel, ack_channel):
+    """Produces a request run by run (a chunked prefill): fills the run's
+    engine blocks, saves it, announces it, then waits for the decode's ack."""
+    from mooncake_cxl.kv import Announcer, Listener
+    store = open_store(address)
+    cache = make_cache(store, n_obj, 1)
+    hashes = cache.block_hashes(tokens(seed, n_tokens))
+    buffers = cache.layout.allocate(64)
+    engine_blocks = [40 - i for i in range(len(hashes))]
+    cache.register(buffers)
+    acks = Listener(store, ack_channel)
+    ann = Announcer(store, channel)
+    acked = []
+    for first in range(0, len(hashes), n_obj):
+        end = min(first + n_obj, len(hashes))
+        fill_engine(cache, buffers, hashes[first:end], engine_blocks[first:end])
+        cache.save(hashes[:end], engine_blocks[:end], start=first)
+        ann.blocks_ready("req-A", first, end)
+        ann.blocks_ready("req-other", 0, 1)  # noise the decode must ignore
+        got = []
+        while not got:
+            got = acks.wait(timeout=60)
+            assert got, "no ack within 60 s"
+        acked += [(a.first, a.end) for a in got]
+    ann.request_done("req-A", len(hashes))
+    ann.close()
+    store.close()
+    return {"acked": acked}
+
+
+def hold_channel(conn, address, channel):
+    """Claims `channel` as its producer, publishes 3 records, then waits to be killed."""
+    import time
+    from mooncake_cxl.kv import Announcer
+    store = open_store(address)
+    ann = Announcer(store, channel)
+    for i in range(3):
+        ann.blocks_ready("held", i, i + 1)
+    conn.send("holding")
+    time.sleep(600)
+
+
+def wait_one(conn, address, channel, timeout):
+    """Waits (spin, then futex) for one announcement on `channel`."""
+    from mooncake_cxl.kv import Listener
+    store = open_store(address)
+    listener = Listener(store, channel, from_start=False)
+    conn.send("waiting")
+    got = listener.wait(timeout=timeout, spin_us=10)
+    store.close()
+    return [(a.first, a.end) for a in got]

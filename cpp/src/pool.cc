@@ -316,12 +316,17 @@ Status Pool::Format(const FormatOptions& options) {
   if (options.client_slots == 0 || options.client_slots > kMaxClientSlots ||
       options.pins_per_client == 0 || options.pins_per_client > kMaxPinsPerClient ||
       options.ring_bytes_per_client < 4096 || options.ring_bytes_per_client > kMaxRingBytes ||
-      options.ring_bytes_per_client % kCacheLine != 0 || options.index_capacity > size_ / sizeof(IndexEntry)) {
+      options.ring_bytes_per_client % kCacheLine != 0 || options.index_capacity > size_ / sizeof(IndexEntry) ||
+      options.announce_channels == 0 || options.announce_channels > kMaxAnnounceChannels ||
+      options.announce_slots == 0 || options.announce_slots > kMaxAnnounceSlots ||
+      (options.announce_slots & (options.announce_slots - 1)) != 0) {
     MCXL_LOG(kError, "pool", "cannot format %s: client slots %u (1..%u), pins per client %u (1..%u), ring "
-             "bytes %llu (4096..%llu, 64-aligned) or index capacity %llu (fits %llu bytes) out of range",
+             "bytes %llu (4096..%llu, 64-aligned), index capacity %llu (fits %llu bytes) or announce channels "
+             "%u (1..%u) x slots %u (a power of two, 1..%u) out of range",
              path_.c_str(), options.client_slots, kMaxClientSlots, options.pins_per_client, kMaxPinsPerClient,
              (unsigned long long)options.ring_bytes_per_client, (unsigned long long)kMaxRingBytes,
-             (unsigned long long)options.index_capacity, (unsigned long long)size_);
+             (unsigned long long)options.index_capacity, (unsigned long long)size_, options.announce_channels,
+             kMaxAnnounceChannels, options.announce_slots, kMaxAnnounceSlots);
     return ErrorCode::INVALID_PARAMS;
   }
   uint64_t capacity = options.index_capacity ? NextPow2(options.index_capacity)
@@ -334,6 +339,8 @@ Status Pool::Format(const FormatOptions& options) {
   uint64_t rings = off;
   uint64_t ring_size = uint64_t(options.client_slots) * 2 * options.ring_bytes_per_client;
   off = RoundUp(off + ring_size, kPage);
+  uint64_t announce = off;
+  off = RoundUp(off + uint64_t(options.announce_channels) * AnnounceChannelBytes(options.announce_slots), kPage);
   uint64_t index = off;
   off = RoundUp(off + capacity * sizeof(IndexEntry), kPage);
   if (off + kPage > size_) {
@@ -365,6 +372,9 @@ Status Pool::Format(const FormatOptions& options) {
   sb->ring_bytes = uint32_t(options.ring_bytes_per_client);
   sb->ring_region_offset = rings;
   sb->ring_region_size = ring_size;
+  sb->announce_offset = announce;
+  sb->announce_channels = options.announce_channels;
+  sb->announce_slots = options.announce_slots;
   sb->index_offset = index;
   sb->index_capacity = capacity;
   sb->data_offset = off;
@@ -374,6 +384,9 @@ Status Pool::Format(const FormatOptions& options) {
                       uint32_t(options.ring_bytes_per_client), rings, index, capacity, off, sb->data_size,
                       options.coherence, {}};
   memcpy(geo_.uuid, sb->uuid, 16);
+  geo_.announce_offset = announce;
+  geo_.announce_channels = options.announce_channels;
+  geo_.announce_slots = options.announce_slots;
   geo_set_ = true;
   // Release: every field above is visible before the magic that validates them.
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(kPoolMagic, std::memory_order_release);
@@ -414,6 +427,9 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   g.data_size = sb->data_size;
   uint32_t coherence = sb->coherence_mode;
   memcpy(g.uuid, sb->uuid, 16);
+  g.announce_offset = sb->announce_offset;
+  g.announce_channels = sb->announce_channels;
+  g.announce_slots = sb->announce_slots;
   auto bad = [&](const char* field, uint64_t value, const char* why, uint64_t bound) {
     MCXL_LOG(kError, "pool", "%s: superblock field %s = %llu %s %llu; the pool is corrupt or not ours",
              path_.c_str(), field, (unsigned long long)value, why, (unsigned long long)bound);
@@ -436,13 +452,20 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   uint64_t want_rings = uint64_t(g.ring_bytes) * 2 * g.client_slot_count;
   if (ring_region_size != want_rings)
     return bad("ring_region_size", ring_region_size, "is not 2 * ring_bytes * client_slot_count =", want_rings);
+  if (g.announce_channels == 0 || g.announce_channels > kMaxAnnounceChannels)
+    return bad("announce_channels", g.announce_channels, "is outside 1 ..", kMaxAnnounceChannels);
+  if (g.announce_slots == 0 || g.announce_slots > kMaxAnnounceSlots ||
+      (g.announce_slots & (g.announce_slots - 1)) != 0)
+    return bad("announce_slots", g.announce_slots, "is not a power of two in 1 ..", kMaxAnnounceSlots);
+  // Both counts are bounded above: the product cannot overflow.
+  uint64_t announce_bytes = uint64_t(g.announce_channels) * AnnounceChannelBytes(g.announce_slots);
   if (g.index_capacity == 0 || (g.index_capacity & (g.index_capacity - 1)) != 0)
     return bad("index_capacity", g.index_capacity, "is not a power of two; pool size", g.pool_size);
   uint64_t index_bytes = 0;
   if (__builtin_mul_overflow(g.index_capacity, uint64_t(sizeof(IndexEntry)), &index_bytes))
     return bad("index_capacity", g.index_capacity, "entries overflow 64-bit bytes; pool size", g.pool_size);
   // Regions in order, 64-byte aligned, each within pool_size and after the
-  // previous one: [superblock][clients][pins][rings][index][data].
+  // previous one: [superblock][clients][pins][rings][announce][index][data].
   struct Region {
     const char* name;       // the offset field
     const char* size_name;  // the field its length derives from
@@ -453,6 +476,7 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
       {"pin_table_offset", "pins_per_client", g.pin_table_offset,
        uint64_t(g.client_slot_count) * g.pins_per_client * sizeof(PinRecord)},
       {"ring_region_offset", "ring_bytes", g.ring_region_offset, want_rings},
+      {"announce_offset", "announce_slots", g.announce_offset, announce_bytes},
       {"index_offset", "index_capacity", g.index_offset, index_bytes},
       {"data_offset", "data_size", g.data_offset, g.data_size},
   };

@@ -272,6 +272,19 @@ std::vector<FieldCase> FieldCases(const Superblock& sb) {
       {"client_table_offset inside the superblock", at(offsetof(Superblock, client_table_offset)), 8, 64,
        "client_table_offset"},
       {"layout_version", at(offsetof(Superblock, layout_version)), 4, kLayoutVersion + 1, "layout version"},
+      {"announce_channels 0", at(offsetof(Superblock, announce_channels)), 4, 0, "announce_channels"},
+      {"announce_channels 2^32-1", at(offsetof(Superblock, announce_channels)), 4, 0xffffffffu, "announce_channels"},
+      {"announce_slots 0", at(offsetof(Superblock, announce_slots)), 4, 0, "announce_slots"},
+      {"announce_slots not a power of two", at(offsetof(Superblock, announce_slots)), 4, sb.announce_slots - 1,
+       "announce_slots"},
+      {"announce_slots 2^31", at(offsetof(Superblock, announce_slots)), 4, 1u << 31, "announce_slots"},
+      {"announce_slots doubled (past the index)", at(offsetof(Superblock, announce_slots)), 4,
+       sb.announce_slots * 2, "index_offset"},
+      {"announce_offset unaligned", at(offsetof(Superblock, announce_offset)), 8, sb.announce_offset + 8,
+       "announce_offset"},
+      {"announce_offset inside the rings", at(offsetof(Superblock, announce_offset)), 8, sb.ring_region_offset,
+       "announce_offset"},
+      {"announce_offset 2^64-64", at(offsetof(Superblock, announce_offset)), 8, 0 - 64ull, "announce_offset"},
   };
 #pragma GCC diagnostic pop
   return c;

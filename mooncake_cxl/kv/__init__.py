@@ -10,11 +10,16 @@
     prefix = cache.lookup(hashes)              # decode: longest cached prefix, one call
     cache.load(prefix, engine_block_ids)       # one copy into the engine (or cache.views(prefix))
 
+    Announcer(store, "prefill-0").blocks_ready("req-1", 0, 16)   # prefill -> decode, through the pool
+    Listener(store, "prefill-0").wait(timeout=5.0)               # spin, then futex
+
 Built on the public store API only (batch_is_exist, batch_put_from_multi_buffers,
 batch_get_into_multi_buffers, get_into_ranges, get_buffer); nothing outside this
 package depends on it except mooncake_cxl.vllm. See cache.py for the contract
 (key format, aggregation into runs of blocks per layer group).
 """
+from .announce import ALL_LAYERS, Announcement, Announcer, Listener, request_key
 from .cache import BlockKVCache, KVCacheError, KVLayout, Namespace, Prefix
 
-__all__ = ["BlockKVCache", "KVCacheError", "KVLayout", "Namespace", "Prefix"]
+__all__ = ["BlockKVCache", "KVCacheError", "KVLayout", "Namespace", "Prefix",
+           "Announcer", "Listener", "Announcement", "ALL_LAYERS", "request_key"]

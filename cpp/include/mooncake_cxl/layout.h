@@ -6,7 +6,8 @@
 // std::atomic of a lock-free width (same layout as the plain integer on every
 // supported ABI). A change to anything in this file is a new kLayoutVersion.
 //
-//   [Superblock 4 KiB][client table][pin tables][control rings][object index][data]
+//   [Superblock 4 KiB][client table][pin tables][control rings][announce channels]
+//   [object index][data]
 //
 // Invariants:
 //   * Superblock::magic is written last by Format, so a crash while formatting
@@ -26,7 +27,8 @@
 namespace mcxl {
 
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
-constexpr uint32_t kLayoutVersion = 3;  // 2: Superblock::auth_token; 3: pin records name the object's offset
+// 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels
+constexpr uint32_t kLayoutVersion = 4;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -65,6 +67,11 @@ struct Superblock {
   // Clients read it from the pool they map and present it at Attach, so only
   // a process that can read the pool can use the master's RPC.
   uint8_t auth_token[16];
+  // Announcement channels (announce.h): announce_channels channels of
+  // announce_slots records each, from announce_offset.
+  uint64_t announce_offset;
+  uint32_t announce_channels;
+  uint32_t announce_slots;
 
   // Written by the running master only (one writer per line).
   alignas(kCacheLine) std::atomic<uint64_t> master_incarnation;  // +1 per start
@@ -95,6 +102,28 @@ struct RingHeader {
   std::atomic<uint32_t> consumer_waiting;          // consumer: asleep on head
 };
 static_assert(sizeof(RingHeader) == 2 * kCacheLine);
+
+// One announcement channel (announce.h): one producer at a time, any number
+// of readers, each with its own cursor (not in the pool). Line 0 is the
+// claim (written with CASes by producers claiming it), line 1 the
+// producer's; announce_slots AnnounceRecords follow the header.
+struct AnnounceChannelHeader {
+  std::atomic<uint64_t> name_hash;      // producers: 0 = never named, else KeyHash(name) | 1
+  std::atomic<uint64_t> owner_pid;      // producers: 0 = no producer; CAS to claim
+  std::atomic<uint64_t> owner_machine;  // producer: KeyHash(hostname), for pid liveness checks
+  std::atomic<uint64_t> epoch;          // producers: +1 per claim
+  alignas(kCacheLine) std::atomic<uint64_t> head;  // producer: records ever published; low 32 bits: futex word
+  std::atomic<uint32_t> readers_waiting;           // readers: how many sleep on head (atomic add/sub)
+};
+static_assert(sizeof(AnnounceChannelHeader) == 2 * kCacheLine);
+
+// One record, seqlocked: seq is 2n+1 while record n is written, 2n+2 once it
+// is complete; record n lives in slot n % announce_slots.
+struct alignas(kCacheLine) AnnounceRecord {
+  std::atomic<uint64_t> seq;
+  std::atomic<uint64_t> words[7];  // payload (announce.h: AnnounceMessage)
+};
+static_assert(sizeof(AnnounceRecord) == kCacheLine);
 
 // A slot whose attachment ended (reclaimed, detached, or a master restart)
 // while its process may still hold BufferHandles: `generation` is the ended

@@ -14,7 +14,7 @@
 //
 // The superblock lives in memory every client can write: Format and Verify
 // copy its region table into the Pool (Geometry), and every accessor below
-// (index(), client_slot(), pin_table(), ring(), InDataRegion) uses that copy,
+// (index(), client_slot(), pin_table(), ring(), announce_channel(), InDataRegion) uses that copy,
 // never the shared words, so a later store into the superblock cannot move a
 // region or stretch a bound. Callers check their slot/record indices against
 // geometry() counts.
@@ -48,6 +48,8 @@ struct FormatOptions {
   uint64_t ring_bytes_per_client = 32 * 1024;  // per direction, header included
   CoherenceMode coherence = CoherenceMode::kCoherent;
   bool allow_world_readable = false;  // --allow_world_readable_pool
+  uint32_t announce_channels = 32;    // announce.h
+  uint32_t announce_slots = 512;      // records per channel, a power of two
 };
 
 struct PoolFileOptions {
@@ -64,6 +66,12 @@ constexpr uint64_t kMinPoolSize = 4ull << 20;
 constexpr uint32_t kMaxClientSlots = 4096;
 constexpr uint32_t kMaxPinsPerClient = 1u << 20;
 constexpr uint64_t kMaxRingBytes = 1ull << 30;
+constexpr uint32_t kMaxAnnounceChannels = 4096;
+constexpr uint32_t kMaxAnnounceSlots = 1u << 20;
+// Bytes of one announcement channel (header + records).
+constexpr uint64_t AnnounceChannelBytes(uint32_t slots) {
+  return sizeof(AnnounceChannelHeader) + uint64_t(slots) * sizeof(AnnounceRecord);
+}
 
 // The superblock's region table as Format wrote it and Verify checked it: a
 // private copy (see the contract above).
@@ -81,6 +89,9 @@ struct PoolGeometry {
   uint64_t data_size = 0;
   CoherenceMode coherence = CoherenceMode::kCoherent;
   uint8_t uuid[16] = {};
+  uint64_t announce_offset = 0;
+  uint32_t announce_channels = 0;
+  uint32_t announce_slots = 0;
   bool operator==(const PoolGeometry&) const = default;
 };
 
@@ -142,6 +153,11 @@ class Pool {
   RingHeader* ring(uint32_t client, int dir) const {
     return reinterpret_cast<RingHeader*>(base_ + geo_.ring_region_offset +
                                          (uint64_t(client) * 2 + uint64_t(dir)) * geo_.ring_bytes);
+  }
+  // Announcement channel i. REQUIRES: i < geometry().announce_channels.
+  AnnounceChannelHeader* announce_channel(uint32_t i) const {
+    return reinterpret_cast<AnnounceChannelHeader*>(base_ + geo_.announce_offset +
+                                                    uint64_t(i) * AnnounceChannelBytes(geo_.announce_slots));
   }
   // True when [offset, offset+len) lies inside the data region (overflow-safe).
   bool InDataRegion(uint64_t offset, uint64_t len) const {
