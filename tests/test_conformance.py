@@ -260,11 +260,14 @@ def test_setup_unknown_protocol(impl):
 
 @pytest.mark.differs_on_purpose
 def test_setup_dummy(impl):
-    # Contract: NOT_SUPPORTED (every process maps the pool itself). The
-    # reference tries to reach a real client at server_address and fails with -1.
+    # No standalone client at server_address: ours RPC_FAIL (-900, with a log
+    # line naming the address), the reference -1.
+    # The working path: tests/test_dummy_client.py.
     s = impl.new()
     assert s.setup_dummy(1 << 20, 1 << 20, f"127.0.0.1:{oracle.free_port()}") == (
-        NOT_SUPPORTED if impl.ours else INTERNAL_ERROR)
+        -900 if impl.ours else INTERNAL_ERROR)
+    if impl.ours:
+        assert s.health_check() == 1  # not set up
 
 
 # ---------------------------------------------------------------- lifecycle
