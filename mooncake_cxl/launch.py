@@ -10,6 +10,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -148,4 +149,49 @@ class MasterProcess(LoggedProcess):
                 break
         self.kill()
         raise MasterError(f"master did not start (exit {self.proc.returncode}); "
+                          f"log: {self.log_path}: {self.log_tail()}")
+
+
+_CLIENT_READY = re.compile(r"mooncake_cxl_client ready port=(\d+)")
+
+
+class StandaloneClientProcess(LoggedProcess):
+    """A standalone client (`mooncake_cxl_client`, the dummy clients' helper)
+    on 127.0.0.1 with a free port, attached to the master at `master_address`."""
+
+    def __init__(self, master_address, extra_flags=(), log_path=None, start_timeout=30.0,
+                 env=None):
+        self.master_address = master_address
+        self.extra_flags = list(extra_flags)
+        self.log_path = log_path or tempfile.mktemp(prefix="mcxl_client_", suffix=".log")
+        self.start_timeout = start_timeout
+        self.env = env
+        self.proc = None
+        self.port = None
+
+    @property
+    def address(self):
+        return f"127.0.0.1:{self.port}"
+
+    def start(self):
+        args = [sys.executable, "-c", "import sys; from mooncake_cxl.standalone import main; "
+                "sys.exit(main())", "--port=0",
+                f"--master_server_address={self.master_address}"] + self.extra_flags
+        self._log = open(self.log_path, "ab")
+        # cwd: where this package is installed, so that the child imports it, not a source tree
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log, env=self.env,
+                                     cwd=here)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                m = _CLIENT_READY.search(self.proc.stdout.readline().decode(errors="replace"))
+                if m:
+                    self.port = int(m.group(1))
+                    return self
+            if self.proc.poll() is not None:
+                break
+        self.kill()
+        raise MasterError(f"mooncake_cxl_client did not start (exit {self.proc.returncode}); "
                           f"log: {self.log_path}: {self.log_tail()}")

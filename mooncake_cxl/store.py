@@ -17,6 +17,7 @@ from . import _core
 from .errors import ErrorCode
 from .replica import ReplicaMethods
 from .session import SessionMethods
+from .standalone import DummyMethods
 from .sizes import parse_size
 from .tensor import TensorMethods
 
@@ -57,7 +58,8 @@ _TASKS = ("a CXL pool holds one copy that every host reads directly, so there is
           "or move; use get()/get_into() from any host")
 
 
-class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, _core.StoreCore):
+class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, DummyMethods,
+                               _core.StoreCore):
     """A client of a mooncake_cxl pool, with the API of Mooncake's store."""
 
     def __init__(self):
@@ -110,7 +112,10 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, _c
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
                            config["master_server_addr"], config.get("rpc_transport"))
 
-    def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None):
+    def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None,
+               pool_hint=None):
+        """pool_hint: (path, size) of the pool on this host, from a standalone
+        client (setup_dummy); MC_CXL_DEV_PATH, when set, wins."""
         transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
         if transport not in ("ring", "tcp"):
             log.error("setup(): rpc_transport %r is neither 'ring' nor 'tcp'", transport)
@@ -122,28 +127,16 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, _c
         if self.health_check() != 1:
             self.close()  # a second setup() replaces the first, as in Mooncake
         local_hostname = _with_port(local_hostname)
+        cxl = protocol.lower() == "cxl"
+        pool_path = os.environ.get("MC_CXL_DEV_PATH", "") if cxl else ""
+        pool_size = _env_int("MC_CXL_DEV_SIZE", 0) if cxl else 0
+        if pool_hint and not pool_path:
+            pool_path, pool_size = pool_hint
         return self._setup_core(
-            local_hostname, master_server_addr,
-            os.environ.get("MC_CXL_DEV_PATH", "") if protocol.lower() == "cxl" else "",
-            _env_int("MC_CXL_DEV_SIZE", 0) if protocol.lower() == "cxl" else 0,
+            local_hostname, master_server_addr, pool_path, pool_size,
             _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
             _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring")
-
-    def setup_dummy(self, mem_pool_size, local_buffer_size, server_address):
-        """Mooncake's thin client of a local real client; not needed with a CXL pool."""
-        log.error("setup_dummy() is not supported: every process maps the pool itself; use setup()")
-        return int(ErrorCode.NOT_SUPPORTED)
-
-    def init_all(self, protocol, device_name, mount_segment_size=16 * 1024 * 1024, /):
-        """Mooncake's transfer-engine bring-up; setup() does everything here."""
-        return _unsupported("init_all", "there is no transfer engine to start; use setup()")
-
-    def alloc_from_mem_pool(self, size, /):
-        """Memory of a standalone client's pool, for a dummy client (setup_dummy)."""
-        _unsupported("alloc_from_mem_pool", "no standalone client here (setup_dummy is not "
-                     "supported); use your own memory with register_buffer()")
-        return 0  # the reference's value for "no memory"
 
     # ---- segments: the pool is the one segment ----
 

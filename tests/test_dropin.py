@@ -155,9 +155,6 @@ def test_readme_table_covers_the_reference():
 
 # The not-supported methods: a call, and the reference's return shape carrying -1012.
 NOT_SUPPORTED_CALLS = {
-    "setup_dummy": ((1 << 20, 1 << 20, "127.0.0.1:50052"), NOT_SUPPORTED),
-    "init_all": (("tcp", "", 1 << 20), NOT_SUPPORTED),
-    "alloc_from_mem_pool": ((4096,), 0),
     "mount_segment": (("/dev/shm/x", 1 << 20), {"ret": NOT_SUPPORTED, "segment_ids": []}),
     "allocate_and_mount_segment": ((1 << 20,), {"ret": NOT_SUPPORTED, "segment_ids": [], "allocated_size": 0}),
     "unmount_segment": ((["seg"],), NOT_SUPPORTED),

@@ -275,7 +275,7 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   cs->get_misses.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
-  // Its pins die with it (DESIGN.md §2), unless its process may still hold
+  // Its pins die with it (docs/architecture.md §3), unless its process may still hold
   // views: then the slot is retired with its table (master_pins.cc).
   RetireOrClearPins(slot, was, dead);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);

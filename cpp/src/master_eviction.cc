@@ -35,7 +35,7 @@
 // never bring an older value back.
 //
 // Readers copying an object while it is evicted are safe by the seqlock
-// (DESIGN.md §2): the tombstone bumps the entry version before the extent is
+// (docs/architecture.md §3): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
 //
 // Atomics follow the three rules stated in master.h.

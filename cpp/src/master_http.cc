@@ -143,9 +143,6 @@ std::string Master::MetricsText() {
   w.Metric("master_refused_requests_total", "counter",
            "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
            stats_.refused_requests);
-  w.Metric("master_refused_requests_total", "counter",
-           "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
-           stats_.refused_requests);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
   w.Metric("mooncake_cxl_corrupt_entries_total", "counter",

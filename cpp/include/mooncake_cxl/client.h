@@ -1,7 +1,7 @@
 // Client: one process's handle on the store: maps the pool, attaches to the
 // master, writes values into the pool and reads them one-sidedly.
 //
-// Contract (DESIGN.md §2):
+// Contract (docs/architecture.md §3):
 //   * A put costs one master round trip for any number of keys (PutStart),
 //     then a copy straight into the pool and a CAS that publishes each entry.
 //     A key that already exists is not overwritten and counts as success;

@@ -1,4 +1,4 @@
-// The one helper for every cross-process publish and observe (DESIGN.md §5).
+// The one helper for every cross-process publish and observe (docs/architecture.md §7).
 //
 // Contract: a writer that stores plain bytes another process will read calls
 // PublishRange on them before the release store that announces them; a reader

@@ -1,7 +1,7 @@
 // RingServer: the master's CXL RPC transport. One thread polls the request
 // rings of attached clients and has the Master answer them (Master::ServeRing).
 //
-// Waiting is spin-then-sleep (DESIGN.md §4): after the last request it keeps
+// Waiting is spin-then-sleep (docs/architecture.md §5): after the last request it keeps
 // polling for `spin_ns` (a client's next request usually follows within
 // microseconds), then sets Superblock::ring_server_sleeping and sleeps on the
 // doorbell futex, which a client rings after each request. Idle, it costs

@@ -1,5 +1,5 @@
 // ShmRing: one single-producer/single-consumer ring of the CXL RPC in the
-// pool (DESIGN.md §4), and the futex waits around it.
+// pool (docs/architecture.md §5), and the futex waits around it.
 //
 // Contract: records are whole frames (FrameHeader + payload, the TCP RPC's
 // format). Push never blocks: false when the ring lacks room. Pop returns
