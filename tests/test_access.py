@@ -37,7 +37,7 @@ FRAME_MAGIC = 0x4D43584C
 PROTOCOL_VERSION = 2
 PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT = range(1, 10)
 
-# layout.h: Superblock field offsets (layout version 3).
+# layout.h: Superblock field offsets (layout version 4).
 SB_LAYOUT_VERSION = 8
 SB_CLIENT_TABLE_OFFSET = 48
 SB_CLIENT_SLOT_COUNT = 56
@@ -111,7 +111,7 @@ def read_pool(path, offset, n):
 
 
 def pool_token(path):
-    assert struct.unpack("<I", read_pool(path, SB_LAYOUT_VERSION, 4))[0] == 3
+    assert struct.unpack("<I", read_pool(path, SB_LAYOUT_VERSION, 4))[0] == 4
     return read_pool(path, SB_AUTH_TOKEN, 16)
 
 
