@@ -16,7 +16,9 @@ Contract:
   [layer in group][K, V][block in run][tokens, heads, dim], so a load is one
   store read per object with a few large ranges (adjacent engine blocks are
   coalesced). blocks_per_object=1, layer_groups=num_layers is the
-  one-object-per-block-per-layer baseline.
+  one-object-per-block-per-layer baseline. The price: a request that shares
+  only part of a stored run hits up to the run boundary before it (the same
+  tokens, as in a PD hand-off, always hit every stored block).
 * lookup() finds the longest cached prefix in one batch_is_exist; save()
   copies once from the engine's registered buffers
   (batch_put_from_multi_buffers, one master round trip for the batch);
