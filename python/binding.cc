@@ -201,6 +201,8 @@ class Store {
     o.rpc_timeout_ms = rpc_timeout_ms;
     o.put_wait_ms = put_wait_ms;
     o.use_rings = use_rings;
+    const char* pf = getenv("MC_CXL_PREFAULT");  // as MC_CXL_RPC etc.: an environment switch
+    o.prefault_pool = pf != nullptr && pf[0] != '\0' && strcmp(pf, "0") != 0;
     std::optional<Result<std::shared_ptr<Client>>> r;
     {
       py::gil_scoped_release nogil;

@@ -106,6 +106,11 @@ Status Client::MapPool() {
   Status v = (*pool)->Verify(boot.uuid);
   if (!v.ok()) return v;
   if (!(*pool)->CheckSize()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (options_.prefault_pool) {
+    auto t = (*pool)->Prefault();
+    if (t) MCXL_LOG(kInfo, "client", "prefaulted the pool (%llu MiB) in %.3f s",
+                    (unsigned long long)(size >> 20), *t);
+  }
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
@@ -219,12 +224,18 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   Superblock* sb = pool_->superblock();
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
-  auto master_gone = [&] {
+  auto master_gone = [&](bool probe_pid) {
     // Restarted (a new incarnation), exited (its pid, when on this machine),
     // or silent for longer than any Tick gap.
     uint64_t hb = sb->master_heartbeat_ns.load(std::memory_order_relaxed);
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation || NowNs() > hb + 3000000000ull)
       return true;
+    // kill() is a syscall (~0.5 µs, a tenth of a small put): before a push it
+    // is made at most every 10 ms; a master that died since is caught by the
+    // wait below (which always probes once the reply is late).
+    uint64_t mono = MonoNs();
+    if (!probe_pid && mono - ring_pid_probe_ns_ < 10000000ull) return false;
+    ring_pid_probe_ns_ = mono;
     pid_t pid = pid_t(sb->master_pid.load(std::memory_order_relaxed));
     return sb->master_machine_hash.load(std::memory_order_relaxed) == machine_hash_ && pid > 0 &&
            kill(pid, 0) != 0 && errno == ESRCH;
@@ -235,7 +246,7 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
   // is a stop between this check and the write it guards (a few
   // instructions), and the master drops a request with a stale tag.
   auto stale = [&] { return !SlotCurrent(ring_slot_, ring_generation_); };
-  if (master_gone()) return ErrorCode::RPC_FAIL;
+  if (master_gone(false)) return ErrorCode::RPC_FAIL;
   if (stale()) return ErrorCode::ILLEGAL_CLIENT;
   if (!ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
   RingDoorbell(sb);
@@ -248,8 +259,8 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
     if (stale()) return ErrorCode::ILLEGAL_CLIENT;
     // Spin ~30 µs (the master answers in a few), then sleep in short slices
     // so that a dead master is noticed.
-    if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull))) {
-      if (master_gone()) return ErrorCode::RPC_FAIL;
+    if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull), &ring_spin_)) {
+      if (master_gone(true)) return ErrorCode::RPC_FAIL;
       continue;
     }
     ShmRing::Position at;

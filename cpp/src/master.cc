@@ -71,6 +71,11 @@ Status Master::Open() {
     Status s = pool_->Verify(nullptr);
     if (!s.ok()) return s;
   }
+  if (config_.prefault_pool) {
+    auto t = pool_->Prefault();
+    if (t) MCXL_LOG(kInfo, "master", "prefaulted the pool (%llu MiB) in %.3f s",
+                    (unsigned long long)(pool_->size() >> 20), *t);
+  }
   Superblock* sb = pool_->superblock();
   memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
   std::string why;

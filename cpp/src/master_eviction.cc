@@ -40,6 +40,7 @@
 //
 // Atomics follow the three rules stated in master.h.
 #include <algorithm>
+#include <cstdint>
 #include <unordered_set>
 
 #include "mooncake_cxl/clock.h"
@@ -195,6 +196,107 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   return freed;
 }
 
+// One slice of an ahead round under mu_: scan the next stretch of the index
+// window, or evict the next few of the sorted window. Every candidate is
+// re-checked when evicted (EvictWithGroup: state, lease, pins of now,
+// group), exactly as an inline round checks it, so a slice may run on a
+// window sampled a few milliseconds earlier. Soft-pinned objects are left to
+// the inline round (its second pass).
+void Master::EvictAhead(uint64_t budget_ns) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t t_end = MonoNs() + budget_ns;
+  uint64_t cap_bytes = alloc_->capacity();
+  double ratio = config_.eviction_ratio;
+  uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - ratio) * double(cap_bytes));
+  auto done = [&](bool log) {
+    if (ahead_t0_ != 0) {  // a round ends (counted as an inline round is)
+      ++stats_.eviction_rounds;
+      if (ahead_freed_ == 0) ++stats_.eviction_rounds_empty;
+    }
+    if (log && ahead_freed_ != 0)
+      MCXL_LOG(kInfo, "evict", "round %llu (ahead of the watermark, in idle slices): used %.1f%% -> %.1f%%, "
+               "evicted %llu objects, %llu bytes in %.2f ms", (unsigned long long)stats_.eviction_rounds,
+               100.0 * double(ahead_used_before_) / double(cap_bytes),
+               100.0 * double(alloc_->used_bytes()) / double(cap_bytes), (unsigned long long)ahead_freed_,
+               (unsigned long long)ahead_freed_bytes_, double(MonoNs() - ahead_t0_) / 1e6);
+    ahead_window_.clear();
+    ahead_next_ = SIZE_MAX;
+    ahead_scanned_ = ahead_complete_ = ahead_freed_ = ahead_freed_bytes_ = 0;
+    ahead_t0_ = 0;
+    evict_ahead_wanted_.store(false, std::memory_order_relaxed);
+  };
+  if (pool_lost_ || pool_->failed() || alloc_->used_bytes() <= low) return done(true);
+  uint64_t cap = index_->capacity();
+  uint64_t now = NowNs();
+  if (ahead_t0_ == 0) {  // a new round
+    eviction_rng_ ^= eviction_rng_ << 13;
+    eviction_rng_ ^= eviction_rng_ >> 7;
+    eviction_rng_ ^= eviction_rng_ << 17;
+    ahead_start_ = eviction_rng_ & (cap - 1);
+    ahead_t0_ = MonoNs();
+    ahead_used_before_ = alloc_->used_bytes();
+    ahead_next_ = SIZE_MAX;
+  }
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  if (ahead_next_ == SIZE_MAX) {
+    // Scanning, in stretches of a few µs: an empty slot costs one load, a
+    // COMPLETE one its header checks (CheckedLive): 32 of those per stretch.
+    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && MonoNs() < t_end) {
+      for (uint64_t n = 0, seen = 0; n < 4096 && seen < 32 && ahead_scanned_ < cap &&
+                                     ahead_complete_ < kSampleSize; ++n) {
+        uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
+        uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kComplete) continue;
+        ++seen;
+        if (!CheckedLive(slot)) continue;
+        ++ahead_complete_;
+        if (SoftPinActive(slot, now)) continue;
+        if (index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+        ahead_window_.push_back({LastAccessNs(slot, ttl), slot, sg});
+      }
+    }
+    if (ahead_scanned_ < cap && ahead_complete_ < kSampleSize) return;  // more next slice
+    std::sort(ahead_window_.begin(), ahead_window_.end());
+    ahead_next_ = 0;
+    if (MonoNs() >= t_end) return;
+  }
+  PinSet pins;
+  {
+    uint32_t per = pool_->geometry().pins_per_client;
+    for (uint32_t c = 0; c < clients_.size(); ++c) {
+      if (!PinTableLive(c)) continue;
+      ClientSlot* cs = pool_->client_slot(c);
+      if (cs->pins_in_use.load(std::memory_order_acquire) == 0) continue;
+      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
+      const PinRecord* t = pool_->pin_table(c);
+      for (uint64_t i = 0; i < hwm; ++i)
+        if (t[i].object_offset.load(std::memory_order_relaxed) != 0)
+          pins.gens.insert(t[i].generation.load(std::memory_order_relaxed));
+    }
+  }
+  while (ahead_next_ < ahead_window_.size() && alloc_->used_bytes() > low) {
+    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    uint64_t slot = c.slot;
+    // Still the object sampled (not gone, nor its slot reused since).
+    if (index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
+      uint64_t b = 0;
+      uint64_t n = EvictWithGroup(slot, now, pins, &b);
+      ahead_freed_ += n;
+      ahead_freed_bytes_ += b;
+      stats_.evicted_keys += n;
+      stats_.evicted_bytes += b;
+    }
+    if (MonoNs() >= t_end) break;
+  }
+  if (alloc_->used_bytes() <= low) return done(true);
+  if (ahead_next_ >= ahead_window_.size()) {  // window used up: sample another
+    bool freed_any = ahead_freed_ != 0;
+    done(true);
+    if (freed_any) evict_ahead_wanted_.store(true, std::memory_order_relaxed);
+    // Nothing evictable in a whole window: leave it to the inline round.
+  }
+}
+
 Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
   uint64_t cap = alloc_->capacity();
   uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
@@ -210,7 +312,14 @@ Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view ke
   for (int attempt = 0; attempt < 8; ++attempt) {
     if (live_entries_ + 1 <= IndexLimit()) {
       auto ext = alloc_->Allocate(extent_bytes);
-      if (ext) return ext;
+      if (ext) {
+        // Past watermark - ratio/2: have the ring server evict in its idle
+        // moments (EvictAhead) before a put has to cross the watermark.
+        uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
+                                  double(cap));
+        if (alloc_->used_bytes() > ahead) evict_ahead_wanted_.store(true, std::memory_order_relaxed);
+        return ext;
+      }
     }
     // Fragmented, or the index is full: free more, oldest first.
     uint64_t want = std::max<uint64_t>(extent_bytes, uint64_t(config_.eviction_ratio * double(cap)));

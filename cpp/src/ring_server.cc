@@ -8,6 +8,9 @@
 #include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
+namespace {
+constexpr uint64_t kEvictSliceNs = 3000;
+}  // namespace
 
 void RingDoorbell(Superblock* sb) {
   // seq_cst: the request's head store (before) and the sleeping-flag load
@@ -52,13 +55,20 @@ void RingServer::Loop() {
   // Relaxed: a stop flag polled every iteration.
   while (!stop_.load(std::memory_order_relaxed)) {
     if (ServeAll()) {
+      spin_.Found();
       last_work = MonoNs();
       continue;
     }
     uint64_t idle = MonoNs() - last_work;
+    if (master_->EvictAheadWanted()) {
+      // No request waiting: evict ahead of the watermark in a short slice
+      // (a request arriving meanwhile waits at most about that long).
+      master_->EvictAhead(kEvictSliceNs);
+      last_work = MonoNs();
+      continue;
+    }
     if (idle < spin_ns_) {
-      if (idle < 2000) _mm_pause();
-      else sched_yield();  // let a client that shares our core run
+      spin_.Relax(idle);  // pause, or yield to a client that shares our core
       continue;
     }
     master_->Tick();  // going idle: account for puts completed meanwhile
@@ -71,6 +81,7 @@ void RingServer::Loop() {
     uint64_t sleep_ns = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : idle_wake_ms_ * 1000000ull;
     if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, sleep_ns);
     sb->ring_server_sleeping.store(0, std::memory_order_relaxed);
+    spin_.Slept();
     last_work = MonoNs();
   }
 }

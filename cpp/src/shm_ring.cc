@@ -6,6 +6,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <ctime>
 
@@ -147,16 +148,33 @@ void ShmRing::SkipAll() {
   PublishRange(&h_->tail, 2 * sizeof(uint64_t));
 }
 
+void SpinWait::Relax(uint64_t waited) {
+  if (last_ == Step::kFastYield)  // yielding bought nothing: our core is ours
+    pause_ns_ = std::min<uint64_t>(kMaxPauseNs, pause_ns_ == 0 ? 1000 : pause_ns_ * 2);
+  if (waited < pause_ns_) {
+    _mm_pause();
+    last_ = Step::kPause;
+    return;
+  }
+  uint64_t t0 = MonoNs();
+  sched_yield();
+  last_ = MonoNs() - t0 > kContendedNs ? Step::kLongYield : Step::kFastYield;
+}
+
 bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
+  SpinWait spin;
+  return WaitForData(spin_ns, timeout_ns, &spin);
+}
+
+bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns, SpinWait* spin) {
   uint64_t start = MonoNs();
   while (!HasData()) {
     uint64_t now = MonoNs();
     if (now - start >= timeout_ns) return false;
     if (now - start < spin_ns) {
-      // Pure spin for the first microseconds; then yield between polls so a
-      // producer that shares our core (2-core machines) gets to run.
-      if (now - start < 2000) _mm_pause();
-      else sched_yield();
+      // Pause or yield between polls (SpinWait): a producer that shares our
+      // core (2-core machines) must get to run.
+      spin->Relax(now - start);
       continue;
     }
     // Sleep: announce it, re-check (a Push may have raced the flag), wait.
@@ -170,7 +188,9 @@ bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
     uint64_t slice = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : 50000000;
     if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
     h_->consumer_waiting.store(0, std::memory_order_relaxed);  // a hint: a spare wake costs nothing
+    spin->Slept();
   }
+  spin->Found();
   return true;
 }
 

@@ -126,6 +126,9 @@ int main(int argc, char** argv) {
             "group of a pool file the master creates (mode 0660); empty = mode 0600, owner only");
   flags.Add("allow_world_readable_pool", &cfg.allow_world_readable_pool,
             "format a pool that other users may read or write (refused otherwise)");
+  flags.Add("prefault_pool", &cfg.prefault_pool,
+            "map and allocate every pool page at start: no first-touch page faults on puts later "
+            "(costs ~0.1-0.2 s per GiB at start, and keeps the whole pool resident)");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",

@@ -20,6 +20,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
+    ap.add_argument("--no-prefault", action="store_true",
+                    help="data/eviction: let pool pages fault in on first touch (default: master "
+                         "--prefault_pool and clients MC_CXL_PREFAULT=1)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
@@ -45,7 +48,7 @@ def main(argv=None):
     results = {}
     if "data" in sections:
         from . import data
-        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir)
+        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Data path\n\n" + data.markdown(results["data"]) + "\n", flush=True)
     if "control" in sections:
         from . import control
@@ -54,7 +57,7 @@ def main(argv=None):
               flush=True)
     if "eviction" in sections:
         from . import eviction
-        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir)
+        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
               flush=True)
     if args.json:

@@ -37,10 +37,20 @@ def _chunk(size, n):
     return 1 if size >= MIB else max(10, n // 10)
 
 
-def _baseline(size, working_set, dst_working_set=0):
+def _baseline(size, working_set, dst_working_set=0, anonymous=False):
     from mooncake_cxl import _core
-    # From a /dev/shm mapping: the pool's own medium.
-    return _core._MemcpyBench(size, working_set, dst_working_set, "/dev/shm" if os.path.isdir("/dev/shm") else "")
+    # From a /dev/shm mapping (the pool's own medium), or from ordinary
+    # anonymous memory (what a user compares against).
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
+    return _core._MemcpyBench(size, working_set, dst_working_set, shm)
+
+
+def _connect(address, prefault):
+    if prefault:
+        os.environ["MC_CXL_PREFAULT"] = "1"  # map the pool's pages at attach (Pool::Prefault)
+    t0 = time.perf_counter()
+    s = common.connect(address)
+    return s, time.perf_counter() - t0
 
 
 def _aligned(shape):
@@ -66,9 +76,9 @@ def _interleaved(op, baseline, n, chunk):
     return op_ns, base_ns
 
 
-def writer(address, plan, out):
-    s = common.connect(address)
-    results = {}
+def writer(address, plan, out, prefault=True):
+    s, setup_s = _connect(address, prefault)
+    results = {"setup_s": setup_s}
     for size, nkeys, nputs, _ in plan:
         for i in range(nkeys):
             if s.put(_key(size, i), common.value(size, i)) != 0:
@@ -95,9 +105,9 @@ def writer(address, plan, out):
     out.put(("put", results))
 
 
-def reader(address, plan, out):
-    s = common.connect(address)
-    results = {}
+def reader(address, plan, out, prefault=True):
+    s, setup_s = _connect(address, prefault)
+    results = {"setup_s": setup_s}
     for size, nkeys, _, ngets in plan:
         for i in range(nkeys):  # check the data once, and warm the mapping
             if s.get(_key(size, i)) != common.value(size, i):
@@ -143,41 +153,52 @@ def reader(address, plan, out):
             ptrs = [bufs.ctypes.data + j * size for j in range(BATCH)]
             sizes = [size] * BATCH
 
-            def batch(i):
-                r = s.batch_get_into([keys[(i * BATCH + j) % nkeys] for j in range(BATCH)], ptrs, sizes)
+            # Baselines: BATCH plain memcpys of 64 KiB into BATCH distinct
+            # buffers, from /dev/shm and from anonymous memory; and one plain
+            # memcpy of the same 2 MiB from anonymous memory (issue 14's bar).
+            per = _baseline(size, size * nkeys, size * BATCH)
+            per_anon = _baseline(size, size * nkeys, size * BATCH, anonymous=True)
+            whole_anon = _baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
+                                   anonymous=True)
+            nb = max(20, ngets // BATCH)
+            lat, mc, mc_anon, mc_whole = [], [], [], []
+            keysets = [[keys[(i * BATCH + j) % nkeys] for j in range(BATCH)] for i in range(nb)]
+            for i in range(nb):  # one by one: the bandwidth drifts
+                t0 = time.perf_counter_ns()
+                r = s.batch_get_into(keysets[i], ptrs, sizes)
+                lat.append(time.perf_counter_ns() - t0)
                 if r != sizes:
                     raise RuntimeError(f"batch_get_into returned {r}")
-
-            # Baseline: BATCH plain memcpys of 64 KiB into BATCH distinct buffers.
-            per = _baseline(size, size * nkeys, size * BATCH)
-            nb = max(20, ngets // BATCH)
-            chunk = max(5, nb // 10)
-            lat, mc = [], []
-            for start in range(0, nb, chunk):
-                for i in range(start, min(nb, start + chunk)):
-                    t0 = time.perf_counter_ns()
-                    batch(i)
-                    lat.append(time.perf_counter_ns() - t0)
-                mc += [sum(per.run(BATCH)) for _ in range(start, min(nb, start + chunk))]
-            results[size * BATCH] = {f"batch_get_into {BATCH}x{common.size_name(size)}": (lat, mc)}
+                mc.append(sum(per.run(BATCH)))
+                mc_anon.append(sum(per_anon.run(BATCH)))
+                mc_whole += whole_anon.run(1)
+            name = f"batch_get_into {BATCH}x{common.size_name(size)}"
+            results[size * BATCH] = {name: (lat, mc), name + " vs anonymous memcpy": (lat, mc_whole),
+                                     name + " vs 32 anonymous memcpys": (lat, mc_anon)}
     s.close()
     out.put(("read", results))
 
 
-def run(quick=False, pool_dir="/dev/shm"):
+def run(quick=False, pool_dir="/dev/shm", prefault=True):
     from ..launch import MasterProcess
     plan = [(s, max(2, k // 4), max(10, p // 10), max(20, g // 10)) for s, k, p, g in PLAN] if quick else PLAN
     pool_bytes = sum(size * (nkeys + 2) for size, nkeys, _, _ in plan) * 2 + 64 * MIB
     ctx = mp.get_context("spawn")
-    with common.temp_pool("mcxl_bench", pool_dir) as pool, MasterProcess(pool, pool_bytes, format=True) as m:
+    flags = ["--prefault_pool"] if prefault else []
+    t0 = time.perf_counter()
+    with common.temp_pool("mcxl_bench", pool_dir) as pool, \
+            MasterProcess(pool, pool_bytes, format=True, extra_flags=flags) as m:
+        master_start_s = time.perf_counter() - t0
         q = ctx.Queue()
         rows = {}
         for target in (writer, reader):
-            p = ctx.Process(target=target, args=(m.address, plan, q))
+            p = ctx.Process(target=target, args=(m.address, plan, q, prefault))
             p.start()
             kind, data = q.get(timeout=600)
             p.join()
             rows[kind] = data
+    setup = {"master_start_s": master_start_s, "writer_setup_s": rows["put"].pop("setup_s"),
+             "reader_setup_s": rows["read"].pop("setup_s")}
     table = []
     merged = {}
     for part in ("put", "read"):
@@ -191,14 +212,16 @@ def run(quick=False, pool_dir="/dev/shm"):
             mc_med, _ = common.percentiles(base)
             # Calls and copies alternating one by one (large sizes): the median
             # of the per-pair ratios cancels drift better than a ratio of medians.
-            paired = len(lat) == len(base) and _chunk(size, len(lat)) == 1
+            paired = len(lat) == len(base) and (_chunk(size, len(lat)) == 1 or op.startswith("batch"))
             ratio = statistics.median(b / a for a, b in zip(lat, base)) if paired else mc_med / med
             table.append({
                 "op": op, "size": size, "median_us": med, "p99_us": p99,
                 "gbps": size / (med * 1e3), "memcpy_median_us": mc_med,
                 "memcpy_gbps": size / (mc_med * 1e3), "vs_memcpy": ratio, "samples": len(lat),
+                "p99_over_median": p99 / med,
             })
-    return {"machine": common.machine(), "quick": quick, "rows": table}
+    return {"machine": common.machine(), "quick": quick, "prefault": prefault, "setup": setup,
+            "pool_bytes": pool_bytes, "rows": table}
 
 
 def markdown(result):
@@ -208,12 +231,19 @@ def markdown(result):
              "mapping (the pool's medium), timed in the same process, interleaved with that row's "
              "calls so that both see the same drift; from 1 MiB up they alternate one by one and "
              "the ratio is the median of the per-pair ratios.", "",
-             "| op | size | median µs | p99 µs | GB/s (median) | memcpy median µs | memcpy GB/s | store ÷ memcpy bandwidth |",
-             "|---|---|---:|---:|---:|---:|---:|---:|"]
+             "| op | size | median µs | p99 µs | p99 ÷ median | GB/s (median) | memcpy median µs | memcpy GB/s | store ÷ memcpy bandwidth |",
+             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         moves_data = r["op"] not in ("is_exist", "get_buffer")  # they copy nothing
         gbps = f"{r['gbps']:.2f}" if moves_data else "—"
         ratio = f"{r['vs_memcpy'] * 100:.0f}%" if moves_data else "—"
+        tail = r.get("p99_over_median", r["p99_us"] / r["median_us"])
         lines.append(f"| {r['op']} | {common.size_name(r['size'])} | {r['median_us']:.2f} | {r['p99_us']:.2f} | "
-                     f"{gbps} | {r['memcpy_median_us']:.2f} | {r['memcpy_gbps']:.2f} | {ratio} |")
+                     f"{tail:.1f}× | {gbps} | {r['memcpy_median_us']:.2f} | {r['memcpy_gbps']:.2f} | {ratio} |")
+    st = result.get("setup")
+    if st:
+        lines += ["", f"Pool of {result['pool_bytes'] / MIB:.0f} MiB, prefault "
+                  f"{'on (master --prefault_pool, clients MC_CXL_PREFAULT=1)' if result.get('prefault') else 'off'}: "
+                  f"master start {st['master_start_s'] * 1e3:.0f} ms, writer setup {st['writer_setup_s'] * 1e3:.0f} ms, "
+                  f"reader setup {st['reader_setup_s'] * 1e3:.0f} ms."]
     return "\n".join(lines)

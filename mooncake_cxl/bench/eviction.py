@@ -7,6 +7,7 @@ stored object with one million objects (its anonymous RSS: the pool's pages
 are the CXL device's, not the master's).
 """
 import multiprocessing as mp
+import os
 import statistics
 import time
 
@@ -14,7 +15,9 @@ from . import common
 from .common import KIB, MIB
 
 
-def _throughput(address, pool_bytes, n, rounds, q):
+def _throughput(address, pool_bytes, n, rounds, q, prefault=True):
+    if prefault:
+        os.environ["MC_CXL_PREFAULT"] = "1"  # no first-touch faults in either phase
     s = common.connect(address)
     value = b"e" * (64 * KIB)
     per_fill = int(pool_bytes * 0.25 // len(value))
@@ -55,15 +58,16 @@ def _rss(pid):
     return out
 
 
-def run(quick=False, pool_dir="/dev/shm"):
+def run(quick=False, pool_dir="/dev/shm", prefault=True):
     from ..launch import MasterProcess
     ctx = mp.get_context("spawn")
     result = {}
     pool_bytes = 256 * MIB
-    with common.temp_pool("mcxl_bench_evict", pool_dir) as path, MasterProcess(path, pool_bytes, format=True) as m:
+    with common.temp_pool("mcxl_bench_evict", pool_dir) as path, MasterProcess(path, pool_bytes, format=True,
+                                                                             extra_flags=["--prefault_pool"] if prefault else []) as m:
         q = ctx.Queue()
         p = ctx.Process(target=_throughput, args=(m.address, pool_bytes, 200 if quick else 1000,
-                                                  1 if quick else 3, q))
+                                                  1 if quick else 3, q, prefault))
         p.start()
         t = q.get(timeout=900)
         p.join()

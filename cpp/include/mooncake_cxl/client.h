@@ -52,6 +52,9 @@ struct ClientOptions {
   int put_wait_ms = 2000;
   // Control path: the CXL RPC rings in the pool (default), or TCP only.
   bool use_rings = true;
+  // Map every pool page at attach (Pool::Prefault; env MC_CXL_PREFAULT=1):
+  // puts and reads then never fault on a first touch; costs start-up time.
+  bool prefault_pool = false;
 };
 
 struct PutOptions {
@@ -218,6 +221,10 @@ class Client {
   uint32_t ring_slot_ = 0;
   uint64_t ring_generation_ = 0;
   uint64_t ring_next_id_ = 1;
+  // MonoNs of the last kill(pid, 0) probe of the master (under ring_mu_): a
+  // syscall, so made at most every kMasterPidProbeNs on the call path.
+  uint64_t ring_pid_probe_ns_ = 0;
+  SpinWait ring_spin_;  // polling policy of reply waits (under ring_mu_)
 
   // Pin records of the table of slot pin_slot_: free list and high-water
   // mark. A re-attach to the same slot keeps the table (and so these).

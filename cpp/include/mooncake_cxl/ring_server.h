@@ -17,6 +17,7 @@
 #include <thread>
 
 #include "mooncake_cxl/master.h"
+#include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 
@@ -35,6 +36,7 @@ class RingServer {
 
   Master* master_;
   uint64_t spin_ns_, idle_wake_ms_;
+  SpinWait spin_;  // Loop's polling policy (shm_ring.h)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
