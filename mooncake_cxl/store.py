@@ -28,15 +28,34 @@ _REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_
              "protocol", "rdma_devices", "master_server_addr")
 
 
+# Mooncake picks the port of a hostname given without one from this range
+# (its transfer engine's handshake ports: 12300 + rand() % 2000).
+_PORT_LOW, _PORT_SPAN = 12300, 2000
+
+
 def _with_port(hostname):
     """host:port, as Mooncake reports it: a hostname given without a port gets
-    a free port number, so that clients of one host stay distinguishable."""
+    a port number of Mooncake's range (12300-14299) that is free on 127.0.0.1
+    a moment ago, so that clients of one host stay distinguishable. Nothing
+    listens on it here: the name is an identity only."""
     if hostname.rsplit(":", 1)[-1].isdigit() and ":" in hostname:
         return hostname
+    import random
     import socket
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return f"{hostname}:{s.getsockname()[1]}"
+    for port in random.sample(range(_PORT_LOW, _PORT_LOW + _PORT_SPAN), 64):
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return f"{hostname}:{port}"
+    return f"{hostname}:{random.randrange(_PORT_LOW, _PORT_LOW + _PORT_SPAN)}"  # all busy: still a name
+
+
+def _valid_tenant(tenant_id):
+    """As tenant.h ValidTenantId: 1..128 bytes, no control character."""
+    raw = tenant_id.encode("utf-8", "surrogatepass")
+    return 0 < len(raw) <= 128 and not any(b < 0x20 or b == 0x7F for b in raw)
 
 
 def _env_int(name, default):
@@ -98,7 +117,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                         ("local_buffer_size", local_buffer_size)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
-        return self._setup(local_hostname, protocol, master_server_addr, rpc_transport)
+        return self._setup(local_hostname, protocol, master_server_addr, rpc_transport,
+                           tenant_id=tenant_id)
 
     def _setup_from_dict(self, config):
         for key in ("local_hostname", "metadata_server", "master_server_addr"):
@@ -110,10 +130,11 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                 log.error("setup(config): invalid size value for %s: %r", key, config[key])
                 return int(ErrorCode.INVALID_PARAMS)
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
-                           config["master_server_addr"], config.get("rpc_transport"))
+                           config["master_server_addr"], config.get("rpc_transport"),
+                           tenant_id=config.get("tenant_id", "default"))
 
     def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None,
-               pool_hint=None):
+               pool_hint=None, tenant_id="default"):
         """pool_hint: (path, size) of the pool on this host, from a standalone
         client (setup_dummy); MC_CXL_DEV_PATH, when set, wins."""
         transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
@@ -123,6 +144,12 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         if protocol.lower() not in _PROTOCOLS:
             log.error("setup(): unsupported protocol %r (use 'cxl', 'tcp' or 'rdma': "
                       "all of them read and write the CXL pool directly)", protocol)
+            return int(ErrorCode.INVALID_PARAMS)
+        if tenant_id is None or tenant_id == "":
+            tenant_id = "default"  # Mooncake's default tenant
+        if not isinstance(tenant_id, str) or not _valid_tenant(tenant_id):
+            log.error("setup(): tenant_id %r refused: 1..128 bytes of UTF-8 without control "
+                      "characters", tenant_id)
             return int(ErrorCode.INVALID_PARAMS)
         if self.health_check() != 1:
             self.close()  # a second setup() replaces the first, as in Mooncake
@@ -136,7 +163,7 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
             local_hostname, master_server_addr, pool_path, pool_size,
             _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
-            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring")
+            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id)
 
     # ---- segments: the pool is the one segment ----
 

@@ -187,7 +187,7 @@ class Store {
 
   int SetupCore(const std::string& local_hostname, const std::string& master_addr,
                 const std::string& pool_path, uint64_t pool_size, int connect_timeout_ms,
-                int rpc_timeout_ms, int put_wait_ms, bool use_rings) {
+                int rpc_timeout_ms, int put_wait_ms, bool use_rings, const std::string& tenant) {
     if (client_ && !client_->closed()) {
       MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
       return kNotReady;
@@ -203,6 +203,7 @@ class Store {
     o.use_rings = use_rings;
     const char* pf = getenv("MC_CXL_PREFAULT");  // as MC_CXL_RPC etc.: an environment switch
     o.prefault_pool = pf != nullptr && pf[0] != '\0' && strcmp(pf, "0") != 0;
+    o.tenant = tenant;
     std::optional<Result<std::shared_ptr<Client>>> r;
     {
       py::gil_scoped_release nogil;
@@ -381,31 +382,51 @@ class Store {
       const std::vector<std::vector<std::vector<uint64_t>>>& src_offsets,
       const std::vector<std::vector<std::vector<uint64_t>>>& sizes) {
     using Out = std::vector<std::vector<std::vector<int64_t>>>;
-    Out out(all_keys.size());
     auto c = Ready("get_into_ranges");
-    bool shape_ok = all_keys.size() == buffers.size() && dst_offsets.size() == buffers.size() &&
-                    src_offsets.size() == buffers.size() && sizes.size() == buffers.size();
-    for (size_t b = 0; shape_ok && b < buffers.size(); ++b) {
-      shape_ok = dst_offsets[b].size() == all_keys[b].size() && src_offsets[b].size() == all_keys[b].size() &&
-                 sizes[b].size() == all_keys[b].size();
-      for (size_t k = 0; shape_ok && k < all_keys[b].size(); ++k)
-        shape_ok = dst_offsets[b][k].size() == sizes[b][k].size() && src_offsets[b][k].size() == sizes[b][k].size();
-    }
-    for (size_t b = 0; b < all_keys.size(); ++b) {
-      out[b].resize(all_keys[b].size());
-      for (size_t k = 0; k < all_keys[b].size(); ++k) {
-        size_t n = shape_ok ? sizes[b][k].size() : 1;
-        out[b][k].assign(n, !c ? kNotReady : kInvalid);
-      }
-    }
-    if (!c || !shape_ok) {
-      if (c) MCXL_LOG(kWarn, "store", "get_into_ranges: the nested lists do not have matching lengths");
+    const int64_t fail = !c ? kNotReady : kInvalid;
+    // The reference's shapes (Mooncake 0.3.13, checked in test_conformance):
+    // outer lists of different lengths: one list per buffer, [fail] per key;
+    // a buffer whose per-key lists differ in number from its keys: [fail] per
+    // key; a key whose offset and size lists differ: one fail per destination
+    // offset (so [] for a key given no destination offsets); a key given no
+    // ranges: [] (not read). Other keys of the call are read as usual.
+    size_t nb = buffers.size();
+    if (all_keys.size() != nb || dst_offsets.size() != nb || src_offsets.size() != nb || sizes.size() != nb) {
+      if (c) MCXL_LOG(kWarn, "store", "get_into_ranges: %zu buffers but %zu key lists (%zu/%zu/%zu offset and size lists)",
+                      nb, all_keys.size(), dst_offsets.size(), src_offsets.size(), sizes.size());
+      Out out(std::max(nb, all_keys.size()));
+      for (size_t b = 0; b < out.size(); ++b)
+        out[b].assign(b < all_keys.size() && !all_keys[b].empty() ? all_keys[b].size() : 1, {fail});
       return out;
     }
+    Out out(nb);
+    std::vector<std::vector<char>> read(nb);  // per key: ranges consistent, to be read
+    for (size_t b = 0; b < nb; ++b) {
+      size_t nk = all_keys[b].size();
+      read[b].assign(nk, 0);
+      if (dst_offsets[b].size() != nk || src_offsets[b].size() != nk || sizes[b].size() != nk) {
+        if (c) MCXL_LOG(kWarn, "store", "get_into_ranges: buffer %zu has %zu keys but %zu/%zu/%zu per-key lists", b, nk,
+                        dst_offsets[b].size(), src_offsets[b].size(), sizes[b].size());
+        out[b].assign(nk, {fail});
+        continue;
+      }
+      out[b].resize(nk);
+      for (size_t k = 0; k < nk; ++k) {
+        size_t n = dst_offsets[b][k].size();
+        bool ok = src_offsets[b][k].size() == n && sizes[b][k].size() == n;
+        if (!ok && c)
+          MCXL_LOG(kWarn, "store", "get_into_ranges: key %zu of buffer %zu has %zu destination offsets but %zu source "
+                   "offsets and %zu sizes", k, b, n, src_offsets[b][k].size(), sizes[b][k].size());
+        out[b][k].assign(n, fail);
+        read[b][k] = ok && n > 0 && c;
+      }
+    }
+    if (!c) return out;
     py::gil_scoped_release nogil;
     std::vector<RangeCopy> ranges;
     for (size_t b = 0; b < buffers.size(); ++b)
       for (size_t k = 0; k < all_keys[b].size(); ++k) {
+        if (!read[b][k]) continue;
         ranges.clear();
         bool ok = true;
         for (size_t r = 0; r < sizes[b][k].size() && ok; ++r) {
@@ -743,7 +764,7 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<>())
       .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
-           py::arg("put_wait_ms"), py::arg("use_rings"))
+           py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default")
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

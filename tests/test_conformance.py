@@ -21,7 +21,7 @@ Where the two differ, the test says how, with a marker:
     (Six of them were found by this oracle: quirks or bugs of the reference
     that we decided not to copy: wider-item parts, the lease across a
     size-changing upsert, multi-buffer reads into larger buffers,
-    get_into_ranges shapes, batch_get_buffer of a repeated key, keyword
+    batch_get_buffer of a repeated key, keyword
     names of single-argument reads.)
 """
 import gc
@@ -235,6 +235,17 @@ def test_get_hostname_without_port_gets_one(impl, request):
     s.close()
     name, _, port = host.rpartition(":")
     assert name == "127.0.0.1" and port.isdigit() and int(port) > 0
+
+
+def test_get_hostname_localhost_port_range(impl):
+    # Mooncake's own CXL test: setup("localhost", ...) reports
+    # "localhost:PORT" with PORT in 12300-14300 (its handshake port range).
+    s = impl.new()
+    assert s.setup(*impl.setup_args("localhost")) == OK
+    host = s.get_hostname()
+    s.close()
+    name, _, port = host.rpartition(":")
+    assert name == "localhost" and 12300 <= int(port) <= 14300, host
 
 
 def test_setup_argument_type_errors(impl):
@@ -1051,22 +1062,37 @@ def test_get_into_ranges(any_store, bufs):
 
 @pytest.mark.differs_on_purpose
 def test_get_into_ranges_shapes_and_registration(impl, any_store, bufs):
-    # Three differences: the reference (a) refuses an unregistered destination
-    # (-600) although get_into accepts one, (b) answers ragged ranges with one
-    # -600 per destination offset, (c) answers mismatched outer lists with one
-    # list per buffer. Ours reads into any memory and answers shape errors
-    # with one -600 per key (test_zero_copy pins that).
+    # One difference: the reference refuses an unregistered destination
+    # (-600) although get_into accepts one; ours reads into any memory. The
+    # shapes of mismatched lists are the reference's: a key whose offset and
+    # size lists differ gets one -600 per destination offset (so [] when it
+    # has none), a key given no ranges gets [] and is not read, the other
+    # keys of the call are read; a buffer whose per-key lists differ in
+    # number from its keys gets [-600] per key; outer lists of different
+    # lengths get one list per buffer.
     s = any_store
-    assert s.put("r", b"0123456789") == OK
-    out = bufs.new(64)
+    assert s.put("r", b"0123456789") == OK and s.put("q", b"abcdefghij") == OK
+    out = bufs.new(256)
     p = out.ctypes.data
     unregistered = np.zeros(64, dtype=np.uint8)
     r = s.get_into_ranges([unregistered.ctypes.data], [["r"]], [[[0]]], [[[0]]], [[[4]]])
     assert r == ([[[4]]] if impl.ours else [[[INVALID]]])
-    r = s.get_into_ranges([p], [["r"]], [[[0, 1]]], [[[0]]], [[[1]]])
-    assert r == ([[[INVALID]]] if impl.ours else [[[INVALID, INVALID]]])
-    r = s.get_into_ranges([p, p], [["r"]], [[[0]]], [[[0]]], [[[1]]])
-    assert r == ([[[INVALID]]] if impl.ours else [[[INVALID]], [[INVALID]]])
+    assert s.get_into_ranges([p], [["r"]], [[[0, 1]]], [[[0]]], [[[1]]]) == [[[INVALID, INVALID]]]
+    assert s.get_into_ranges([p, p], [["r"]], [[[0]]], [[[0]]], [[[1]]]) == [[[INVALID]], [[INVALID]]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0], [10, 20]]], [[[0], [0]]], [[[4], [4]]]) == \
+        [[[4], [INVALID, INVALID]]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0], [10]]], [[[0], [0, 1]]], [[[4], [4]]]) == \
+        [[[4], [INVALID]]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0], [10]]], [[[0], [0]]], [[[4], [4, 4]]]) == \
+        [[[4], [INVALID]]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0], []]], [[[0], []]], [[[4], []]]) == [[[4], []]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0], []]], [[[0], [0]]], [[[4], [4]]]) == [[[4], []]]
+    assert s.get_into_ranges([p], [["r", "q", "r"]], [[[0], [10, 11], [20]]], [[[0], [0], [0]]],
+                             [[[4], [4], [4]]]) == [[[4], [INVALID, INVALID], [4]]]
+    assert s.get_into_ranges([p, p + 128], [["r"], ["q", "r"]], [[[0]], [[0, 5], [10]]],
+                             [[[0]], [[0], [0]]], [[[4]], [[4], [4]]]) == [[[4]], [[INVALID, INVALID], [4]]]
+    assert s.get_into_ranges([p], [["r", "q"]], [[[0]]], [[[0]]], [[[4]]]) == [[[INVALID], [INVALID]]]
+    assert bytes(out[128 + 10:128 + 14]) == b"0123"
 
 
 # ---------------------------------------------------------------- zero-copy views: get_buffer and BufferHandle
@@ -1158,13 +1184,14 @@ def short_lease_impl(request, master_factory):
     return oracle.Impl("mooncake", oracle.reference_module(), m.address)
 
 
-@pytest.mark.differs_on_purpose
-def test_buffer_handle_pins_beyond_the_lease(short_lease_impl):
-    # Ours: a live BufferHandle pins its object, so a plain remove keeps
-    # failing after the lease has run out. The reference's handle is a copy
-    # and pins nothing. "The lease has run out" is observed, not timed: a
-    # control key read *after* get_buffer has a later lease; once it can be
-    # removed, the handle's lease is over too.
+def test_remove_under_a_live_handle_once_the_lease_is_over(short_lease_impl):
+    # Both: once get_buffer's lease has run out, a plain remove of an object
+    # whose BufferHandle is alive returns 0 and the key is gone, while the
+    # handle keeps its bytes (the reference's handle is a private copy; ours
+    # is a view whose extent the master frees only when the last view goes).
+    # "The lease has run out" is observed, not timed: a control key read
+    # *after* get_buffer has a later lease; once it can be removed, the
+    # handle's lease is over too.
     impl = short_lease_impl
     s = impl.connect()
     try:
@@ -1176,12 +1203,14 @@ def test_buffer_handle_pins_beyond_the_lease(short_lease_impl):
             time.sleep(0.05)
         assert s.is_exist("control") == 0
         s.get_size("control")  # (a miss: no new lease anywhere)
-        assert s.remove("pinned") == (HAS_LEASE if impl.ours else OK)
+        assert s.remove("pinned") == OK
+        assert s.is_exist("pinned") == 0
+        assert bytes(h) == b"v"
+        assert s.put("pinned", b"w") == OK and s.get("pinned") == b"w"  # a new object under the key
         assert bytes(h) == b"v"
         del h
         gc.collect()
-        if impl.ours:
-            assert s.remove("pinned") == OK  # the pin went with the handle
+        assert s.remove("pinned", force=True) == OK
     finally:
         s.close()
 

@@ -27,6 +27,7 @@
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/publish.h"
 #include "mooncake_cxl/ring_server.h"
+#include "mooncake_cxl/tenant.h"
 #include "client_internal.h"
 
 namespace mcxl {
@@ -54,7 +55,10 @@ uint64_t TotalSize(const MutSlice* s, size_t n) {
   return t;
 }
 
-Client::Client(const ClientOptions& options) : options_(options) {}
+Client::Client(const ClientOptions& options) : options_(options) {
+  if (options_.tenant.empty()) options_.tenant = std::string(kDefaultTenant);
+  tenant_prefix_ = TenantPrefix(options_.tenant);
+}
 
 Client::~Client() { (void)Close(); }
 
@@ -67,6 +71,11 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   // A SIGBUS in our mapping (the device shrank) fails the pool instead of
   // killing the user's process; other faults go to the previous handler.
+  if (!options.tenant.empty() && !ValidTenantId(options.tenant)) {
+    MCXL_LOG(kError, "client", "tenant_id of %zu bytes refused: 1..%zu bytes, no control characters",
+             options.tenant.size(), kMaxTenantBytes);
+    return ErrorCode::INVALID_PARAMS;
+  }
   InstallPoolFaultHandler(PoolFaultAction::kRemap);
   std::shared_ptr<Client> c(new Client(options));
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
@@ -132,6 +141,7 @@ Status Client::Attach(bool initial) {
   req.prev_slot = slot_.load(std::memory_order_relaxed);
   req.prev_generation = slot_generation_.load(std::memory_order_relaxed);
   memcpy(req.token, token_, sizeof(req.token));
+  req.tenant = options_.tenant;
   Encoder e;
   Encode(req, &e);
   auto r = rpc_->Call(MessageType::kAttach, e.data());
@@ -140,8 +150,10 @@ Status Client::Attach(bool initial) {
   AttachReply reply;
   if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
   if (reply.status != ErrorCode::OK) {
-    MCXL_LOG(kError, "client", "the master refused to attach %s: %s", options_.local_hostname.c_str(),
-             ErrorCodeName(reply.status));
+    MCXL_LOG(kError, "client", "the master refused to attach %s: %s%s", options_.local_hostname.c_str(),
+             ErrorCodeName(reply.status),
+             !initial && reply.status == ErrorCode::ILLEGAL_CLIENT
+                 ? " (the master's pool device may have been replaced: close() and setup() again)" : "");
     return reply.status;
   }
   if (memcmp(uuid_, reply.uuid, 16) != 0) {  // the pool was mapped by MapPool
@@ -190,7 +202,8 @@ Result<std::string> Client::MasterCall(MessageType type, const std::function<std
   // request of a stale attachment.)
   bool lost_slot = r.ok() || r.error() == ErrorCode::ILLEGAL_CLIENT;
   Status a = Attach(false);
-  if (!a.ok()) return r.ok() ? ErrorCode::RPC_FAIL : r.error();
+  // Refused (e.g. our pool's device was replaced): that is the answer.
+  if (!a.ok()) return a.error() == ErrorCode::ILLEGAL_CLIENT ? a.error() : r.ok() ? ErrorCode::RPC_FAIL : r.error();
   bool restarted = incarnation_.load(std::memory_order_relaxed) != inc_before;
   if (!idempotent && !lost_slot && !restarted) return r.error();
   return CallOnce(type, build());
@@ -377,6 +390,32 @@ bool Client::ValidKey(std::string_view key, const char* op) const {
     return false;
   }
   return true;
+}
+
+bool Client::ScopeKey(std::string_view key, const char* op, std::string* buf, std::string_view* stored) const {
+  if (!key.empty() && key[0] == kTenantMark) {
+    // Would name a key of another tenant's namespace (tenant.h).
+    MCXL_LOG(kWarn, "client", "%s: a key may not begin with byte 0x1d (reserved for tenant namespaces)", op);
+    return false;
+  }
+  if (tenant_prefix_.empty()) {
+    *stored = key;
+  } else {
+    if (key.empty()) {
+      MCXL_LOG(kWarn, "client", "%s: empty key", op);
+      return false;
+    }
+    buf->reserve(tenant_prefix_.size() + key.size());
+    buf->assign(tenant_prefix_);
+    buf->append(key);
+    *stored = *buf;
+    if (buf->size() > kMaxKeyLength) {
+      MCXL_LOG(kWarn, "client", "%s: key of %zu bytes is longer than the limit of %zu for tenant '%s'", op,
+               key.size(), size_t(kMaxKeyLength) - tenant_prefix_.size(), options_.tenant.c_str());
+      return false;
+    }
+  }
+  return ValidKey(*stored, op);
 }
 
 uint64_t Client::LeaseTtlNs() const {

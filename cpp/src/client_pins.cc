@@ -32,10 +32,13 @@ void RaiseTo(std::atomic<uint64_t>& w, uint64_t v) {
 constexpr int kReattachesPerPin = 3;
 }  // namespace
 
-Result<PinnedView> Client::PinValue(std::string_view key) {
+Result<PinnedView> Client::PinValue(std::string_view user_key) {
+  std::string buf;
+  std::string_view key;
+  if (!ScopeKey(user_key, "get_buffer", &buf, &key)) return ErrorCode::INVALID_PARAMS;
   int reattaches = 0;
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = Locate(key);
+    auto snap = LocateStored(key);
     if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
     if (!snap) return snap.error();
     std::shared_lock<std::shared_mutex> lock(life_mu_);

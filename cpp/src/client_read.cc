@@ -19,14 +19,28 @@
 namespace mcxl {
 
 Result<EntrySnapshot> Client::Locate(std::string_view key) {
+  std::string buf;
+  std::string_view stored;
+  if (!ScopeKey(key, "get", &buf, &stored)) return ErrorCode::INVALID_PARAMS;
+  return LocateStored(stored);
+}
+
+Result<EntrySnapshot> Client::LocateStored(std::string_view key) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_ || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  if (!ValidKey(key, "get")) return ErrorCode::INVALID_PARAMS;
   return index_->FindComplete(key, KeyHash(key));
 }
 
 Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
                                    size_t ndsts) {
+  std::string buf;
+  std::string_view stored;
+  if (!ScopeKey(key, "get", &buf, &stored)) return ErrorCode::INVALID_PARAMS;
+  return CopyStored(snap, stored, dsts, ndsts);
+}
+
+Result<bool> Client::CopyStored(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
+                                size_t ndsts) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (TotalSize(dsts, ndsts) < snap.value_size) return ErrorCode::INVALID_PARAMS;
@@ -55,9 +69,12 @@ void Client::RecordRead(bool hit) {
   PublishRange(&counter, sizeof(uint64_t));
 }
 
-Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {
+Result<uint64_t> Client::GetInto(std::string_view user_key, const MutSlice* dsts, size_t ndsts) {
+  std::string buf;
+  std::string_view key;
+  if (!ScopeKey(user_key, "get", &buf, &key)) return ErrorCode::INVALID_PARAMS;
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = Locate(key);
+    auto snap = LocateStored(key);
     if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
     if (!snap) return snap.error();
     if (TotalSize(dsts, ndsts) < snap->value_size) {
@@ -66,7 +83,7 @@ Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, siz
                (unsigned long long)snap->value_size);
       return ErrorCode::INVALID_PARAMS;
     }
-    auto ok = CopyValidated(*snap, key, dsts, ndsts);
+    auto ok = CopyStored(*snap, key, dsts, ndsts);
     if (!ok) return ok.error();
     if (*ok) {
       RecordRead(true);
@@ -93,10 +110,16 @@ Result<uint64_t> Client::GetSize(std::string_view key) {
   return snap->value_size;
 }
 
-std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges) {
+std::vector<int64_t> Client::GetRanges(std::string_view user_key, const std::vector<RangeCopy>& ranges) {
   std::vector<int64_t> out(ranges.size(), 0);
+  std::string buf;
+  std::string_view key;
+  if (!ScopeKey(user_key, "get_into_ranges", &buf, &key)) {
+    out.assign(ranges.size(), ToInt(ErrorCode::INVALID_PARAMS));
+    return out;
+  }
   for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = Locate(key);
+    auto snap = LocateStored(key);
     if (!snap) {
       if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
       out.assign(ranges.size(), ToInt(snap.error()));

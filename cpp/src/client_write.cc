@@ -62,9 +62,15 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
   return true;
 }
 
-std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
                                    const std::vector<PutParts>& values, const PutOptions& options,
                                    bool upsert) {
+  // The keys as stored (tenant.h); an invalid one stays empty and is refused below.
+  std::vector<std::string> bufs(tenant_prefix_.empty() ? 0 : user_keys.size());
+  std::vector<std::string_view> keys(user_keys.size());
+  std::vector<bool> key_ok(user_keys.size());
+  for (size_t i = 0; i < user_keys.size(); ++i)
+    key_ok[i] = ScopeKey(user_keys[i], "put", bufs.empty() ? nullptr : &bufs[i], &keys[i]);
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
   if (closed_ || pool_->failed()) {
@@ -80,7 +86,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& keys,
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
     for (const ConstSlice& s : values[i]) sizes[i] += s.size;
-    if (!ValidKey(keys[i], "put")) {
+    if (!key_ok[i]) {
       out[i] = ErrorCode::INVALID_PARAMS;
       continue;
     }
@@ -219,6 +225,8 @@ ErrorCode Client::Remove(std::string_view key, bool force) {
 }
 
 std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& keys, bool force) {
+  std::string buf;
+  std::string_view stored;
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
   std::vector<int32_t> out(keys.size(), 0);
@@ -226,11 +234,11 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
   req.force = force;
   std::vector<size_t> sent;
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (!ValidKey(keys[i], "remove")) {
+    if (!ScopeKey(keys[i], "remove", &buf, &stored)) {
       out[i] = ToInt(ErrorCode::INVALID_PARAMS);
       continue;
     }
-    req.keys.emplace_back(keys[i]);
+    req.keys.emplace_back(stored);
     sent.push_back(i);
   }
   // In requests within the master's per-request limits (rpc_protocol.h).

@@ -11,8 +11,13 @@
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
 
+#include <cstdarg>
+
+#include <sys/stat.h>
+
 #include <unistd.h>
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 
 #include "mooncake_cxl/access.h"
@@ -76,11 +81,60 @@ Status Master::Open() {
     if (t) MCXL_LOG(kInfo, "master", "prefaulted the pool (%llu MiB) in %.3f s",
                     (unsigned long long)(pool_->size() >> 20), *t);
   }
-  Superblock* sb = pool_->superblock();
-  memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
   std::string why;
   if (!fresh && !PoolModeAcceptable(pool_->file_mode(), false, &why))
     MCXL_LOG(kWarn, "master", "pool %s: %s (chmod o-rw it)", pool_->path().c_str(), why.c_str());
+  // Sized for any geometry, so that a replaced device never reallocates it
+  // under the RingServer (which reads it without mu_).
+  attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
+  AdoptPool(std::move(pool_), fresh);
+  return ErrorCode::OK;
+}
+
+void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
+  if (pool_ && pool_.get() != pool.get()) {
+    // The device behind our path was replaced (CheckReplacedDevice). The old
+    // mapping stays for a grace period: the RingServer may be reading it
+    // this moment. Its clients see a new incarnation and no heartbeat, so
+    // their next request fails over to Attach, which refuses their token.
+    Superblock* old = pool_->superblock();
+    old->master_incarnation.fetch_add(1, std::memory_order_release);
+    old->master_heartbeat_ns.store(0, std::memory_order_relaxed);
+    PublishRange(&old->master_incarnation, kCacheLine);
+    PublishRange(&old->master_heartbeat_ns, sizeof(uint64_t));
+    ReplacedPool r;
+    memcpy(r.token, token_, sizeof(r.token));
+    r.uuid = pool_->UuidString();
+    r.since_mono_ns = MonoNs();
+    std::array<uint8_t, 16> tok;
+    memcpy(tok.data(), token_, 16);
+    if (replaced_tokens_.size() >= 16) replaced_tokens_.erase(replaced_tokens_.begin());
+    replaced_tokens_.emplace_back(r.uuid, tok);
+    index_.reset();
+    r.pool = std::move(pool_);
+    replaced_.push_back(std::move(r));
+    for (uint32_t i = 0; i < clients_.size(); ++i) SetAttached(i, false);
+    pending_.clear();
+    deferred_.clear();
+    pinned_.clear();
+    quarantine_.clear();
+    group_of_.clear();
+    groups_.clear();
+    live_entries_ = 0;
+    round_blocked_transiently_ = false;
+    MasterStats keep = stats_;
+    stats_ = MasterStats{};
+    stats_.put_requests = keep.put_requests, stats_.put_failures = keep.put_failures;
+    stats_.remove_requests = keep.remove_requests, stats_.remove_failures = keep.remove_failures;
+    stats_.refused_requests = keep.refused_requests;
+    stats_.pool_replacements = keep.pool_replacements + 1;
+    ++pool_epoch_;
+  }
+  pool_ = std::move(pool);
+  struct stat st {};
+  if (fstat(pool_->fd(), &st) == 0) pool_dev_ = uint64_t(st.st_dev), pool_ino_ = uint64_t(st.st_ino);
+  Superblock* sb = pool_->superblock();
+  memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
@@ -88,7 +142,6 @@ Status Master::Open() {
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
   retired_.assign(geo.client_slot_count, RetiredPins{});
-  attached_bits_.reset(new std::atomic<uint64_t>[(geo.client_slot_count + 63) / 64]());
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
@@ -103,7 +156,103 @@ Status Master::Open() {
            pool_->path().c_str(), pool_->UuidString().c_str(), (unsigned long long)inc,
            (unsigned long long)stats_.complete_keys, (unsigned long long)alloc_->used_bytes(),
            (unsigned long long)alloc_->capacity());
-  return ErrorCode::OK;
+  slot_count_.store(geo.client_slot_count, std::memory_order_release);
+  // Release: pairs with pool()'s acquire; the Pool is immutable once shared.
+  pool_view_.store(pool_.get(), std::memory_order_release);
+}
+
+void Master::LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...) {
+  if (skipped_dev_ == dev && skipped_ino_ == ino && skipped_reason_ == reason) return;
+  skipped_dev_ = dev, skipped_ino_ = ino, skipped_reason_ = reason;
+  char line[768];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(line, sizeof(line), fmt, ap);
+  va_end(ap);
+  if (error) MCXL_LOG(kError, "master", "%s", line);
+  else MCXL_LOG(kInfo, "master", "%s", line);
+}
+
+void Master::CheckReplacedDevice() {
+  // Called WITHOUT mu_ (Ping, Attach, Tick): the format of a new device is
+  // long work; only the swap (AdoptPool) takes mu_. replace_mu_ makes one
+  // caller do it while the others wait (a Ping that waits gets the new pool).
+  std::lock_guard<std::mutex> guard(replace_mu_);
+  struct stat st {};
+  const std::string& path = config_.cxl_path;
+  if (stat(path.c_str(), &st) != 0) {
+    // Deleted (Mooncake's CXL test does it between its test classes): the
+    // old mapping is still ours; wait for a new device at the path.
+    LogReplacementOnce(0, 0, 1, false, "pool %s: the path no longer exists (%s); still serving the old pool "
+                       "until a new device appears there", path.c_str(), strerror(errno));
+    return;
+  }
+  uint64_t dev = uint64_t(st.st_dev), ino = uint64_t(st.st_ino);
+  uint64_t cur_dev, cur_ino;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pool_lost_) return;
+    cur_dev = pool_dev_, cur_ino = pool_ino_;
+  }
+  if (dev == cur_dev && ino == cur_ino) return;  // the same device (a shrink is CheckSize's)
+  uint64_t need = std::max<uint64_t>(kMinPoolSize, config_.cxl_size);
+  if (S_ISREG(st.st_mode) && uint64_t(st.st_size) < need) {
+    LogReplacementOnce(dev, ino, 2, false, "pool %s was replaced by a new file of %llu bytes; waiting for it to "
+                       "hold %llu bytes before formatting it", path.c_str(), (unsigned long long)st.st_size,
+                       (unsigned long long)need);
+    return;
+  }
+  auto opened = Pool::Open(path, config_.cxl_size, false);
+  if (!opened) {
+    LogReplacementOnce(dev, ino, 3, true, "pool %s was replaced, but the new device cannot be opened (%s); still "
+                       "serving the old pool", path.c_str(), ErrorCodeName(opened.error()));
+    return;
+  }
+  std::unique_ptr<Pool> fresh = std::move(opened.value());
+  if (fstat(fresh->fd(), &st) == 0) dev = uint64_t(st.st_dev), ino = uint64_t(st.st_ino);  // what we opened
+  if (fresh->IsFormatted()) {
+    // Never format over a pool: it may be another master's.
+    const Superblock* sb = fresh->superblock();
+    LogReplacementOnce(dev, ino, 4, true, "POOL DEVICE REPLACED: %s now holds another pool's superblock (uuid %s); "
+                       "refusing to format or serve it; still serving pool %s. Remove it, or restart the master "
+                       "on it", path.c_str(), UuidToString(sb->uuid).c_str(), pool().UuidString().c_str());
+    return;
+  }
+  std::string why;
+  if (!PoolModeAcceptable(fresh->file_mode(), config_.allow_world_readable_pool, &why)) {
+    LogReplacementOnce(dev, ino, 5, true, "POOL DEVICE REPLACED: %s is a new blank device, but %s: not formatted "
+                       "(chmod o-rw it, or run the master with --allow_world_readable_pool); still serving the "
+                       "old pool", path.c_str(), why.c_str());
+    return;
+  }
+  FormatOptions fo;
+  fo.index_capacity = config_.index_capacity;
+  fo.client_slots = uint32_t(config_.client_slots);
+  fo.coherence = config_.coherence == "noncoherent" ? CoherenceMode::kNonCoherent : CoherenceMode::kCoherent;
+  fo.allow_world_readable = config_.allow_world_readable_pool;
+  Status f = fresh->Format(fo);
+  if (!f.ok()) {
+    LogReplacementOnce(dev, ino, 6, true, "POOL DEVICE REPLACED: formatting the new device at %s failed (%s); still "
+                       "serving the old pool", path.c_str(), ErrorCodeName(f.error()));
+    return;
+  }
+  if (config_.prefault_pool) (void)fresh->Prefault();
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_lost_) return;
+  std::string old_uuid = pool_->UuidString();
+  AdoptPool(std::move(fresh), true);
+  MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
+           "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
+           path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),
+           old_uuid.c_str());
+}
+
+void Master::ReleaseReplacedPools(uint64_t now_mono) {
+  size_t keep = 0;
+  for (auto& r : replaced_) {
+    if (now_mono - r.since_mono_ns < kReplacedPoolGraceNs) replaced_[keep++] = std::move(r);
+  }
+  replaced_.resize(keep);
 }
 
 const ObjectHeader* Master::HeaderOf(uint64_t entry_slot) const {
@@ -214,6 +363,8 @@ bool Master::RunsInSlices(uint16_t type) {
 }
 
 std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  // A client about to map the pool by its path: serve what is there now.
+  if (type == uint16_t(MessageType::kPing) || type == uint16_t(MessageType::kAttach)) CheckReplacedDevice();
   if (RunsInSlices(type)) {
     std::string refusal;
     {
@@ -340,8 +491,17 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
 }
 
 uint64_t Master::Tick() {
+  {
+    uint64_t t = MonoNs();
+    // Relaxed: a rate limit; two threads checking at once is harmless.
+    if (t - last_replace_check_mono_.load(std::memory_order_relaxed) > kClientCheckIntervalNs) {
+      last_replace_check_mono_.store(t, std::memory_order_relaxed);
+      CheckReplacedDevice();
+    }
+  }
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t now = MonoNs();
+  if (!replaced_.empty()) ReleaseReplacedPools(now);
   if (pool_lost_) return 100;
   if (now - last_size_check_mono_ > kClientCheckIntervalNs || pool_->failed()) {
     last_size_check_mono_ = now;

@@ -31,6 +31,7 @@
 #include "mooncake_cxl/object_header.h"
 #include "mooncake_cxl/publish.h"
 #include "mooncake_cxl/shm_ring.h"
+#include "mooncake_cxl/tenant.h"
 #include "master_internal.h"
 
 namespace mcxl {
@@ -156,11 +157,22 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!req.tenant.empty() && !ValidTenantId(req.tenant)) {
+    MCXL_LOG(kWarn, "master", "Attach of '%.64s' refused: invalid tenant id of %zu bytes",
+             req.local_hostname.c_str(), req.tenant.size());
+    reply.status = ErrorCode::INVALID_PARAMS;
   } else if (PoolLost()) {  // checked at each attach as well as in Tick
     reply.status = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   } else if (!TokensEqual(req.token, token_)) {
-    LogRefusal("Attach of '%.64s' (claimed pid %llu) without the pool's token", req.local_hostname.c_str(),
-               (unsigned long long)req.pid);
+    const char* replaced = nullptr;
+    for (const auto& [uuid, tok] : replaced_tokens_)
+      if (TokensEqual(req.token, tok.data())) replaced = uuid.c_str();
+    if (replaced != nullptr)
+      LogRefusal("Attach of '%.64s' (pid %llu) refused: it mapped pool %s, whose device was replaced; it must "
+                 "setup() again", req.local_hostname.c_str(), (unsigned long long)req.pid, replaced);
+    else
+      LogRefusal("Attach of '%.64s' (claimed pid %llu) without the pool's token", req.local_hostname.c_str(),
+                 (unsigned long long)req.pid);
     reply.status = ErrorCode::ILLEGAL_CLIENT;
   } else if ((local = req.machine == machine_) && (req.pid == 0 || LocalPidDead(req.pid))) {
     // The claim can be checked here: a slot for a process that is not
@@ -201,6 +213,7 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         c.pid = req.pid;
         c.local = local;
         c.attach_ns = NowNs();
+        c.tenant = req.tenant.empty() ? std::string(kDefaultTenant) : req.tenant;
         cs->pid.store(req.pid, std::memory_order_relaxed);
         cs->machine_hash.store(KeyHash(req.machine), std::memory_order_relaxed);
         snprintf(cs->host, sizeof(cs->host), "%s", req.local_hostname.c_str());
@@ -211,8 +224,8 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         cs->generation.store(c.generation, std::memory_order_release);
         PublishRange(cs, kCacheLine);
         SetAttached(slot, true);
-        MCXL_LOG(kInfo, "master", "client %s (pid %llu) attached as slot %u",
-                 req.local_hostname.c_str(), (unsigned long long)req.pid, slot);
+        MCXL_LOG(kInfo, "master", "client %s (pid %llu, tenant '%s') attached as slot %u",
+                 req.local_hostname.c_str(), (unsigned long long)req.pid, c.tenant.c_str(), slot);
       }
       c.connected = true;
       *conn_slot = slot;

@@ -10,6 +10,7 @@
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/master.h"
+#include "mooncake_cxl/tenant.h"
 #include "master_internal.h"
 
 namespace mcxl {
@@ -65,6 +66,17 @@ std::string Human(double bytes) {
   return buf;
 }
 
+// A Prometheus label value: tenant ids hold no control bytes (tenant.h),
+// so quotes and backslashes are all that need escaping.
+std::string LabelEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
                           "remove_by_regex", "remove_all", "heartbeat"};
 
@@ -96,10 +108,23 @@ std::string Master::MetricsText() {
     }
   }
   uint64_t leased = 0, hard = 0, soft = 0;
-  uint64_t cap = index_->capacity();  // fixed after Open
+  // Per tenant: keys and value bytes; at most kMaxTenantsShown tenants by
+  // name (bounded label cardinality), the rest summed under "_other".
+  struct TenantCount {
+    std::string name;
+    uint64_t keys = 0, bytes = 0;
+  };
+  std::vector<TenantCount> tenants;
+  TenantCount other{"_other"};
+  uint64_t cap, epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
+  }
   for (uint64_t s = 0; s < cap;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (pool_epoch_ != epoch) break;  // the device was replaced: counts below are the new pool's
       uint64_t now = NowNs();
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
         const IndexEntry& e = index_->entry(s);
@@ -108,6 +133,15 @@ std::string Master::MetricsText() {
         if (index_->LeaseUntil(s) > now) ++leased;
         if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
         if (SoftPinActive(s, now)) ++soft;
+        std::string_view tenant, key;
+        SplitStoredKey(KeyOf(s), &tenant, &key);
+        TenantCount* tc = nullptr;
+        for (auto& t : tenants)
+          if (t.name == tenant) tc = &t;
+        if (tc == nullptr && tenants.size() < kMaxTenantsShown) tc = &tenants.emplace_back(TenantCount{std::string(tenant)});
+        if (tc == nullptr) tc = &other;
+        ++tc->keys;
+        tc->bytes += e.value_size.load(std::memory_order_relaxed);
       }
     }
     if (s < cap) SlicePause();
@@ -128,6 +162,13 @@ std::string Master::MetricsText() {
   w.Sample("master_objects", "{state=\"hard_pinned\"}", double(hard));
   w.Sample("master_objects", "{state=\"soft_pinned\"}", double(soft));
   w.Sample("master_objects", "{state=\"removed_but_viewed\"}", double(pinned_.size()));
+  if (other.keys > 0) tenants.push_back(other);
+  w.Header("master_tenant_key_count", "gauge", "Complete objects per tenant (at most 64 tenants named)");
+  for (const auto& t : tenants)
+    w.Sample("master_tenant_key_count", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.keys));
+  w.Header("master_tenant_value_bytes", "gauge", "Value bytes of complete objects per tenant");
+  for (const auto& t : tenants)
+    w.Sample("master_tenant_value_bytes", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.bytes));
   w.Metric("master_index_capacity", "gauge", "Entries of the object index", index_->capacity());
   w.Metric("master_client_count", "gauge", "Attached clients", clients);
   w.Metric("master_active_clients", "gauge", "Attached clients (Mooncake's name)", clients);
@@ -145,6 +186,8 @@ std::string Master::MetricsText() {
            stats_.refused_requests);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
+  w.Metric("mooncake_cxl_pool_replaced_total", "counter",
+           "Times the device behind --cxl_path was found replaced by a blank one and formatted", stats_.pool_replacements);
   w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
            "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
@@ -173,7 +216,9 @@ std::string Master::SummaryLine() {
   return buf;
 }
 
-std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
+std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::string_view tenant) const {
+  std::string key = TenantPrefix(tenant);
+  key.append(user_key);
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<uint64_t> live;
   if (pool_lost_)
@@ -199,26 +244,38 @@ std::pair<int, std::string> Master::QueryKey(std::string_view key) const {
   return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
 }
 
-std::string Master::AllKeys(uint64_t limit, bool* truncated) const {
+std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
   // In slices of mu_ (see master.h); at most `limit` keys and kMaxAllKeysBytes.
   constexpr size_t kMaxAllKeysBytes = 64u << 20;
   std::string out;
-  uint64_t n = 0, cap = index_->capacity();  // fixed after Open
+  uint64_t n = 0, cap, epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
+  }
   *truncated = false;
   for (uint64_t s = 0; s < cap && !*truncated;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pool_lost_) return std::string();
+      if (pool_epoch_ != epoch) break;
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
         if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
           continue;
         if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
-        std::string_view k = KeyOf(s);
-        if (n >= limit || out.size() + k.size() + 1 > kMaxAllKeysBytes) {
+        std::string_view key_tenant, k;
+        SplitStoredKey(KeyOf(s), &key_tenant, &k);
+        bool all = tenant == "*";
+        if (!all && key_tenant != tenant) continue;
+        if (n >= limit || out.size() + k.size() + key_tenant.size() + 2 > kMaxAllKeysBytes) {
           *truncated = true;
           break;
         }
         if (!out.empty()) out += '\n';
+        if (all) {
+          out += key_tenant;
+          out += '\t';
+        }
         out += k;
         ++n;
       }

@@ -3,7 +3,11 @@
 // deferred: quarantined while a revoked put's writer may still run (until
 // its local process is gone, or until a time for a remote writer), or
 // while a client's pin table names the object (a live BufferHandle). An
-// unforced remove of a leased or pinned object is OBJECT_HAS_LEASE.
+// unforced remove of a leased object is OBJECT_HAS_LEASE; a pinned one is
+// unlinked (the key is gone at once) and its extent outlives the last view,
+// as Mooncake's remove succeeds while its (private-copy) handles live.
+// remove_all / remove_by_regex touch only the caller's tenant's keys
+// (tenant.h); the pattern is matched against the key without the prefix.
 //
 // Atomics follow the three rules stated in master.h.
 #include "mooncake_cxl/master.h"
@@ -19,6 +23,7 @@
 #include "mooncake_cxl/object_header.h"
 #include "mooncake_cxl/publish.h"
 #include "mooncake_cxl/shm_ring.h"
+#include "mooncake_cxl/tenant.h"
 #include "master_internal.h"
 
 namespace mcxl {
@@ -111,8 +116,9 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
       newest = s, newest_gen = GenOf(sg);
   }
   if (newest == UINT64_MAX) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
-  if (!force && (index_->LeaseUntil(newest) > now || IsPinned(newest_gen)))
-    return ErrorCode::OBJECT_HAS_LEASE;
+  // A view (pin) does not refuse: Unlink keeps the extent until it is gone.
+  if (!force && index_->LeaseUntil(newest) > now) return ErrorCode::OBJECT_HAS_LEASE;
+  (void)newest_gen;
   (void)UnlinkWithOlder(newest, nullptr);
   return ErrorCode::OK;
 }
@@ -161,6 +167,16 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
   // pattern. Latin-1 so that it matches bytes, as std::regex over char does
   // (the reference's regex_search). RE2 has no backreferences or lookaround:
   // such a pattern is refused (INVALID_PARAMS), never run slowly.
+  std::string tenant;  // the caller's, from its Attach (Admit checked the ref)
+  uint64_t cap = 0, epoch = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
+    if (req.client.slot < clients_.size() && clients_[req.client.slot].attached &&
+        clients_[req.client.slot].generation == req.client.generation)
+      tenant = clients_[req.client.slot].tenant;
+  }
+  if (tenant.empty()) return CountReplyBytes(ErrorCode::ILLEGAL_CLIENT, 0);  // reclaimed meanwhile: re-attach
   std::unique_ptr<RE2> re;
   if (!all) {
     if (req.pattern.size() > kMaxPatternBytes) {
@@ -183,11 +199,11 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
   // and unlinks, then released so that other requests run. Entries put
   // meanwhile behind the scan are not removed (as if put after the request);
   // each entry is judged on one look at its state, under one hold.
-  uint64_t cap = index_->capacity();  // fixed after Open
   uint64_t count = 0;
   for (uint64_t s = 0; s < cap;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
       uint64_t now = NowNs();
       for (uint64_t budget = 0; s < cap && budget < kScanSliceSlots; ++s) {
         ++budget;
@@ -195,9 +211,11 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
         uint64_t sg = e.state_gen.load(std::memory_order_acquire);
         if (StateOf(sg) != EntryState::kComplete) continue;
         if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
-        if (!req.force && (index_->LeaseUntil(s) > now || IsPinned(GenOf(sg)))) continue;
+        if (!req.force && index_->LeaseUntil(s) > now) continue;  // a view does not refuse (RemoveKey)
+        std::string_view key_tenant, k;
+        SplitStoredKey(KeyOf(s), &key_tenant, &k);
+        if (key_tenant != tenant) continue;
         if (!all) {
-          std::string_view k = KeyOf(s);
           budget += k.size() / 256;
           if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
         }

@@ -1,6 +1,7 @@
 #include "mooncake_cxl/ring_server.h"
 
 #include <immintrin.h>
+#include <algorithm>
 #include <sched.h>
 
 #include "mooncake_cxl/clock.h"
@@ -39,7 +40,10 @@ bool RingServer::ServeAll() {
   if (pool.failed()) return false;  // the device shrank: its rings are not to be touched
   uint32_t ring_bytes = pool.geometry().ring_bytes;
   bool any = false;
-  for (uint32_t slot = 0; slot < master_->client_slot_count(); ++slot) {
+  // Bounded by this pool's own count too: a replaced device (Master::
+  // CheckReplacedDevice) may swap the pool between the two loads.
+  uint32_t slots = std::min(master_->client_slot_count(), pool.geometry().client_slot_count);
+  for (uint32_t slot = 0; slot < slots; ++slot) {
     if (!master_->SlotAttached(slot)) continue;
     ShmRing requests(pool.ring(slot, 0), ring_bytes);
     if (!requests.HasData()) continue;
@@ -50,10 +54,12 @@ bool RingServer::ServeAll() {
 }
 
 void RingServer::Loop() {
-  Superblock* sb = master_->pool().superblock();
   uint64_t last_work = MonoNs();
   // Relaxed: a stop flag polled every iteration.
   while (!stop_.load(std::memory_order_relaxed)) {
+    // Each round: the pool may have been replaced (the old one stays mapped
+    // for a grace period far longer than one sleep).
+    Superblock* sb = master_->pool().superblock();
     if (ServeAll()) {
       spin_.Found();
       last_work = MonoNs();

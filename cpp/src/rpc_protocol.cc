@@ -36,6 +36,7 @@ void Encode(const AttachRequest& m, Encoder* e) {
   e->U32(m.prev_slot);
   e->U64(m.prev_generation);
   e->Raw(m.token, sizeof(m.token));
+  e->Str(m.tenant);
 }
 bool Decode(Decoder* d, AttachRequest* m) {
   m->local_hostname = d->Str();
@@ -44,6 +45,7 @@ bool Decode(Decoder* d, AttachRequest* m) {
   m->prev_slot = d->U32();
   m->prev_generation = d->U64();
   d->Raw(m->token, sizeof(m->token));
+  m->tenant = d->Str();
   return !d->failed() && d->done();
 }
 

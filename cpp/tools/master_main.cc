@@ -12,6 +12,7 @@
 #include "mooncake_cxl/http_server.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "mooncake_cxl/tenant.h"
 #include "mooncake_cxl/ring_server.h"
 #include "mooncake_cxl/tcp_server.h"
 
@@ -53,7 +54,13 @@ mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req)
       limit = strtoull(limit_text.c_str(), &end, 10);
       if (limit_text.empty() || *end != '\0') return mcxl::BadRequest("limit must be a number of keys");
     }
-    std::string body = m.AllKeys(limit, &truncated);
+    // ?tenant=T: T's keys (default: the default tenant's, as Mooncake
+    // lists them); ?tenant=*: every key as "tenant<TAB>key".
+    bool has_tenant = false;
+    std::string tenant = req.Query("tenant", &has_tenant);
+    if (!has_tenant || tenant.empty()) tenant = "default";
+    if (tenant != "*" && !mcxl::ValidTenantId(tenant)) return mcxl::BadRequest("invalid tenant");
+    std::string body = m.AllKeys(limit, &truncated, tenant);
     if (truncated) body += (body.empty() ? "" : "\n") + std::string("...(truncated; ask /get_all_keys?limit=N)");
     return mcxl::TextResponse(200, body);
   }
@@ -62,7 +69,11 @@ mcxl::HttpResponse MonitoringPage(mcxl::Master& m, const mcxl::HttpRequest& req)
     bool present = false;
     std::string key = req.Query("key", &present);
     if (!present || key.empty()) return mcxl::BadRequest("missing parameter: key");
-    auto [status, body] = m.QueryKey(key);
+    bool has_tenant = false;
+    std::string tenant = req.Query("tenant", &has_tenant);
+    if (!has_tenant || tenant.empty()) tenant = "default";
+    if (!mcxl::ValidTenantId(tenant)) return mcxl::BadRequest("invalid tenant");
+    auto [status, body] = m.QueryKey(key, tenant);
     return mcxl::JsonResponse(body, status);
   }
   return mcxl::NotFound(req.path);

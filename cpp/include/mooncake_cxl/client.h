@@ -11,6 +11,9 @@
 //     with a remove or an eviction is retried, never returned.
 //   * Every method after Close (or on a client whose Connect failed) returns
 //     UNAVAILABLE_IN_CURRENT_STATUS.
+//   * Keys are the tenant's (ClientOptions::tenant, tenant.h): every method
+//     maps them into the tenant's namespace, so another tenant's keys are
+//     never seen, replaced or removed.
 //   * A lost master connection is re-established on the next call; if the
 //     master restarted, the client re-attaches and a put is retried once.
 //
@@ -55,6 +58,8 @@ struct ClientOptions {
   // Map every pool page at attach (Pool::Prefault; env MC_CXL_PREFAULT=1):
   // puts and reads then never fault on a first touch; costs start-up time.
   bool prefault_pool = false;
+  // Key namespace (tenant.h): "" or "default" = keys stored unchanged.
+  std::string tenant = "default";
 };
 
 struct PutOptions {
@@ -172,7 +177,15 @@ class Client {
   // the master died or restarted meanwhile, RPC_TIMEOUT.
   Result<std::string> RingCall(MessageType type, const std::string& payload);
   Result<std::string> CallOnce(MessageType type, const std::string& payload);
+  // Checks a caller's key (not empty, not in another namespace, short enough
+  // once scoped) and returns it as stored (tenant.h), in *buf when scoped.
+  bool ScopeKey(std::string_view key, const char* op, std::string* buf, std::string_view* stored) const;
+  // The same for keys already scoped (internal calls).
   bool ValidKey(std::string_view key, const char* op) const;
+  // Locate / CopyValidated of a stored (scoped) key.
+  Result<EntrySnapshot> LocateStored(std::string_view stored);
+  Result<bool> CopyStored(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts);
+  std::string tenant_prefix_;  // TenantPrefix(options_.tenant)
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
   void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,

@@ -9,8 +9,12 @@
 //             entry COMPLETE itself; Tick notices and accounts for it.
 //   Remove:   tombstone (seqlock), then free the extent, or, while a client's
 //             pin table names the object (a live BufferHandle), keep the
-//             extent until the pin is gone. An unforced remove of a pinned
-//             object is OBJECT_HAS_LEASE, like a leased one.
+//             extent until the pin is gone. An unforced remove of a leased
+//             object is OBJECT_HAS_LEASE; a pinned one is unlinked at once
+//             (its extent waits for the last view).
+//   Tenants:  keys are stored in their tenant's namespace (tenant.h); the
+//             master knows each client's tenant from Attach and confines
+//             remove_all / remove_by_regex to it.
 //   Pending puts whose client died or that outlived
 //   --put_start_discard_timeout_sec are revoked; their extent is freed at once
 //   when the client is known dead, else quarantined: a stalled but live
@@ -62,6 +66,7 @@
 // other requests interleave; each entry is judged on one look under one hold.
 #pragma once
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -134,6 +139,7 @@ struct MasterStats {
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
   uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
   bool pool_lost = false;        // the device shrank: nothing is served
+  uint64_t pool_replacements = 0;  // devices found replaced and formatted (CheckReplacedDevice)
 };
 
 class Master {
@@ -169,7 +175,7 @@ class Master {
     // Acquire: pairs with the release in SetAttached; the rings were reset.
     return (attached_bits_[slot / 64].load(std::memory_order_acquire) >> (slot % 64)) & 1;
   }
-  uint32_t client_slot_count() const { return uint32_t(clients_.size()); }
+  uint32_t client_slot_count() const { return slot_count_.load(std::memory_order_acquire); }
   // Periodic work; returns how long the caller may sleep before the next call.
   // Every kClientCheckIntervalNs it also checks the pool device's size.
   uint64_t Tick();
@@ -186,12 +192,19 @@ class Master {
   // first two settle pending puts first, so counts include fresh completions.
   std::string MetricsText();
   std::string SummaryLine();
-  // 200 + JSON body, or 404 when the key is not stored.
-  std::pair<int, std::string> QueryKey(std::string_view key) const;
-  // Complete keys, one per line, at most `limit`; *truncated when more exist.
-  std::string AllKeys(uint64_t limit, bool* truncated) const;
+  // 200 + JSON body, or 404 when the key is not stored (in `tenant`'s
+  // namespace, tenant.h).
+  std::pair<int, std::string> QueryKey(std::string_view key, std::string_view tenant = "default") const;
+  // Complete keys of `tenant` (without its prefix), one per line, at most
+  // `limit`; *truncated when more exist. tenant "*": every key, as
+  // "tenant<TAB>key".
+  std::string AllKeys(uint64_t limit, bool* truncated, std::string_view tenant = "default") const;
+  // Tenants /metrics names (master_tenant_*{tenant=...}); the rest: "_other".
+  static constexpr size_t kMaxTenantsShown = 64;
   std::string AllSegments() const;
-  const Pool& pool() const { return *pool_; }
+  // The pool served now (a replaced device swaps it: CheckReplacedDevice);
+  // one that was replaced stays mapped for kReplacedPoolGraceNs.
+  const Pool& pool() const { return *pool_view_.load(std::memory_order_acquire); }
   const MasterConfig& config() const { return config_; }
 
  private:
@@ -231,11 +244,26 @@ class Master {
     bool local = false;      // same machine: pid liveness can be checked
     bool connected = false;
     uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
+    std::string tenant;      // key namespace (tenant.h), from Attach
     std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
   };
 
   explicit Master(const MasterConfig& config) : config_(config) {}
   Status Open();
+  // Makes `pool` (formatted, or verified when !fresh) the one served: every
+  // record of the previous pool is dropped (it moves to replaced_). REQUIRES:
+  // mu_ held, or in Open.
+  void AdoptPool(std::unique_ptr<Pool> pool, bool fresh);
+  // The device behind --cxl_path was replaced (another inode/device than the
+  // one mapped: Mooncake's CXL test deletes and recreates its pool file while
+  // the master runs). A new blank device, sized and with an acceptable mode,
+  // is formatted (a new uuid and token) and served; one holding a
+  // superblock is never formatted. Loud log lines; WITHOUT mu_.
+  void CheckReplacedDevice();
+  void LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...)
+      __attribute__((format(printf, 6, 7)));
+  void ReleaseReplacedPools(uint64_t now_mono);
+  static constexpr uint64_t kReplacedPoolGraceNs = 30ull * 1000000000ull;
 
   // ---- dispatch and index lookups (master.cc) ----
   std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
@@ -370,6 +398,25 @@ class Master {
 
   MasterConfig config_;
   std::unique_ptr<Pool> pool_;
+  std::atomic<const Pool*> pool_view_{nullptr};  // pool_.get(), for pool() without mu_
+  std::atomic<uint32_t> slot_count_{0};          // clients_.size(), for the RingServer
+  // Identity of the device mapped (fstat at adoption) and of a replacement
+  // already logged as refused or waiting (reason), under replace_mu_.
+  uint64_t pool_dev_ = 0, pool_ino_ = 0;
+  uint64_t skipped_dev_ = 0, skipped_ino_ = 0;
+  int skipped_reason_ = 0;
+  std::mutex replace_mu_;  // one CheckReplacedDevice at a time; taken before mu_
+  std::atomic<uint64_t> last_replace_check_mono_{0};
+  struct ReplacedPool {
+    std::unique_ptr<Pool> pool;
+    uint8_t token[16] = {};
+    std::string uuid;
+    uint64_t since_mono_ns = 0;
+  };
+  std::vector<ReplacedPool> replaced_;
+  // The tokens of pools replaced, for a clear refusal of their clients.
+  std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
   std::unique_ptr<ObjectIndex> index_;
   std::unique_ptr<ExtentAllocator> alloc_;
   // Per index slot, for live entries: the allocator handle of its extent (its

@@ -17,7 +17,7 @@
 namespace mcxl {
 
 constexpr uint32_t kFrameMagic = 0x4D43584Cu;  // "LXCM"
-constexpr uint16_t kProtocolVersion = 2;  // 2: Attach token, ClientRef in removes, Ping bootstrap
+constexpr uint16_t kProtocolVersion = 3;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
 
 struct FrameHeader {

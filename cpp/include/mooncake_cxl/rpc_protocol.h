@@ -49,6 +49,7 @@ struct AttachRequest {
   uint32_t prev_slot = 0;      // re-attach: keep the slot if still ours
   uint64_t prev_generation = 0;
   uint8_t token[16] = {};      // Superblock::auth_token of the pool the client mapped
+  std::string tenant = "default";  // the client's key namespace (tenant.h)
 };
 struct AttachReply {
   ErrorCode status = ErrorCode::OK;
