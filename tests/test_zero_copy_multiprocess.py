@@ -70,7 +70,7 @@ def test_pin_in_one_process_survives_remove_in_another(master):
 
 def _removed_but_viewed(master):
     import urllib.request
-    text = urllib.request.urlopen(master.metrics_url() + "/metrics", timeout=10).read().decode()
+    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
     for line in text.splitlines():
         if line.startswith('master_objects{state="removed_but_viewed"}'):
             return float(line.split()[-1])
