@@ -34,7 +34,7 @@ OBJECT_NOT_FOUND = -704
 # message.h / rpc_protocol.h
 FRAME = struct.Struct("<IHHIIQ")
 FRAME_MAGIC = 0x4D43584C
-PROTOCOL_VERSION = 2
+PROTOCOL_VERSION = 3  # 3: Attach carries the tenant
 PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT = range(1, 10)
 
 # layout.h: Superblock field offsets (layout version 4).
@@ -56,7 +56,7 @@ def client_ref(slot, gen):
 def attach_payload(pid, token=b"", name=b"intruder", machine=None):
     machine = socket.gethostname().encode() if machine is None else machine
     token = token.ljust(16, b"\0")[:16]
-    return s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token
+    return s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token + s32(b"default")
 
 
 def remove_payload(ref, keys, force=True):

@@ -24,7 +24,7 @@ from conftest import connect
 from mooncake_cxl import MooncakeDistributedStore
 
 CTX = mp.get_context("spawn")
-MAGIC, VERSION = 0x4D43584C, 2
+MAGIC, VERSION = 0x4D43584C, 3  # 3: Attach carries the tenant
 SB_AUTH_TOKEN = 128  # layout.h: Superblock::auth_token
 HEADER = struct.Struct("<IHHIIQ")
 PING, ATTACH, PUT_START, BATCH_REMOVE, REMOVE_BY_REGEX = 1, 2, 4, 6, 7
@@ -67,7 +67,7 @@ def raw_attach(sock, pool_path):
     with open(pool_path, "rb") as f:
         f.seek(SB_AUTH_TOKEN)
         token = f.read(16)
-    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token
+    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token + s("default")
     _, reply = call(sock, ATTACH, payload)
     status, slot, gen = struct.unpack_from("<iIQ", reply)
     assert status == 0, status
