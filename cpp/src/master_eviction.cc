@@ -108,6 +108,11 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
     if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
   }
   for (uint64_t m : members) {
+    // Already unlinked in this round (with the newer value of its key, by
+    // UnlinkWithOlder): nothing to judge, and not corrupt.
+    if (!entry_meta_[m].live ||
+        StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+      return 0;
     if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
     Protection p = Protected(m, now, pins);
     // An older upsert of the key still being written would become the

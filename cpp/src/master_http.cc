@@ -162,6 +162,8 @@ std::string Master::MetricsText() {
   w.Sample("master_objects", "{state=\"hard_pinned\"}", double(hard));
   w.Sample("master_objects", "{state=\"soft_pinned\"}", double(soft));
   w.Sample("master_objects", "{state=\"removed_but_viewed\"}", double(pinned_.size()));
+  // Extents of revoked puts kept while their writer may still run.
+  w.Sample("master_objects", "{state=\"revoked_quarantined\"}", double(deferred_.size()));
   if (other.keys > 0) tenants.push_back(other);
   w.Header("master_tenant_key_count", "gauge", "Complete objects per tenant (at most 64 tenants named)");
   for (const auto& t : tenants)

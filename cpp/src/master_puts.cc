@@ -87,6 +87,9 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
     item.status = ErrorCode::NO_AVAILABLE_HANDLE;
     return item;
   }
+  // Recorded before anything looks the key up again: FindLive checks every
+  // entry against these records (CheckedLive), the new one included.
+  entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
   if (req.upsert) {
     // Every older entry of the key, COMPLETE or still WRITING (a concurrent
     // upsert), is marked: a reader that meets one keeps probing and takes the
@@ -100,7 +103,6 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
   AddToGroup(*slot, f.group_hash);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
