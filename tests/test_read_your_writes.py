@@ -211,6 +211,6 @@ def test_no_read_goes_back_in_time_under_eviction(master_factory, transport, mon
         acked = sum(r.get("acked", 0) for r in results)
         hits = sum(r["reads"] - r["misses"] for r in results)
         assert acked > 100 and hits > 100, f"too little load to mean anything: {results}"
-        assert _evicted(m) > 50, "eviction did not run under the load"
+        assert _evicted(m) > 20, "eviction did not run under the load"  # keys evicted: several rounds
     finally:
         s.close()

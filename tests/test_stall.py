@@ -70,7 +70,7 @@ def _log_size(master):
 
 
 def _slot_of(master, pid):
-    slots = re.findall(rf"\(pid {pid}\) attached as slot (\d+)", master.log_tail(1 << 30))
+    slots = re.findall(rf"\(pid {pid}(?:, [^)]*)?\) attached as slot (\d+)", master.log_tail(1 << 30))
     assert slots, f"pid {pid} never attached; master log:\n{master.log_tail()}"
     return int(slots[-1])
 
