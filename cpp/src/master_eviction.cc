@@ -135,19 +135,7 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t now = NowNs();
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   PinSet pins;
-  {
-    uint32_t per = pool_->geometry().pins_per_client;
-    for (uint32_t c = 0; c < clients_.size(); ++c) {
-      if (!PinTableLive(c)) continue;
-      ClientSlot* cs = pool_->client_slot(c);
-      if (cs->pins_in_use.load(std::memory_order_acquire) == 0) continue;
-      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
-      const PinRecord* t = pool_->pin_table(c);
-      for (uint64_t i = 0; i < hwm; ++i)
-        if (t[i].object_offset.load(std::memory_order_relaxed) != 0)
-          pins.gens.insert(t[i].generation.load(std::memory_order_relaxed));
-    }
-  }
+  (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   uint64_t cap = index_->capacity();
   eviction_rng_ ^= eviction_rng_ << 13;
   eviction_rng_ ^= eviction_rng_ >> 7;
@@ -266,19 +254,7 @@ void Master::EvictAhead(uint64_t budget_ns) {
     if (MonoNs() >= t_end) return;
   }
   PinSet pins;
-  {
-    uint32_t per = pool_->geometry().pins_per_client;
-    for (uint32_t c = 0; c < clients_.size(); ++c) {
-      if (!PinTableLive(c)) continue;
-      ClientSlot* cs = pool_->client_slot(c);
-      if (cs->pins_in_use.load(std::memory_order_acquire) == 0) continue;
-      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
-      const PinRecord* t = pool_->pin_table(c);
-      for (uint64_t i = 0; i < hwm; ++i)
-        if (t[i].object_offset.load(std::memory_order_relaxed) != 0)
-          pins.gens.insert(t[i].generation.load(std::memory_order_relaxed));
-    }
-  }
+  (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   while (ahead_next_ < ahead_window_.size() && alloc_->used_bytes() > low) {
     const AheadCandidate& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;

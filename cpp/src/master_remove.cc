@@ -15,6 +15,7 @@
 #include <re2/re2.h>
 
 #include <algorithm>
+#include <functional>
 #include <memory>
 
 #include "mooncake_cxl/clock.h"
@@ -28,7 +29,7 @@
 
 namespace mcxl {
 
-bool Master::IsPinned(uint64_t generation) const {
+bool Master::ScanPins(const std::function<bool(uint64_t generation)>& visit) const {
   // seq_cst fence: the tombstone (or lease check) before it and the pin loads
   // after it form a Dekker pair with the client's pin store, fence, version
   // re-check: either we see its pin or it sees our version change.
@@ -44,10 +45,14 @@ bool Master::IsPinned(uint64_t generation) const {
     ObserveRange(t, hwm * sizeof(PinRecord));
     for (uint64_t i = 0; i < hwm; ++i)
       if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
-          t[i].generation.load(std::memory_order_relaxed) == generation)
+          visit(t[i].generation.load(std::memory_order_relaxed)))
         return true;
   }
   return false;
+}
+
+bool Master::IsPinned(uint64_t generation) const {
+  return ScanPins([generation](uint64_t g) { return g == generation; });
 }
 
 void Master::ReleaseUnpinned() {

@@ -22,31 +22,15 @@
 
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "master_test_util.h"
 
 namespace mcxl {
 namespace {
 
-constexpr uint64_t kMiB = 1024 * 1024;
-
-template <typename M>
-std::string Enc(const M& m) {
-  Encoder e;
-  Encode(m, &e);
-  return e.data();
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
-
-ErrorCode StatusOf(const std::string& reply) {
-  Decoder d(reply);
-  ErrorCode st = ErrorCode::OK;
-  EXPECT_TRUE(DecodeStatus(&d, &st));
-  return st;
-}
+using testutil::Enc;
+using testutil::Hostname;
+using testutil::kMiB;
+using testutil::StatusOf;
 
 mode_t ModeOf(const std::string& path) {
   struct stat st {};
@@ -153,7 +137,7 @@ class AccessTest : public ::testing::Test {
     req.local_hostname = name;
     req.machine = Hostname();
     req.pid = pid;
-    if (with_token) memcpy(req.token, master_->pool().superblock()->auth_token, 16);
+    if (with_token) testutil::SetToken(master_->pool(), &req);
     return req;
   }
   AttachReply Attach(const AttachRequest& req, uint32_t* conn) {

@@ -15,22 +15,19 @@
 #include "mooncake_cxl/key_hash.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "master_test_util.h"
 
 namespace mcxl {
 namespace {
 
+using testutil::Enc;
+using testutil::Hostname;
+using testutil::kMiB;
+using testutil::StatusOf;
+
 std::string AllKeysOf(const Master& m) {
   bool truncated = false;
   return m.AllKeys(UINT64_MAX, &truncated);
-}
-
-constexpr uint64_t kMiB = 1024 * 1024;
-
-template <typename M>
-std::string Enc(const M& m) {
-  Encoder e;
-  Encode(m, &e);
-  return e.data();
 }
 
 class MasterCorruptionTest : public ::testing::Test {
@@ -50,7 +47,7 @@ class MasterCorruptionTest : public ::testing::Test {
     AttachRequest req;
     req.local_hostname = "c";
     req.pid = uint64_t(getpid());
-    memcpy(req.token, master_->pool().superblock()->auth_token, sizeof(req.token));
+    testutil::SetToken(master_->pool(), &req);
     std::string bytes = master_->Handle(uint16_t(MessageType::kAttach), Enc(req), &conn_);
     Decoder d(bytes);
     AttachReply reply;

@@ -5,6 +5,7 @@
 // index load limit, and restart recovery (complete objects kept with their
 // bytes, unfinished puts revoked).
 #include "mooncake_cxl/master.h"
+#include "master_test_util.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>
@@ -23,20 +24,10 @@
 namespace mcxl {
 namespace {
 
-constexpr uint64_t kMiB = 1024 * 1024;
-
-template <typename M>
-std::string Enc(const M& m) {
-  Encoder e;
-  Encode(m, &e);
-  return e.data();
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
+using testutil::Enc;
+using testutil::Hostname;
+using testutil::kMiB;
+using testutil::StatusOf;
 
 // Value bytes derived from the key, so a read can be checked.
 std::string ValueFor(const std::string& key, size_t size) {
@@ -84,12 +75,6 @@ class MasterTest : public ::testing::Test {
     EXPECT_TRUE(Decode(&d, &r)) << MessageTypeName(uint16_t(type));
     return r;
   }
-  static ErrorCode StatusOf(const std::string& reply) {
-    Decoder d(reply);
-    ErrorCode st = ErrorCode::OK;
-    EXPECT_TRUE(DecodeStatus(&d, &st));
-    return st;
-  }
 
   ClientRef Attach(const std::string& name = "client:1") {
     AttachRequest req;
@@ -103,7 +88,7 @@ class MasterTest : public ::testing::Test {
   }
   // The pool's credential, as a client reads it from the pool it maps.
   void SetToken(AttachRequest* req) const {
-    memcpy(req->token, master_->pool().superblock()->auth_token, sizeof(req->token));
+    testutil::SetToken(master_->pool(), req);
   }
   // The client bound to this test's "connection" (the last Attach).
   ClientRef Conn() const {

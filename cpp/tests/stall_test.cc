@@ -17,32 +17,16 @@
 
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "master_test_util.h"
 #include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
 namespace {
 
-constexpr uint64_t kMiB = 1024 * 1024;
-
-template <typename M>
-std::string Enc(const M& m) {
-  Encoder e;
-  Encode(m, &e);
-  return e.data();
-}
-
-ErrorCode StatusOfReplyForTest(const std::string& reply) {
-  Decoder d(reply);
-  ErrorCode st = ErrorCode::RPC_FAIL;
-  EXPECT_TRUE(DecodeStatus(&d, &st));
-  return st;
-}
-
-std::string Hostname() {
-  char buf[256] = {};
-  gethostname(buf, sizeof(buf) - 1);
-  return buf;
-}
+using testutil::Enc;
+using testutil::Hostname;
+using testutil::kMiB;
+using testutil::StatusOf;
 
 class StallTest : public ::testing::Test {
  protected:
@@ -78,7 +62,7 @@ class StallTest : public ::testing::Test {
     req.local_hostname = "client:1";
     req.machine = machine;
     req.pid = pid;
-    memcpy(req.token, master_->pool().superblock()->auth_token, sizeof(req.token));
+    testutil::SetToken(master_->pool(), &req);
     const std::string bytes = Call(MessageType::kAttach, Enc(req));
     Decoder d(bytes);
     AttachReply reply;
@@ -135,7 +119,7 @@ TEST_F(StallTest, RevokedPutOfALiveLocalWriterStaysQuarantinedUntilItExits) {
   EXPECT_GT(with_put, empty);
   // The client is gone from the master's view (as past --client_ttl), its
   // process alive: the put is revoked, its extent kept.
-  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
   EXPECT_EQ(master_->stats().revoked_puts, 1u);
   TickFor(700);  // past the release timeout (0 s) and a pid check
   EXPECT_EQ(master_->stats().allocated_bytes, with_put) << "freed while its writer may still run";
@@ -153,7 +137,7 @@ TEST_F(StallTest, RevokedPutOfARemoteWriterIsReleasedAfterTheTimeout) {
   PutStartReply r = PutStart(c, "stalled", 4 * kMiB);
   ASSERT_EQ(r.items.size(), 1u);
   ASSERT_EQ(r.items[0].status, ErrorCode::OK);
-  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
   TickFor(100);
   EXPECT_EQ(master_->stats().allocated_bytes, empty);
 }
@@ -187,7 +171,7 @@ TEST(ShmRingTest, RequestIdsTagTheAttachment) {
 TEST_F(StallTest, RingServerServesOnlyTheCurrentAttachment) {
   StartMaster();
   ClientRef a = Attach(Hostname(), uint64_t(getpid()));
-  EXPECT_EQ(StatusOfReplyForTest(Call(MessageType::kDetach, Enc(a))), ErrorCode::OK);
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(a))), ErrorCode::OK);
   ClientRef b = Attach(Hostname(), uint64_t(getpid()));
   ASSERT_EQ(b.slot, a.slot);
   const Pool& pool = master_->pool();

@@ -69,6 +69,7 @@
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <mutex>
@@ -347,6 +348,9 @@ class Master {
   // True when a live or retired pin table names the object of this
   // generation (zero-copy views hold a pin that removal and eviction respect).
   bool IsPinned(uint64_t generation) const;
+  // Calls `visit` with the generation of every pin in live or retired pin
+  // tables (after a seq_cst fence and ObserveRange); stops at the first true.
+  bool ScanPins(const std::function<bool(uint64_t generation)>& visit) const;
   void ReleaseUnpinned();
 
   // ---- pin tables outliving their attachment (master_pins.cc) ----
