@@ -255,11 +255,18 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
   };
   // Our slot was reclaimed (we were stopped or silent past --client_ttl) and
   // its rings may be another client's now: touch nothing, re-attach
-  // (MasterCall). Checked right before every write into a ring; what remains
-  // is a stop between this check and the write it guards (a few
-  // instructions), and the master drops a request with a stale tag.
+  // (MasterCall). Checked right before every write into a ring; a stop
+  // between a check and the write it guards is covered by the caller word.
   auto stale = [&] { return !SlotCurrent(ring_slot_, ring_generation_); };
   if (master_gone(false)) return ErrorCode::RPC_FAIL;
+  // Held from before the first slot check until we are done with both rings:
+  // the master keeps a held slot from any successor (shm_ring.h).
+  if (!ring_requests_.ClaimCaller(ring_generation_)) return ErrorCode::ILLEGAL_CLIENT;
+  struct Release {
+    ShmRing& ring;
+    uint64_t gen;
+    ~Release() { ring.ReleaseCaller(gen); }
+  } release{ring_requests_, ring_generation_};
   if (stale()) return ErrorCode::ILLEGAL_CLIENT;
   if (!ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
   RingDoorbell(sb);

@@ -279,8 +279,6 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   ClientInfo was = c;
   c = ClientInfo{};
   SetAttached(slot, false);
-  ShmRing::Reset(pool_->ring(slot, 0));
-  ShmRing::Reset(pool_->ring(slot, 1));
   ClientSlot* cs = pool_->client_slot(slot);
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
@@ -288,9 +286,18 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   cs->get_misses.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
+  // The generation store first, then the caller word (a Dekker pair with
+  // ShmRing::ClaimCaller): a process stopped inside a ring call keeps its
+  // rings, and its slot is retired rather than handed to another client.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  bool in_ring_call = !dead && RingCallerHolds(slot, was.generation);
+  if (!in_ring_call) {
+    ShmRing::Reset(pool_->ring(slot, 0));
+    ShmRing::Reset(pool_->ring(slot, 1));
+  }
   // Its pins die with it (docs/architecture.md §3), unless its process may still hold
-  // views: then the slot is retired with its table (master_pins.cc).
-  RetireOrClearPins(slot, was, dead);
+  // views or be inside a ring call: then the slot is retired (master_pins.cc).
+  RetireOrClearPins(slot, was, dead, in_ring_call);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 

@@ -32,6 +32,7 @@
 #include "mooncake_cxl/master.h"
 #include "mooncake_cxl/object_header.h"
 #include "mooncake_cxl/publish.h"
+#include "mooncake_cxl/shm_ring.h"
 #include "master_internal.h"
 
 namespace mcxl {
@@ -60,12 +61,17 @@ void Master::ClearPinTable(uint32_t slot, bool owner_may_live) {
   PublishRange(&cs->heartbeat_ns, kCacheLine);
 }
 
-void Master::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead) {
+bool Master::RingCallerHolds(uint32_t slot, uint64_t generation) {
+  return ShmRing::CallerOf(pool_->ring(slot, 0)) == generation;
+}
+
+void Master::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call) {
   // seq_cst fence: the caller's generation store before it and the record
   // loads after it form a Dekker pair with the client's claim, fence,
   // generation re-check: either we see its record or it sees its slot gone.
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (owner_dead || !TableHasPins(slot)) {
+  bool pins = !owner_dead && TableHasPins(slot);
+  if (owner_dead || (!pins && !in_ring_call)) {
     ClearPinTable(slot, !owner_dead);
     return;
   }
@@ -75,8 +81,9 @@ void Master::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_
   // compares with its own generation).
   cs->generation.store(was.generation | kSlotRetired, std::memory_order_release);
   PublishRange(cs, kCacheLine);
-  MCXL_LOG(kInfo, "master", "client slot %u (pid %llu) retired with live views: its pins stay until it "
-           "re-attaches, drops them or exits", slot, (unsigned long long)was.pid);
+  MCXL_LOG(kInfo, "master", "client slot %u (pid %llu) retired %s: kept from other clients until it "
+           "re-attaches, %s or exits", slot, (unsigned long long)was.pid,
+           pins ? "with live views" : "inside a ring call", pins ? "drops them" : "leaves its call");
 }
 
 void Master::CheckRetiredPins() {
@@ -87,7 +94,7 @@ void Master::CheckRetiredPins() {
     if (!r.active) continue;
     bool dead = r.local && LocalPidDead(r.pid);
     bool expired = !r.local && now - r.since_mono_ns > expiry;
-    bool empty = !TableHasPins(i);
+    bool empty = !TableHasPins(i) && !RingCallerHolds(i, r.generation);
     if (!dead && !expired && !empty) continue;
     if (expired && !empty)
       MCXL_LOG(kWarn, "master", "retired client slot %u of another host (pid %llu) still holds views after "
@@ -99,7 +106,7 @@ void Master::CheckRetiredPins() {
     PublishRange(cs, kCacheLine);
     ClearPinTable(i, !dead);
     MCXL_LOG(kInfo, "master", "retired client slot %u released: %s", i,
-             dead ? "its process exited" : empty ? "its views were dropped" : "expired");
+             dead ? "its process exited" : empty ? "its views and rings were dropped" : "expired");
   }
 }
 
@@ -109,11 +116,11 @@ void Master::RecoverPinTable(uint32_t slot) {
   uint64_t pid = cs->pid.load(std::memory_order_relaxed);
   bool local = cs->machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_);
   bool dead = g == 0 || (local && LocalPidDead(pid));
-  if (!dead && TableHasPins(slot)) {
+  if (!dead && (TableHasPins(slot) || RingCallerHolds(slot, g & ~kSlotRetired))) {
     uint64_t ended = g & ~kSlotRetired;
     retired_[slot] = RetiredPins{true, ended, pid, local, MonoNs()};
     cs->generation.store(ended | kSlotRetired, std::memory_order_relaxed);
-    MCXL_LOG(kInfo, "master", "recovery: client slot %u (pid %llu) holds views: retired, its pins kept",
+    MCXL_LOG(kInfo, "master", "recovery: client slot %u (pid %llu) holds views or its rings: retired",
              slot, (unsigned long long)pid);
   } else {
     cs->generation.store(0, std::memory_order_relaxed);  // the client re-attaches

@@ -37,6 +37,7 @@ void ShmRing::Reset(RingHeader* h) {
   // reclaimed); the slot's release-stored generation orders these stores.
   h->head.store(0, std::memory_order_relaxed);
   h->next_seq.store(0, std::memory_order_relaxed);
+  h->caller.store(0, std::memory_order_relaxed);
   h->tail.store(0, std::memory_order_relaxed);
   h->expected_seq.store(0, std::memory_order_relaxed);
   h->consumer_waiting.store(0, std::memory_order_relaxed);
@@ -146,6 +147,36 @@ void ShmRing::SkipAll() {
   h_->expected_seq.store(h_->next_seq.load(std::memory_order_relaxed), std::memory_order_relaxed);
   h_->tail.store(head, std::memory_order_release);
   PublishRange(&h_->tail, 2 * sizeof(uint64_t));
+}
+
+bool ShmRing::ClaimCaller(uint64_t gen) {
+  // seq_cst: the claim and the caller's slot check after it form a Dekker
+  // pair with the master's generation store and CallerOf: either the master
+  // sees the claim (and keeps the rings from a successor) or we see the slot
+  // gone.
+  ObserveRange(&h_->caller, sizeof(uint64_t));
+  uint64_t seen = h_->caller.load(std::memory_order_relaxed);
+  do {
+    // Generations only grow: a newer holder is our successor; leave it be.
+    if (seen > gen) return false;
+  } while (!h_->caller.compare_exchange_weak(seen, gen, std::memory_order_seq_cst, std::memory_order_relaxed));
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // orders the caller's (acquire) slot check
+  PublishRange(&h_->caller, sizeof(uint64_t));
+  return true;
+}
+
+void ShmRing::ReleaseCaller(uint64_t gen) {
+  // Release: our ring accesses are done before the word says so. A CAS, not
+  // a store: a successor that took the word over keeps it.
+  uint64_t mine = gen;
+  h_->caller.compare_exchange_strong(mine, 0, std::memory_order_release, std::memory_order_relaxed);
+  PublishRange(&h_->caller, sizeof(uint64_t));
+}
+
+uint64_t ShmRing::CallerOf(RingHeader* h) {
+  ObserveRange(&h->caller, sizeof(uint64_t));
+  // seq_cst: the master's half of the Dekker pair in ClaimCaller.
+  return h->caller.load(std::memory_order_seq_cst);
 }
 
 void SpinWait::Relax(uint64_t waited) {

@@ -453,6 +453,32 @@ TEST_F(MasterTest, DetachReclaimsSlotAndRevokesPuts) {
   EXPECT_EQ(Get("unfinished"), ValueFor("unfinished", 64));
 }
 
+TEST_F(MasterTest, SlotInsideARingCallIsRetiredNotHandedOn) {
+  // A process stopped inside a ring call (caller word held) could resume
+  // mid-push: its slot must not reach another client until it is out.
+  ClientRef c = Attach();
+  uint32_t ring_bytes = master_->pool().geometry().ring_bytes;
+  ShmRing requests(master_->pool().ring(c.slot, 0), ring_bytes);
+  ASSERT_TRUE(requests.ClaimCaller(c.generation));
+  EXPECT_FALSE(requests.ClaimCaller(c.generation - 1));  // an older attachment yields
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load() & ~kSlotRetired, c.generation);
+  ClientRef other = Attach("client:2");
+  EXPECT_NE(other.slot, c.slot);
+  requests.ReleaseCaller(c.generation);
+  master_->Tick();  // the retired slot is released once its call is over
+  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u);
+  ClientRef third = Attach("client:3");
+  EXPECT_EQ(third.slot, c.slot);
+  // The new attachment takes the word over from a late claim of an older one.
+  ShmRing again(master_->pool().ring(third.slot, 0), ring_bytes);
+  ASSERT_TRUE(again.ClaimCaller(c.generation));
+  EXPECT_TRUE(again.ClaimCaller(third.generation));
+  EXPECT_FALSE(again.ClaimCaller(c.generation));
+  again.ReleaseCaller(c.generation);  // not the holder: no effect
+  EXPECT_EQ(ShmRing::CallerOf(master_->pool().ring(third.slot, 0)), third.generation);
+}
+
 TEST_F(MasterTest, RestartKeepsCompleteObjectsAndRevokesUnfinished) {
   ClientRef c = Attach();
   std::vector<std::string> keys;

@@ -28,7 +28,7 @@ namespace mcxl {
 
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 // 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels
-constexpr uint32_t kLayoutVersion = 4;
+constexpr uint32_t kLayoutVersion = 5;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -97,6 +97,11 @@ static_assert(sizeof(Superblock) <= kSuperblockSize);
 struct RingHeader {
   std::atomic<uint64_t> head;      // producer; its low 32 bits are the consumer's futex word
   std::atomic<uint64_t> next_seq;  // producer: sequence number of the next record
+  // Request ring only: the slot generation of the attachment inside a ring
+  // call (claimed with a CAS before its slot check, cleared after its reply),
+  // 0 = none. The master does not hand the rings to another client while an
+  // earlier attachment holds them (a stopped process could resume mid-push).
+  std::atomic<uint64_t> caller;
   alignas(kCacheLine) std::atomic<uint64_t> tail;  // consumer
   std::atomic<uint64_t> expected_seq;              // consumer
   std::atomic<uint32_t> consumer_waiting;          // consumer: asleep on head

@@ -360,7 +360,9 @@ class Master {
   bool TableHasPins(uint32_t slot) const;
   // At reclaim (after the slot's generation was cleared): keeps the table as
   // retired when the owner may be alive and holds views, else clears it.
-  void RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead);
+  void RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call);
+  // The request ring's caller word names `generation` (ShmRing::ClaimCaller).
+  bool RingCallerHolds(uint32_t slot, uint64_t generation);
   // Zeroes the records; the counters too when no owner can still write them.
   void ClearPinTable(uint32_t slot, bool owner_may_live);
   // Releases retired tables whose views are gone or whose owner died.

@@ -25,6 +25,11 @@
 // tagged with the slot's current generation, and a client takes (Peek, then
 // Consume) only replies with its own id, so a reclaimed client that resumes
 // can neither be served in nor steal replies from its successor's rings.
+// And the attachment inside a ring call holds the request ring's `caller`
+// word (ClaimCaller before its slot check, ReleaseCaller after its reply):
+// a slot whose rings an earlier attachment still holds is not handed to
+// another client (the master retires it), so a process stopped mid-push
+// cannot resume into a successor's ring.
 //
 // Thread safety: one producer thread and one consumer thread per ring
 // (callers serialise their own side).
@@ -100,6 +105,17 @@ class ShmRing {
   bool WaitForData(uint64_t spin_ns, uint64_t timeout_ns, SpinWait* spin);
   // Discards everything produced so far (after kCorrupt).
   void SkipAll();
+
+  // ---- the request ring's caller word (see above) ----
+  // Claims the word for attachment `gen` (non-zero; generations only grow).
+  // A word held by an older generation is taken over: the master handed the
+  // slot on only after it saw the word free, so that holder claimed it late
+  // and finds its slot gone at its check (it touches nothing). False when a
+  // newer generation holds it: we are stale. The caller re-checks its slot
+  // after a claim (seq_cst order: claim, then check).
+  bool ClaimCaller(uint64_t gen);
+  void ReleaseCaller(uint64_t gen);
+  static uint64_t CallerOf(RingHeader* h);
 
   // Both sides' counters to zero: only while neither side uses the ring.
   static void Reset(RingHeader* h);
