@@ -2,8 +2,11 @@
 `python fault_workers.py worker|check ARGS_JSON` so that the driver can
 SIGKILL/SIGSTOP them like any process.
 
-Ownership: worker slot w owns the keys f/w/0 .. f/w/K-1; one process per slot
-lives at a time (a killed one is reaped before its successor, the next "life",
+Ownership: worker slot w belongs to tenant w % T (T = "ntenants"; tenant 0 is
+"default", the others "t1", ...) and owns the keys f/g/0 .. f/g/K-1 of its
+tenant, g = w // T: slots of different tenants write the same key names, so a
+read that crosses tenants returns a value whose header names another slot
+(invariant tenant_leak). One process per slot lives at a time (a killed one is reaped before its successor, the next "life",
 starts), so each key has one writer and "the last acknowledged value" is
 well-defined. Every write and remove is journaled (one line per slot, flushed,
 no fsync: a SIGKILL keeps what was flushed): `A` before the call, `R` with its
@@ -15,6 +18,8 @@ read may return (a miss is always allowed: eviction):
   remove rc 0 / -704    -> {}                     (only a miss, or a later write)
   write failed / no R   -> allowed | {seq}        (outcome unknown)
   remove failed / no R  -> allowed
+  remove_by_regex (force) of own keys: journaled as one remove per own key it
+  matches, rc 0 when the call returned a count
 
 Values describe themselves (magic, slot, life, key index, seq, length) and end
 with a blake2b digest over the key and everything before it, so a torn value,
@@ -39,8 +44,22 @@ OBJECT_NOT_FOUND = -704
 OBJECT_HAS_LEASE = -706
 
 
+NT = 1  # tenants (args "ntenants"), set at start
+
+
 def key_name(slot, idx):
-    return f"f/{slot}/{idx}"
+    return f"f/{slot // NT}/{idx}"
+
+
+def tenant_of(slot):
+    return "default" if slot % NT == 0 else f"t{slot % NT}"
+
+
+def owner_of(reader_slot, key, nslots):
+    """The slot that writes `key` in reader_slot's tenant (None: nobody)."""
+    group = int(key.split("/")[1])
+    w = group * NT + reader_slot % NT
+    return w if w < nslots else None
 
 
 def make_value(slot, life, idx, seq, size, block, rnd):
@@ -50,13 +69,14 @@ def make_value(slot, life, idx, seq, size, block, rnd):
     return head + hashlib.blake2b(key_name(slot, idx).encode() + head, digest_size=DIGEST).digest()
 
 
-def parse_value(key, v):
-    """(seq, None) when `v` is an intact value of `key`, else (None, why)."""
+def parse_value(key, v, owner=None):
+    """(seq, None) when `v` is an intact value of `key` (written by slot
+    `owner` when given), else (None, why)."""
     v = bytes(v)
     if len(v) < HEAD.size + DIGEST:
         return None, f"{len(v)} bytes: shorter than any value written"
     magic, slot, life, idx, seq, total = HEAD.unpack_from(v)
-    what = f"header says f/{slot}/{idx} life {life} seq {seq:#x} len {total}"
+    what = f"header says slot {slot} key {idx} life {life} seq {seq:#x} len {total}"
     if magic != MAGIC:
         return None, f"bad magic {magic!r} ({len(v)} bytes): foreign or torn bytes"
     if key_name(slot, idx) != key:
@@ -65,6 +85,8 @@ def parse_value(key, v):
         return None, f"length field {total} but {len(v)} bytes read ({what})"
     if hashlib.blake2b(key.encode() + v[:-DIGEST], digest_size=DIGEST).digest() != v[-DIGEST:]:
         return None, f"checksum mismatch: torn ({what})"
+    if owner is not None and slot != owner:
+        return None, f"tenant leak: written by slot {slot} (tenant {tenant_of(slot)}), not {owner} ({what})"
     return seq, None
 
 
@@ -95,14 +117,14 @@ class KeyModel:
         if op != "remove":
             self.allowed.setdefault(key, set()).add(seq)
 
-    def judge(self, key, v):
+    def judge(self, key, v, owner=None):
         """None if reading `v` (bytes, b"" = miss) for `key` is allowed, else
         (invariant, why)."""
         if not v:
             return None
-        seq, why = parse_value(key, v)
+        seq, why = parse_value(key, v, owner)
         if why is not None:
-            return "torn_or_foreign", why
+            return ("tenant_leak" if why.startswith("tenant leak") else "torn_or_foreign"), why
         allowed = self.allowed.get(key, set())
         if seq in allowed:
             return None
@@ -160,11 +182,11 @@ class Violations:
         self.f.flush()
 
 
-def open_store(address, deadline, stop):
+def open_store(address, deadline, stop, tenant="default"):
     from mooncake_cxl import MooncakeDistributedStore
     while True:
         s = MooncakeDistributedStore()
-        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address)
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address, tenant_id=tenant)
         if rc == 0:
             return s
         s.close()
@@ -174,6 +196,8 @@ def open_store(address, deadline, stop):
 
 
 def worker(a):
+    global NT
+    NT = a.get("ntenants", 1)
     slot, life, nkeys = a["slot"], a["life"], a["nkeys"]
     rnd = random.Random(f"{a['seed']}/worker/{slot}/{life}")
     block = rnd.randbytes(MAX_VALUE + 4096)
@@ -185,27 +209,36 @@ def worker(a):
     viol = Violations(os.path.join(a["dir"], f"violations.{slot}.{life}"), f"worker {slot} life {life}")
     stop_path = os.path.join(a["dir"], "stop")
     stop = lambda: os.path.exists(stop_path)
-    stats = {k: 0 for k in ("put", "upsert", "remove", "get", "get_buffer", "ok", "failed", "hit", "miss",
-                            "foreign_read", "view_checked", "view_refused")}
+    stats = {k: 0 for k in ("put", "upsert", "remove", "remove_by_regex", "get", "get_buffer", "ok", "failed",
+                            "hit", "miss", "foreign_read", "view_checked", "view_refused")}
     rcs = {}
-    s = open_store(a["address"], time.monotonic() + 60, stop)
-    print(f"worker {slot} life {life} pid {os.getpid()} attached, seq from {seq:#x}", flush=True)
+    s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
+    print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
+          flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
     own = [key_name(slot, i) for i in range(nkeys)]
     recent = []  # own keys written lately
 
+    own_set = set(own)
+    nslots = a["nslots"]
+
     def read_check(key, v, how):
-        mine = key.startswith(f"f/{slot}/")
+        mine = key in own_set
         if not v:
             stats["miss"] += 1
             return
         stats["hit"] += 1
         if mine:
-            bad = model.judge(key, v)
+            bad = model.judge(key, v, slot)
         else:
             stats["foreign_read"] += 1
-            _, why = parse_value(key, v)
-            bad = None if why is None else ("torn_or_foreign", why)
+            owner = owner_of(slot, key, nslots)
+            if owner is None:
+                bad = ("tenant_leak", f"{len(v)} bytes read, but no slot of tenant {tenant_of(slot)} writes it")
+            else:
+                _, why = parse_value(key, v, owner)
+                bad = None if why is None else (
+                    "tenant_leak" if why.startswith("tenant leak") else "torn_or_foreign", why)
         if bad:
             viol.add(bad[0], key, f"{how}: {bad[1]}", read_your_write=mine)
 
@@ -238,6 +271,25 @@ def worker(a):
         stats[op] += 1
         return rc
 
+    def remove_by_regex():
+        # Own keys whose index starts with a digit: the master confines the
+        # pattern to our tenant, so the other tenants' same names stay.
+        nonlocal seq
+        d = str(rnd.randrange(1, 10))
+        matched = [k for k in own if k.rsplit("/", 1)[1].startswith(d)]
+        seqs = []
+        for k in matched:
+            seq += 1
+            seqs.append(seq)
+            journal.write(f"A {k} {seq} remove\n")
+        rc = s.remove_by_regex(f"^f/{slot // NT}/{d}[0-9]*$", force=True)
+        code = 0 if rc >= 0 else rc
+        for k, q in zip(matched, seqs):
+            journal.write(f"R {k} {q} remove {code}\n")
+            model.result(k, q, "remove", code)
+        stats["remove_by_regex"] += 1
+        return code
+
     def remove(key, force):
         nonlocal seq
         seq += 1
@@ -267,7 +319,7 @@ def worker(a):
                     release(h)
             if held and rnd.random() < 0.3:
                 key = rnd.choice(held)[1]
-                key = key if key.startswith(f"f/{slot}/") else rnd.choice(own)
+                key = key if key in own_set else rnd.choice(own)
             elif recent and rnd.random() < 0.3:  # keys written lately: read-your-write
                 key = rnd.choice(recent)
             else:
@@ -285,12 +337,14 @@ def worker(a):
                     if rnd.random() < 0.1:
                         stats["get"] += 1
                         read_check(key, s.get(key), "get right after the write")
-            elif r < 0.55:
+            elif r < 0.56 and rnd.random() < 0.1:
+                rc = remove_by_regex()
+            elif r < 0.56:
                 rc = remove(key, force=rnd.random() < 0.5)
                 if rc in (OBJECT_NOT_FOUND, OBJECT_HAS_LEASE):
                     rc = 0  # expected answers (missing; leased or viewed), not failures
             elif r < 0.80:
-                if rnd.random() < 0.25:  # another slot's key: integrity only
+                if rnd.random() < 0.25:  # another slot's key: integrity and tenant isolation
                     key = key_name(rnd.randrange(a["nslots"]), rnd.randrange(nkeys))
                 stats["get"] += 1
                 read_check(key, s.get(key), "get")
@@ -342,24 +396,26 @@ def worker(a):
 
 
 def check(a):
-    """After the faults: every key ever journaled is a miss or an allowed value."""
-    model = KeyModel()
-    for slot in range(a["nslots"]):
-        replay(os.path.join(a["dir"], f"journal.{slot}"), model)
+    """After the faults: every key ever journaled is a miss or an allowed
+    value, read in its own tenant."""
+    global NT
+    NT = a.get("ntenants", 1)
     viol = Violations(os.path.join(a["dir"], "violations.check"), "checker")
-    s = open_store(a["address"], time.monotonic() + 60, lambda: False)
     hits = misses = 0
     sizes = {}
     for slot in range(a["nslots"]):
+        model = KeyModel()  # the slot's keys are its own (tenant, name)s
+        replay(os.path.join(a["dir"], f"journal.{slot}"), model)
+        s = open_store(a["address"], time.monotonic() + 60, lambda: False, tenant_of(slot))
         for idx in range(a["nkeys"]):
             key = key_name(slot, idx)
             v = s.get(key)
             if v:
                 hits += 1
-                sizes[key] = len(v)
+                sizes[f"{tenant_of(slot)}\t{key}"] = len(v)
             else:
                 misses += 1
-            bad = model.judge(key, v)
+            bad = model.judge(key, v, slot)
             if bad:
                 viol.add(bad[0], key, f"final read: {bad[1]}")
             h = s.get_buffer(key)
@@ -367,7 +423,7 @@ def check(a):
                 viol.add("view_differs_from_get", key, f"final get_buffer differs from get "
                          f"({None if h is None else len(h)} vs {len(v)} bytes)")
             del h
-    s.close()
+        s.close()
     with open(os.path.join(a["dir"], "result.check"), "w") as f:
         json.dump({"hits": hits, "misses": misses, "sizes": sizes, "violations": viol.count}, f)
     print(f"checker: {hits} hits, {misses} misses, {viol.count} violations", flush=True)

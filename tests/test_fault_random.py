@@ -31,6 +31,8 @@ Environment (all optional):
   MCXL_FAULT_KINDS    faults to inject, of master,kill,stop (default all; empty =
                       load and eviction only): tells which fault a violation needs
   MCXL_FAULT_WORKERS  worker processes (default 4: the last on TCP, the others on rings)
+  MCXL_FAULT_TENANTS  tenants the workers are spread over (default 2: slots of
+                      different tenants write the same key names; tenant_leak)
   MCXL_FAULT_RPC      force every worker onto ring or tcp
   MCXL_FAULT_LEASE_MS --default_kv_lease_ttl (default Mooncake's 10000)
 Timing differs from run to run, so a seed reproduces the schedule and the
@@ -55,6 +57,7 @@ from mooncake_cxl.launch import MasterError, MasterProcess
 
 POOL = 32 << 20
 SLOTS = int(os.environ.get("MCXL_FAULT_WORKERS", "4"))
+TENANTS = int(os.environ.get("MCXL_FAULT_TENANTS", "2"))
 KEYS_PER_SLOT = 80   # 320 keys of 4-256 KiB (~42 MiB on average): eviction all the time
 CLIENT_TTL = 3
 # Short client TTL and put timeouts: a worker stopped for CLIENT_TTL + 2..4 s is
@@ -139,7 +142,8 @@ class Run:
     def start_worker(self, slot):
         self.lives[slot] += 1
         life = self.lives[slot]
-        args = {"slot": slot, "life": life, "nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "seed": self.seed,
+        args = {"slot": slot, "life": life, "nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS,
+                "seed": self.seed,
                 "dir": self.tmp, "address": self.master.address if self.master else f"127.0.0.1:{self.port}"}
         rpc = os.environ.get("MCXL_FAULT_RPC") or ("tcp" if slot == SLOTS - 1 else "ring")
         env = dict(os.environ, MC_CXL_RPC=rpc, MC_CXL_RPC_TIMEOUT_MS="2000",
@@ -315,7 +319,8 @@ def test_random_faults(pool_path, tmp_path):
             run.master.stop()
         if run.start_master():
             address = run.master.address
-            args = {"nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "dir": run.tmp, "address": address}
+            args = {"nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS, "dir": run.tmp,
+                    "address": address}
             with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
                 try:
                     checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],
@@ -404,11 +409,15 @@ def _check_space(run, when):
                 or time.monotonic() > deadline:
             break
         time.sleep(0.5)
-    keys = [k for k in http(m, "/get_all_keys").split("\n") if k]
+    keys = [k for k in http(m, "/get_all_keys?tenant=*").split("\n") if k]  # tenant<TAB>key
     live = 0
-    for k in keys:
-        info = json.loads(http(m, "/query_key?key=" + urllib.request.quote(k, safe="")))
-        live += extent_bytes(len(k.encode()), info["data"][0]["size_"])
+    for line in keys:
+        tenant, k = line.split("\t", 1)
+        info = json.loads(http(m, "/query_key?key=" + urllib.request.quote(k, safe="") + "&tenant=" +
+                               urllib.request.quote(tenant, safe="")))
+        # Stored keys carry the tenant's prefix (tenant.h) except the default's.
+        stored = len(k.encode()) + (0 if tenant == "default" else len(tenant.encode()) + 2)
+        live += extent_bytes(stored, info["data"][0]["size_"])
     alloc = mt["master_allocated_bytes"]
     state = (f"clients {mt['master_client_count']:g}, writing {writing:g}, removed_but_viewed {viewed:g}, "
              f"revoked_quarantined {quarantined:g}, "
