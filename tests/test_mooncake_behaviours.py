@@ -457,3 +457,28 @@ def test_compat_shim_serves_the_wheels_structured_object_store(tmp_path):
     r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
                        cwd=str(tmp_path))
     assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr[-2000:]
+
+
+def test_reference_tenant_flags_accepted(master_factory):
+    """mooncake_master 0.3.13's tenant flags (--enable_multi_tenants,
+    --quota_bytes, --tenant_quota_connector_type/_uri, --kv_events_tenant_id)
+    start our master too (they used to be "unknown flag"): isolation is
+    always on here, quotas are not enforced, each is said in one log line."""
+    master = master_factory(extra_flags=["--enable_multi_tenants=true", "--quota_bytes=1073741824",
+                                         "--tenant_quota_connector_type=file",
+                                         "--tenant_quota_connector_uri=/nonexistent/quota.json",
+                                         "--kv_events_tenant_id=default"])
+    a, b = MooncakeDistributedStore(), MooncakeDistributedStore()
+    for s, tenant in ((a, "A"), (b, "B")):
+        assert s.setup("localhost", "P2PHANDSHAKE", 0, 0, "cxl", "", master.address, tenant_id=tenant) == OK
+    try:
+        assert a.put("k", b"a's") == OK
+        assert b.get("k") == b"" and a.get("k") == b"a's"
+    finally:
+        a.close(), b.close()
+    with open(master.log_path, "rb") as f:
+        log = f.read()
+    assert b"--enable_multi_tenants=true: tenants are always isolated here" in log
+    for flag in (b"quota_bytes", b"tenant_quota_connector_type", b"tenant_quota_connector_uri",
+                 b"kv_events_tenant_id"):
+        assert b"--" + flag + b" accepted for Mooncake compatibility" in log
