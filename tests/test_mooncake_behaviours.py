@@ -11,7 +11,12 @@ batch_replica_clear). The dummy-client file's behaviours are pinned in
 tests/test_dummy_client.py (test_ref_dummy_*), batch_replica_clear's in
 tests/test_replica.py, tenants in tests/test_tenants.py and the pool file
 replaced between test classes in tests/test_pool_replaced.py; the ones
-below are the rest."""
+below are the rest. The real files, for whoever has them, run against this
+store through the shim with scripts/run_mooncake_tests.sh DIR (and against
+the reference wheel with --reference); the last tests below pin what that run
+found (a master started before its CXL file exists, the wheel's
+structured_object_store through the shim, the reference master's tenant
+flags)."""
 import ctypes
 import os
 import random
