@@ -8,10 +8,15 @@
     python -m mooncake_cxl.compat run -m package.module [args...]  # children too
     MOONCAKE_CXL_COMPAT=1 any-python-program ...           # the same switch
 
-install() puts a finder first on sys.meta_path that answers for exactly two
-names, `mooncake` (an empty package) and `mooncake.store` (mooncake_cxl's
-classes under Mooncake's names); every other `mooncake.*` import fails with
-ModuleNotFoundError rather than mixing the two implementations. When the real
+install() puts a finder first on sys.meta_path that answers for `mooncake`
+(an empty package) and `mooncake.store` (mooncake_cxl's classes under
+Mooncake's names). Where the real Mooncake wheel is installed, a few of its
+pure-Python modules that are only clients of `mooncake.store`
+(_WHEEL_CLIENT_MODULES: structured_object_store, which Mooncake's own
+test_put_get_tensor.py imports, dataproto_catalog, async_store) load from the
+wheel's files and so run on ours. Every other `mooncake.*` import (the
+transfer engine, native helpers) fails with ModuleNotFoundError rather than
+mixing the two implementations. When the real
 Mooncake wheel is importable, install() does nothing and returns False, unless
 `force=True` or the environment has MOONCAKE_CXL_AS_MOONCAKE=1. `run` always
 forces: asking for it is asking for ours.
@@ -33,6 +38,10 @@ import sys
 ENV_VAR = "MOONCAKE_CXL_AS_MOONCAKE"
 SWITCH_VAR = "MOONCAKE_CXL_COMPAT"  # read by mooncake_cxl_compat.pth at interpreter start
 _NAMES = ("mooncake", "mooncake.store")
+# The wheel's pure-Python clients of mooncake.store (no native code, no other
+# mooncake module at import): served from the installed wheel's own files.
+_WHEEL_CLIENT_MODULES = ("mooncake.structured_object_store", "mooncake.dataproto_catalog",
+                         "mooncake.async_store")
 
 # What `from mooncake.store import ...` finds. The enum values are also
 # exported at module level as the reference does (where its names clash,
@@ -95,6 +104,23 @@ class _ShimLoader(importlib.abc.Loader):
             module.__all__ = []
 
 
+def _wheel_module_spec(fullname):
+    """The spec of `fullname` from the installed Mooncake wheel's directory
+    (path finders only: never our own finder), or None without the wheel."""
+    try:
+        pkg = importlib.machinery.PathFinder.find_spec("mooncake")
+        if pkg is None or not pkg.submodule_search_locations:
+            return None
+        locations = [loc for loc in pkg.submodule_search_locations
+                     if importlib.machinery.PathFinder.find_spec("store", [loc]) is not None]
+        spec = importlib.machinery.PathFinder.find_spec(fullname, locations) if locations else None
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
+        return None  # pure Python only
+    return spec
+
+
 class _ShimFinder(importlib.abc.MetaPathFinder):
     """Answers for `mooncake` and `mooncake.store`; refuses other mooncake.* names."""
 
@@ -102,6 +128,10 @@ class _ShimFinder(importlib.abc.MetaPathFinder):
         if fullname in _NAMES:
             return importlib.machinery.ModuleSpec(fullname, _ShimLoader(),
                                                   is_package=(fullname == "mooncake"))
+        if fullname in _WHEEL_CLIENT_MODULES:
+            spec = _wheel_module_spec(fullname)
+            if spec is not None:
+                return spec
         if fullname.startswith("mooncake."):
             raise ModuleNotFoundError(
                 f"No module named {fullname!r}: mooncake_cxl.compat provides only mooncake.store",

@@ -143,6 +143,14 @@ def _itemsize(code):
     return 2 if code in (4, 5, 11, 12) else 4 if code in (0, 6, 7) else 8 if code in (1, 8, 9) else 1
 
 
+# Valid headers already parsed, by (header bytes, object length): KV blocks
+# repeat a handful of shapes, and parsing is most of a small get_tensor's
+# Python time. The result depends only on the key, so a hit is the same
+# answer; TensorMeta objects are never modified after parse_meta.
+_META_CACHE = {}
+_META_CACHE_MAX = 1024
+
+
 def parse_meta(head, total_length):
     """TensorMeta from the first bytes of an object of `total_length` bytes,
     or (None, why). Checks what Mooncake's ValidateTensorMetadata checks, and
@@ -150,6 +158,19 @@ def parse_meta(head, total_length):
     built over bytes it does not own)."""
     if total_length < HEADER_SIZE or len(head) < HEADER_SIZE:
         return None, f"{total_length} bytes is shorter than the {HEADER_SIZE}-byte tensor header"
+    ck = (head if type(head) is bytes and len(head) == HEADER_SIZE else bytes(head[:HEADER_SIZE]), total_length)
+    hit = _META_CACHE.get(ck)
+    if hit is not None:
+        return hit, ""
+    m, why = _parse_meta(ck[0], total_length)
+    if m is not None:
+        if len(_META_CACHE) >= _META_CACHE_MAX:
+            _META_CACHE.clear()
+        _META_CACHE[ck] = m
+    return m, why
+
+
+def _parse_meta(head, total_length):
     f = _FIXED.unpack_from(head, 0)
     magic, version, hsize, dtype, ndim, kind, _, off, nbytes = f[:9]
     if magic != MAGIC or version != VERSION or hsize != HEADER_SIZE:

@@ -56,7 +56,19 @@ Status Master::Open() {
   }
   PoolFileOptions file;
   file.group = config_.pool_group;
-  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, config_.format, file);
+  // Mooncake's master starts before its CXL device exists (its CXL test
+  // creates the pool file after the master is up, at the --cxl_size the
+  // master was given): a missing path with a size is created as --format
+  // would (0600, or 0660 for --pool_group), not a failed start.
+  bool create = config_.format;
+  struct stat missing {};
+  if (!create && config_.cxl_size != 0 && !config_.cxl_path.empty() &&
+      stat(config_.cxl_path.c_str(), &missing) != 0 && errno == ENOENT) {
+    MCXL_LOG(kWarn, "master", "pool %s does not exist: creating it as a %llu-byte file (--cxl_size); a device "
+             "that appears there later replaces it", config_.cxl_path.c_str(), (unsigned long long)config_.cxl_size);
+    create = true;
+  }
+  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, create, file);
   if (!pool) return pool.error();
   pool_ = std::move(pool.value());
   bool fresh = config_.format || !pool_->IsFormatted();

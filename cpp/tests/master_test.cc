@@ -8,6 +8,7 @@
 #include "master_test_util.h"
 
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -553,7 +554,19 @@ TEST_F(MasterTest, RestartOnUnformattedOrForeignFileFails) {
   MasterConfig cfg = config_;
   cfg.cxl_path = dir_ + "/missing";
   cfg.format = false;
+  cfg.cxl_size = 0;  // no size to create it at: a missing pool fails
   EXPECT_FALSE(Master::Create(cfg).ok());
+  // With --cxl_size, a missing path is created as --format would (Mooncake's
+  // master starts before its CXL file exists): 0600, that size, formatted.
+  cfg.cxl_size = config_.cxl_size;
+  {
+    auto created = Master::Create(cfg);
+    ASSERT_TRUE(created.ok());
+    struct stat st {};
+    ASSERT_EQ(stat(cfg.cxl_path.c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u);
+    EXPECT_EQ(uint64_t(st.st_size), config_.cxl_size);
+  }
   cfg.cxl_path = config_.cxl_path;
   // Corrupt the layout version: the master refuses rather than re-formatting.
   {

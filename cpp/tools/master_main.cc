@@ -140,6 +140,14 @@ int main(int argc, char** argv) {
   flags.Add("prefault_pool", &cfg.prefault_pool,
             "map and allocate every pool page at start: no first-touch page faults on puts later "
             "(costs ~0.1-0.2 s per GiB at start, and keeps the whole pool resident)");
+  // Mooncake 0.3.13's tenant flags: isolation is always on here (setup's
+  // tenant_id); quotas are not enforced (the flags are accepted, logged).
+  bool enable_multi_tenants = false;
+  flags.Add("enable_multi_tenants", &enable_multi_tenants,
+            "accepted (Mooncake: strict tenant namespaces and quota admission); tenants are always isolated here");
+  for (const char* n : {"quota_bytes", "tenant_quota_connector_type", "tenant_quota_connector_uri",
+                        "kv_events_tenant_id"})
+    flags.Ignore(n);
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
@@ -159,6 +167,9 @@ int main(int argc, char** argv) {
   }
   for (const auto& n : flags.ignored_seen())
     MCXL_LOG(kInfo, "master", "--%s accepted for Mooncake compatibility; it has no effect here", n.c_str());
+  if (flags.WasSet("enable_multi_tenants"))
+    MCXL_LOG(kInfo, "master", "--enable_multi_tenants=%s: tenants are always isolated here (setup(..., tenant_id=T)); "
+             "per-tenant quotas are not enforced", enable_multi_tenants ? "true" : "false");
   if (cfg.rpc_port < 0 || cfg.rpc_port > 65535) {
     fprintf(stderr, "mooncake_cxl_master: --rpc_port must be 0..65535\n");
     return 2;
