@@ -1,13 +1,14 @@
 """What the scheduler and worker halves share: the extra config, the store
 connection, the block cache's shape (derived from vLLM's config the same way
 on both sides, so their keys agree) and a request's announcement key."""
-import logging
 import os
 from dataclasses import dataclass
 
+from vllm.logger import init_logger
+
 from ..kv import BlockKVCache, KVLayout, Namespace, request_key
 
-log = logging.getLogger("mooncake_cxl.vllm")
+log = init_logger("vllm.mooncake_cxl")  # under "vllm": vLLM's handlers print our lines
 
 _TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32",
                  "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",

@@ -106,15 +106,8 @@ class SchedulerSide:
         """True while a producer is still writing blocks [have, need) of the
         request; False (with one log line saying why) once it is done, gone
         or past the deadline: vLLM then recomputes what is missing."""
-        params = st.request.kv_transfer_params or {}
-        explicit = params.get("mcxl_wait_s")
-        if st.key is None or not (self.s.waits or explicit):
-            return False
+        explicit = (st.request.kv_transfer_params or {}).get("mcxl_wait_s")
         lis = self._channel()
-        if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
-            self._absorb(lis.wait(0.02))
-        else:
-            self._absorb(lis.poll())
         now = time.monotonic()
         if st.wait_start is None:
             st.wait_start = now
@@ -146,8 +139,14 @@ class SchedulerSide:
         need = (request.num_prompt_tokens - 1) // self.bs  # vLLM computes at least the last token
         if need * self.bs <= num_computed_tokens:
             return 0, False
+        explicit = (request.kv_transfer_params or {}).get("mcxl_wait_s")
+        may_wait = st.key is not None and (self.s.waits or explicit)
+        if may_wait:  # news first, then the lookup: a "done" read after it could hide its last blocks
+            self._absorb(self._channel().poll())
         prefix = self.cache.lookup(st.hashes[:need])
-        if prefix.blocks < need and self._should_wait(st, need, prefix.blocks):
+        if prefix.blocks < need and may_wait and self._should_wait(st, need, prefix.blocks):
+            if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
+                self._absorb(self._listener.wait(0.02))
             return None, False
         if st.wait_start is not None and not st.waited_logged:
             st.waited_logged = True
