@@ -167,6 +167,8 @@ class SchedulerSide:
         start = (prefix.blocks * self.bs - num_external_tokens) // self.bs
         st.load = LoadSpec(start=max(0, start), end=prefix.blocks, objects=list(prefix.objects))
         st.saved = max(st.saved, prefix.blocks)
+        log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d of %d from the pool (%d tokens)",
+                 request.request_id, st.load.start, st.load.end, len(st.hashes), num_external_tokens)
 
     # ---------------------------------------------------------------- steps
 
