@@ -218,3 +218,29 @@ def test_killed_producer_consumer_recomputes(pd):
     assert got["cached"] == first.end * BS  # what was stored loads; vLLM recomputed the rest
     assert len(got["tokens"]) == 16
     assert f"producer pid {prod.proc.pid} is gone" in cons.log()
+
+
+@pytest.mark.skipif(os.environ.get("MCXL_TEST_RUN_PD") != "1",
+                    reason="scripts/run_pd.sh end to end (two vllm serve, ~1-3 min): set MCXL_TEST_RUN_PD=1")
+def test_run_pd_script_end_to_end(tmp_path):
+    """scripts/run_pd.sh --once: master, prefill and decode servers, proxy; one
+    request through the proxy returns text, the decode server loaded the
+    prompt's blocks from the pool, and everything stops afterwards."""
+    work = tmp_path / "run_pd"
+    env = dict(os.environ, PYTHON=sys.executable, RUN_PD_DIR=str(work))
+    p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "run_pd.sh"), "--once"], env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        out, _ = p.communicate(timeout=START_TIMEOUT)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+            p.wait()
+    assert p.returncode == 0, out[-3000:]
+    answer = json.loads((work / "answer.json").read_text())
+    assert answer["usage"]["completion_tokens"] == 16 and answer["choices"][0]["text"].strip()
+    decode_log = (work / "decode.log").read_text()
+    assert "loading blocks 0..6 of 6 from the pool" in decode_log, decode_log[-3000:]
+    assert "run_pd: stopped" in out
+    left = subprocess.run(["pgrep", "-f", str(work)], capture_output=True, text=True).stdout.split()
+    assert not left, f"processes left running: {left}"
