@@ -179,16 +179,19 @@ def test_pd_pair_prefix_hits_same_tokens_and_write_back(pd):
     assert cache.lookup(cache.block_hashes(y + out["tokens"][:15])).blocks == full == 10
 
 
-def test_consumer_waits_for_announcements_while_producer_prefills(pd):
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["load-as-announced", "wait-then-load"])
+def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchronous):
+    """Asynchronous: vLLM parks the request while our worker loads blocks as
+    they are announced; otherwise the scheduler asks again each step."""
     prod, cons = pd["prod"], pd["cons"]
     lis = Listener(pd["store"], CHANNEL, from_start=False)
-    x = prompt(3)
+    x = prompt(3 if asynchronous else 5)
     open(pd["pause"], "w").close()  # the producer stops after its first chunk (4 blocks)
     try:
         prod.send(x, 16)
         first = first_blocks_announced(lis)
         assert first.end < 9
-        cons.send(x, 16)
+        cons.send(x, 16, params={"mcxl_async": asynchronous})
         time.sleep(2.0)
         assert not cons.has_result(), "the consumer did not wait for the producer"
     finally:
@@ -215,9 +218,11 @@ def test_killed_producer_consumer_recomputes(pd):
     t0 = time.monotonic()
     got = cons.result()
     assert time.monotonic() - t0 < 60  # far below the 120 s wait budget: no hang
-    assert got["cached"] == first.end * BS  # what was stored loads; vLLM recomputed the rest
     assert len(got["tokens"]) == 16
-    assert f"producer pid {prod.proc.pid} is gone" in cons.log()
+    log = cons.log()
+    # The stored blocks loaded; the rest were reported as not loaded and vLLM recomputed them.
+    assert f"producer pid {prod.proc.pid} is gone with {first.end} of 9 blocks in the pool" in log
+    assert f"Recovered from KV load failure: 1 request(s) rescheduled ({(9 - first.end) * BS} tokens" in log
 
 
 @pytest.mark.skipif(os.environ.get("MCXL_TEST_RUN_PD") != "1",

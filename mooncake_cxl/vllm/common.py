@@ -25,6 +25,7 @@ class Settings:
     wait_timeout_s: float = 30.0   # longest a consumer waits for a live producer
     model_tag: str = ""            # namespace model name (default: the served model path)
     protocol: str = "cxl"
+    async_load: bool = True        # load while the producer writes (needs kv_load_failure_policy=recompute)
 
     @property
     def saves(self):
@@ -53,7 +54,8 @@ def settings(vllm_config):
                     blocks_per_object=int(extra.get("blocks_per_object", 16)),
                     layer_groups=int(extra.get("layer_groups", 0)),
                     wait_timeout_s=float(extra.get("wait_timeout_s", 30.0)),
-                    model_tag=str(extra.get("model_tag", "")), protocol=str(extra.get("protocol", "cxl")))
+                    model_tag=str(extra.get("model_tag", "")), protocol=str(extra.get("protocol", "cxl")),
+                    async_load=bool(extra.get("async_load", True)))
 
 
 def open_store(s):
