@@ -195,9 +195,10 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
 // group), exactly as an inline round checks it, so a slice may run on a
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
-void Master::EvictAhead(uint64_t budget_ns) {
+void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
+  auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
   uint64_t cap_bytes = alloc_->capacity();
   double ratio = config_.eviction_ratio;
   uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - ratio) * double(cap_bytes));
@@ -234,7 +235,7 @@ void Master::EvictAhead(uint64_t budget_ns) {
   if (ahead_next_ == SIZE_MAX) {
     // Scanning, in stretches of a few µs: an empty slot costs one load, a
     // COMPLETE one its header checks (CheckedLive): 32 of those per stretch.
-    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && MonoNs() < t_end) {
+    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
       for (uint64_t n = 0, seen = 0; n < 4096 && seen < 32 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
         uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
@@ -251,7 +252,7 @@ void Master::EvictAhead(uint64_t budget_ns) {
     if (ahead_scanned_ < cap && ahead_complete_ < kSampleSize) return;  // more next slice
     std::sort(ahead_window_.begin(), ahead_window_.end());
     ahead_next_ = 0;
-    if (MonoNs() >= t_end) return;
+    if (out_of_time()) return;
   }
   PinSet pins;
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
@@ -267,7 +268,7 @@ void Master::EvictAhead(uint64_t budget_ns) {
       stats_.evicted_keys += n;
       stats_.evicted_bytes += b;
     }
-    if (MonoNs() >= t_end) break;
+    if (out_of_time()) break;
   }
   if (alloc_->used_bytes() <= low) return done(true);
   if (ahead_next_ >= ahead_window_.size()) {  // window used up: sample another

@@ -185,8 +185,10 @@ class Master {
   // moments (no request waiting) in slices of about `budget_ns` evicting
   // down to watermark - ratio, so a PutStart rarely runs a round inline.
   // Wanted: a relaxed hint (the next put sets it again when still needed).
+  // `interrupted` (optional) is polled between candidates: a request waiting
+  // ends the slice at once, so a PutStart waits for one candidate, not a slice.
   bool EvictAheadWanted() const { return evict_ahead_wanted_.load(std::memory_order_relaxed); }
-  void EvictAhead(uint64_t budget_ns);
+  void EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted = nullptr);
 
   MasterStats stats() const;
   // For the monitoring port (master_http.cc); thread-safe like Handle. The
