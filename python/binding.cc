@@ -262,7 +262,20 @@ class Store {
   }
 
   int Put(const std::string& key, py::buffer value, const ReplicateConfig& config, bool upsert) {
-    return PutMany({key}, {{value}}, config, upsert, upsert ? "upsert" : "put")[0];
+    // PutMany for one key and one buffer, without its per-call vectors.
+    const char* op = upsert ? "upsert" : "put";
+    auto c = Ready(op);
+    if (!c) return kNotReady;
+    if (const char* why = InvalidConfig(config, 1)) {
+      MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
+      return int(ErrorCode::INVALID_PARAMS);
+    }
+    HeldBuffer held(value);
+    std::vector<std::string_view> kv{key};
+    std::vector<mcxl::PutParts> parts(1, mcxl::PutParts{held.slice()});
+    PutOptions opts = ToPutOptions(config);
+    py::gil_scoped_release nogil;
+    return ToInt(c->Put(kv, parts, opts, upsert)[0]);
   }
 
   int PutJoined(const std::string& key, py::args parts, const ReplicateConfig& config, bool upsert) {

@@ -471,6 +471,7 @@ class Master {
   uint64_t ahead_start_ = 0, ahead_scanned_ = 0, ahead_complete_ = 0;
   size_t ahead_next_ = 0;  // next window member to evict; SIZE_MAX while scanning
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
+  uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   static constexpr uint16_t kMessageTypes = 16;
