@@ -262,7 +262,20 @@ class Store {
   }
 
   int Put(const std::string& key, py::buffer value, const ReplicateConfig& config, bool upsert) {
-    return PutMany({key}, {{value}}, config, upsert, upsert ? "upsert" : "put")[0];
+    // PutMany for one key and one buffer, without its per-call vectors.
+    const char* op = upsert ? "upsert" : "put";
+    auto c = Ready(op);
+    if (!c) return kNotReady;
+    if (const char* why = InvalidConfig(config, 1)) {
+      MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
+      return int(ErrorCode::INVALID_PARAMS);
+    }
+    HeldBuffer held(value);
+    std::vector<std::string_view> kv{key};
+    std::vector<mcxl::PutParts> parts(1, mcxl::PutParts{held.slice()});
+    PutOptions opts = ToPutOptions(config);
+    py::gil_scoped_release nogil;
+    return ToInt(c->Put(kv, parts, opts, upsert)[0]);
   }
 
   int PutJoined(const std::string& key, py::args parts, const ReplicateConfig& config, bool upsert) {
@@ -357,22 +370,58 @@ class Store {
     if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
     if (!OneListPerKey(op, keys, ptrs, sizes)) return std::vector<int64_t>(keys.size(), kInvalid);
     py::gil_scoped_release nogil;
+    return GetIntoFlat(
+        *c, keys, [&](size_t i) { return ptrs[i].size() == sizes[i].size() ? ptrs[i].size() : SIZE_MAX; },
+        [&](size_t i, size_t j) { return MutSlice{reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]}; }, op);
+  }
+
+  // batch_get_into: one buffer per key (no nested lists to build).
+  std::vector<int64_t> GetIntoOnePerKey(const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
+                                        const std::vector<uint64_t>& sizes, const char* op) {
+    auto c = Ready(op);
+    if (!c) return std::vector<int64_t>(keys.size(), kNotReady);
+    if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+      MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffers, %zu sizes: one of each per key", op, keys.size(),
+               ptrs.size(), sizes.size());
+      return std::vector<int64_t>(keys.size(), kInvalid);
+    }
+    py::gil_scoped_release nogil;
+    return GetIntoFlat(
+        *c, keys, [](size_t) { return size_t(1); },
+        [&](size_t i, size_t) { return MutSlice{reinterpret_cast<void*>(ptrs[i]), sizes[i]}; }, op);
+  }
+
+  // Checks every destination, then one Client::BatchGetInto for the keys
+  // that passed (GIL released by the caller). count(i): key i's number of
+  // destinations (SIZE_MAX: its lists disagree); slice(i, j): the j-th.
+  template <class Count, class Slice>
+  static std::vector<int64_t> GetIntoFlat(Client& c, const std::vector<std::string>& keys, Count count,
+                                          Slice slice, const char* op) {
     std::vector<int64_t> out(keys.size(), 0);
+    std::vector<std::string_view> views(keys.begin(), keys.end());
     std::vector<MutSlice> dsts;
+    std::vector<size_t> first;
+    first.reserve(keys.size() + 1);
     for (size_t i = 0; i < keys.size(); ++i) {
-      if (ptrs[i].size() != sizes[i].size()) {
+      first.push_back(dsts.size());
+      size_t n = count(i);
+      if (n == SIZE_MAX) {
         out[i] = kInvalid;
         continue;
       }
-      dsts.clear();
-      for (size_t j = 0; j < ptrs[i].size() && out[i] == 0; ++j) {
-        out[i] = ToInt(c->CheckRange(ptrs[i][j], sizes[i][j], op).error());
-        dsts.push_back({reinterpret_cast<void*>(ptrs[i][j]), sizes[i][j]});
+      for (size_t j = 0; j < n && out[i] == 0; ++j) {
+        MutSlice d = slice(i, j);
+        out[i] = ToInt(c.CheckRange(reinterpret_cast<uintptr_t>(d.data), d.size, op).error());
+        dsts.push_back(d);
       }
-      if (out[i] != 0) continue;
-      auto r = c->GetInto(keys[i], dsts.data(), dsts.size());
-      out[i] = r ? int64_t(*r) : int64_t(ToInt(r.error()));
     }
+    first.push_back(dsts.size());
+    if (keys.size() == 1 && out[0] == 0) {  // get_into: no batch bookkeeping
+      auto r = c.GetInto(views[0], dsts.data(), dsts.size());
+      out[0] = r ? int64_t(*r) : int64_t(ToInt(r.error()));
+      return out;
+    }
+    c.BatchGetInto(views, dsts, first, &out);
     return out;
   }
 
@@ -828,7 +877,7 @@ PYBIND11_MODULE(_core, m) {
            py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
       .def("batch_get_into", [](Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
                                 const std::vector<uint64_t>& sizes) {
-             return s.GetIntoRanges(keys, Nest(ptrs), Nest(sizes), "batch_get_into"); },
+             return s.GetIntoOnePerKey(keys, ptrs, sizes, "batch_get_into"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"))
       .def("batch_get_into_multi_buffers",
            [](Store& s, const std::vector<std::string>& keys, const std::vector<std::vector<uintptr_t>>& ptrs,

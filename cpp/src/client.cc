@@ -304,14 +304,14 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
       continue;
     }
     if (h.request_id != id) continue;  // a late reply to a request of ours that timed out
-    std::string body = reply.substr(sizeof(h));
+    reply.erase(0, sizeof(h));  // the body, in place
     if (h.type == uint16_t(MessageType::kError)) {
-      Decoder d(body);
+      Decoder d(reply);
       ErrorCode st = ErrorCode::RPC_FAIL;
       DecodeStatus(&d, &st);
       return st;
     }
-    return body;
+    return reply;
   }
 }
 

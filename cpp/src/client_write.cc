@@ -153,12 +153,14 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   auto build = [&] {
     req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
+    e.mutable_data().reserve(128);
     Encode(req, &e);
-    return e.data();
+    return std::move(e.mutable_data());  // e ends here: no copy
   };
   auto r = MasterCall(MessageType::kPutStart, build, false);
   PutStartReply reply;
-  const std::string reply_bytes = r.ok() ? *r : std::string();
+  static const std::string kNoReply;
+  const std::string& reply_bytes = r.ok() ? *r : kNoReply;  // no copy
   Decoder d(reply_bytes);
   ErrorCode whole = !r.ok() ? r.error()
                     : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL

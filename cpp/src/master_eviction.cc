@@ -46,6 +46,7 @@
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
+#include "master_internal.h"
 
 namespace mcxl {
 namespace {
@@ -195,13 +196,16 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
 // group), exactly as an inline round checks it, so a slice may run on a
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
-void Master::EvictAhead(uint64_t budget_ns) {
+void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
+  auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
   uint64_t cap_bytes = alloc_->capacity();
   double ratio = config_.eviction_ratio;
   uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - ratio) * double(cap_bytes));
-  auto done = [&](bool log) {
+  // keep: the round met its target with candidates left in the sorted
+  // window; the next round starts from them (see below).
+  auto done = [&](bool log, bool keep = false) {
     if (ahead_t0_ != 0) {  // a round ends (counted as an inline round is)
       ++stats_.eviction_rounds;
       if (ahead_freed_ == 0) ++stats_.eviction_rounds_empty;
@@ -212,29 +216,44 @@ void Master::EvictAhead(uint64_t budget_ns) {
                100.0 * double(ahead_used_before_) / double(cap_bytes),
                100.0 * double(alloc_->used_bytes()) / double(cap_bytes), (unsigned long long)ahead_freed_,
                (unsigned long long)ahead_freed_bytes_, double(MonoNs() - ahead_t0_) / 1e6);
-    ahead_window_.clear();
-    ahead_next_ = SIZE_MAX;
+    if (!keep || ahead_next_ == SIZE_MAX || ahead_next_ >= ahead_window_.size()) {
+      ahead_window_.clear();
+      ahead_next_ = SIZE_MAX;
+    }
     ahead_scanned_ = ahead_complete_ = ahead_freed_ = ahead_freed_bytes_ = 0;
     ahead_t0_ = 0;
     evict_ahead_wanted_.store(false, std::memory_order_relaxed);
   };
-  if (pool_lost_ || pool_->failed() || alloc_->used_bytes() <= low) return done(true);
+  if (pool_lost_ || pool_->failed()) return done(true);
+  if (alloc_->used_bytes() <= low) return done(true, true);
   uint64_t cap = index_->capacity();
   uint64_t now = NowNs();
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   if (ahead_t0_ == 0) {  // a new round
-    eviction_rng_ ^= eviction_rng_ << 13;
-    eviction_rng_ ^= eviction_rng_ >> 7;
-    eviction_rng_ ^= eviction_rng_ << 17;
-    ahead_start_ = eviction_rng_ & (cap - 1);
     ahead_t0_ = MonoNs();
     ahead_used_before_ = alloc_->used_bytes();
-    ahead_next_ = SIZE_MAX;
+    // The previous round's sorted window, when it has candidates left and is
+    // younger than a lease (at most 1 s), is still this round's sample: an
+    // object read since it was sampled holds a lease and is skipped when
+    // re-checked, the others' last access has not changed, objects put since
+    // are newer than all of it, and every candidate is re-checked (same
+    // object, state, lease, pins, group) when evicted. This saves a whole
+    // scan and sort per round (most of the master's eviction work).
+    bool reuse = ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
+                 ahead_t0_ - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
+    if (!reuse) {
+      eviction_rng_ ^= eviction_rng_ << 13;
+      eviction_rng_ ^= eviction_rng_ >> 7;
+      eviction_rng_ ^= eviction_rng_ << 17;
+      ahead_start_ = eviction_rng_ & (cap - 1);
+      ahead_window_.clear();
+      ahead_next_ = SIZE_MAX;
+    }
   }
-  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   if (ahead_next_ == SIZE_MAX) {
     // Scanning, in stretches of a few µs: an empty slot costs one load, a
     // COMPLETE one its header checks (CheckedLive): 32 of those per stretch.
-    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && MonoNs() < t_end) {
+    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
       for (uint64_t n = 0, seen = 0; n < 4096 && seen < 32 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
         uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
@@ -251,15 +270,17 @@ void Master::EvictAhead(uint64_t budget_ns) {
     if (ahead_scanned_ < cap && ahead_complete_ < kSampleSize) return;  // more next slice
     std::sort(ahead_window_.begin(), ahead_window_.end());
     ahead_next_ = 0;
-    if (MonoNs() >= t_end) return;
+    ahead_sampled_mono_ns_ = MonoNs();
+    if (out_of_time()) return;
   }
   PinSet pins;
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   while (ahead_next_ < ahead_window_.size() && alloc_->used_bytes() > low) {
     const AheadCandidate& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
-    // Still the object sampled (not gone, nor its slot reused since).
-    if (index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
+    // Still the object sampled (not gone, nor its slot reused since); the
+    // window may predate a replaced pool device: bounded by this index.
+    if (slot < cap && index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
       uint64_t b = 0;
       uint64_t n = EvictWithGroup(slot, now, pins, &b);
       ahead_freed_ += n;
@@ -267,9 +288,9 @@ void Master::EvictAhead(uint64_t budget_ns) {
       stats_.evicted_keys += n;
       stats_.evicted_bytes += b;
     }
-    if (MonoNs() >= t_end) break;
+    if (out_of_time()) break;
   }
-  if (alloc_->used_bytes() <= low) return done(true);
+  if (alloc_->used_bytes() <= low) return done(true, true);
   if (ahead_next_ >= ahead_window_.size()) {  // window used up: sample another
     bool freed_any = ahead_freed_ != 0;
     done(true);

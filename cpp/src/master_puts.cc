@@ -145,7 +145,7 @@ std::string Master::HandlePutStart(Decoder* d) {
   }
   Encoder e;
   Encode(reply, &e);
-  return e.data();
+  return std::move(e.mutable_data());  // e ends here: no copy
 }
 
 void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {

@@ -60,6 +60,10 @@ void RingServer::Loop() {
     // Each round: the pool may have been replaced (the old one stays mapped
     // for a grace period far longer than one sleep).
     Superblock* sb = master_->pool().superblock();
+    // Every request rings the doorbell after its push (RingDoorbell): read
+    // before the scan, a changed count means a request arrived since.
+    // Relaxed: a hint; a missed change costs at most one eviction slice.
+    uint32_t bell = sb->ring_doorbell.load(std::memory_order_relaxed);
     if (ServeAll()) {
       spin_.Found();
       last_work = MonoNs();
@@ -67,9 +71,12 @@ void RingServer::Loop() {
     }
     uint64_t idle = MonoNs() - last_work;
     if (master_->EvictAheadWanted()) {
-      // No request waiting: evict ahead of the watermark in a short slice
-      // (a request arriving meanwhile waits at most about that long).
-      master_->EvictAhead(kEvictSliceNs);
+      // No request waiting: evict ahead of the watermark in a short slice.
+      // A request arriving meanwhile ends the slice early (the bell moved).
+      master_->EvictAhead(kEvictSliceNs, [sb, bell] {
+        ObserveRange(&sb->ring_doorbell, sizeof(uint32_t));
+        return sb->ring_doorbell.load(std::memory_order_relaxed) != bell;
+      });
       last_work = MonoNs();
       continue;
     }

@@ -24,7 +24,9 @@ const char* MessageTypeName(uint16_t type) {
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload) {
   FrameHeader h{kFrameMagic, kProtocolVersion, uint16_t(type), uint32_t(payload.size()), 0,
                 request_id};
-  std::string out(reinterpret_cast<const char*>(&h), sizeof(h));
+  std::string out;
+  out.reserve(sizeof(h) + payload.size());  // one allocation per frame
+  out.append(reinterpret_cast<const char*>(&h), sizeof(h));
   out += payload;
   return out;
 }

@@ -60,6 +60,10 @@ def main(argv=None):
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
               flush=True)
+    from . import summary
+    text = summary.markdown(results)
+    if text:
+        print("## Issue 14's figures, each beside its same-run baseline\n\n" + text + "\n", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)

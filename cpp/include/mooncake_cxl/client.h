@@ -130,6 +130,14 @@ class Client {
   // Counts a data read (get, get_into, get_buffer, ranges) as a hit or a
   // miss in this client's slot, where the master sums them for /metrics.
   void RecordRead(bool hit);
+  void RecordReads(uint64_t hits, uint64_t misses);
+  // GetInto of many keys in one call: key i's value goes to dsts[first[i],
+  // first[i+1]); (*out)[i] (preset: non-zero skips the key) becomes the bytes
+  // read or an error. Every key is looked up before any is copied (their
+  // cache misses overlap); each copy is validated as GetInto's is, and a key
+  // that changed meanwhile is looked up again.
+  void BatchGetInto(const std::vector<std::string_view>& keys, const std::vector<MutSlice>& dsts,
+                    const std::vector<size_t>& first, std::vector<int64_t>* out);
   // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
   int IsExist(std::string_view key);
   Result<uint64_t> GetSize(std::string_view key);
@@ -185,6 +193,9 @@ class Client {
   // Locate / CopyValidated of a stored (scoped) key.
   Result<EntrySnapshot> LocateStored(std::string_view stored);
   Result<bool> CopyStored(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts);
+  // CopyStored with life_mu_ already held (shared) and the lease given.
+  Result<bool> CopyLocked(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts,
+                          uint64_t lease_until_ns);
   std::string tenant_prefix_;  // TenantPrefix(options_.tenant)
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.

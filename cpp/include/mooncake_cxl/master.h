@@ -185,8 +185,10 @@ class Master {
   // moments (no request waiting) in slices of about `budget_ns` evicting
   // down to watermark - ratio, so a PutStart rarely runs a round inline.
   // Wanted: a relaxed hint (the next put sets it again when still needed).
+  // `interrupted` (optional) is polled between candidates: a request waiting
+  // ends the slice at once, so a PutStart waits for one candidate, not a slice.
   bool EvictAheadWanted() const { return evict_ahead_wanted_.load(std::memory_order_relaxed); }
-  void EvictAhead(uint64_t budget_ns);
+  void EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted = nullptr);
 
   MasterStats stats() const;
   // For the monitoring port (master_http.cc); thread-safe like Handle. The
@@ -471,6 +473,7 @@ class Master {
   uint64_t ahead_start_ = 0, ahead_scanned_ = 0, ahead_complete_ = 0;
   size_t ahead_next_ = 0;  // next window member to evict; SIZE_MAX while scanning
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
+  uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   static constexpr uint16_t kMessageTypes = 16;

@@ -1,0 +1,40 @@
+"""Issue 14's four figures, each beside the baseline measured in the same
+run (the machine drifts between runs: compare within a run, not across).
+
+Depends on the result dicts of data, control and eviction; prints the rows
+whose sections ran.
+"""
+from .common import KIB, MIB
+
+
+def _row(rows, op, size):
+    return next((r for r in rows if r["op"] == op and r["size"] == size), None)
+
+
+def markdown(results):
+    lines = ["| figure | this run | same-run baseline | goal |", "|---|---:|---|---|"]
+    data, control, evict = results.get("data"), results.get("control"), results.get("eviction")
+    if data:
+        rows = data["rows"]
+        put = _row(rows, "put", 4 * KIB)
+        ping = next((r for r in (control or {}).get("rows", []) if r["op"] == "ping"), None)
+        if put:
+            floor = f"4 KiB memcpy {put['memcpy_median_us']:.2f} µs"
+            if ping:
+                floor = f"ring ping {ping['ring_median_us']:.2f} µs + " + floor
+            lines.append(f"| put 4 KiB median (rings) | {put['median_us']:.2f} µs | {floor} | ≤ 2 µs |")
+        b = _row(rows, "batch_get_into 32x64 KiB vs anonymous memcpy", 32 * 64 * KIB)
+        if b:
+            lines.append(f"| batch_get_into 32 × 64 KiB ÷ one anonymous 2 MiB memcpy (median of per-call ratios) | "
+                         f"{b['vs_memcpy']:.2f}× | memcpy {b['memcpy_median_us']:.1f} µs, store "
+                         f"{b['median_us']:.1f} µs | ≥ 0.9× |")
+        for size in (4 * MIB, 16 * MIB):
+            r = _row(rows, "put", size)
+            if r and r.get("memcpy_p99_us"):
+                lines.append(f"| put {size // MIB} MiB p99 ÷ median ({r['samples']} puts) | {r['p99_over_median']:.1f}× | "
+                             f"plain memcpy of the same size: {r['memcpy_p99_us'] / r['memcpy_median_us']:.1f}× | ≤ 3× |")
+    if evict:
+        lines.append(f"| 64 KiB put throughput lost while eviction runs | {evict['eviction_cost'] * 100:.0f}% | "
+                     f"pool half empty {evict['put_64k_half_empty_gbps']:.2f} GB/s vs at the watermark "
+                     f"{evict['put_64k_at_watermark_gbps']:.2f} GB/s, alternating | ≤ 10% |")
+    return "\n".join(lines) if len(lines) > 2 else ""
