@@ -150,7 +150,16 @@ Status ReadVerified(int fd, bool aligned, uint32_t segment_id, uint64_t offset, 
     return ErrorCode::OBJECT_NOT_FOUND;
   }
   const uint64_t total = RecordBytes(h.key_len, h.value_len);  // <= file_size - offset (checked)
-  if (got < std::min(total, kChunkBytes)) {
+  const uint64_t data_end = kHeaderBytes + h.key_len + h.value_len;  // the rest is padding
+  // Bytes [pos, pos + n) read into buf with `got` from the file: the data part
+  // must be there; missing padding (a cut file) reads as zeros.
+  auto complete = [&](uint64_t pos, uint64_t n, uint64_t got) {
+    uint64_t need = data_end > pos ? std::min(n, data_end - pos) : 0;
+    if (got < need) return false;
+    if (got < n) memset(buf + got, 0, n - got);
+    return true;
+  };
+  if (!complete(0, std::min(total, kChunkBytes), got)) {
     *why = "short file";
     return ErrorCode::CHECKSUM_MISMATCH;
   }
@@ -160,7 +169,7 @@ Status ReadVerified(int fd, bool aligned, uint32_t segment_id, uint64_t offset, 
   v.value_end = v.value_begin + h.value_len;
   v.dst = static_cast<uint8_t*>(dst);
   uint64_t pos = 0;
-  uint64_t have = std::min({got, total, kChunkBytes});
+  uint64_t have = std::min(total, kChunkBytes);
   for (;;) {
     v.Feed(pos, buf, have);
     if (raw != nullptr && !raw->Chunk(pos, buf, have)) {
@@ -176,7 +185,7 @@ Status ReadVerified(int fd, bool aligned, uint32_t segment_id, uint64_t offset, 
       *why = strerror(e);
       return ErrorCode::INVALID_READ;
     }
-    if (got < n) {
+    if (!complete(pos, n, got)) {
       *why = "short file";
       return ErrorCode::CHECKSUM_MISMATCH;
     }

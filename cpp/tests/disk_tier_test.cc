@@ -224,5 +224,387 @@ TEST_F(DiskTierTest, BadArguments) {
   EXPECT_TRUE(ReadsBack(t->root_dir(), "k", loc));
 }
 
+
+void CopyDir(const std::string& from, const std::string& to) {
+  fs::remove_all(to);
+  fs::copy(from, to, fs::copy_options::recursive);
+}
+
+// A crash can tear the last record at any byte: truncate the active segment at
+// random offsets (and at each block edge); rebuild keeps every record that
+// ended before the cut and nothing after it.
+TEST_F(DiskTierTest, TornTailAtAnyByteKeepsEarlierRecords) {
+  Options o = Opts(64 * kMiB);
+  std::vector<std::pair<std::string, RecordLocation>> recs;
+  {
+    auto t = OpenTier(o);
+    ASSERT_TRUE(t);
+    std::mt19937_64 rng(7);
+    for (int i = 0; i < 24; i++) {
+      std::string k = "t" + std::to_string(i);
+      recs.emplace_back(k, Put(*t, k, i + 1, rng() % (40 * kKiB) + (i % 3 == 0 ? 9000 : 10)));
+    }
+  }
+  auto files = SegmentFiles(o.root_dir);
+  ASSERT_EQ(files.size(), 1u);
+  const uint64_t size = fs::file_size(files[0]);
+  std::mt19937_64 rng(11);
+  std::vector<uint64_t> cuts = {0, 1, 63, 4095, 4096, 4097, 4096 + 63, 4096 + 64, size - 1};
+  for (int i = 0; i < 40; i++) cuts.push_back(rng() % size);
+  const std::string copy = dir_ + "/copy";
+  for (uint64_t cut : cuts) {
+    CopyDir(o.root_dir, copy);
+    const std::string seg = SegmentPath(copy, recs[0].second.segment_id);
+    ASSERT_EQ(truncate(seg.c_str(), off_t(cut)), 0);
+    Options oc = o;
+    oc.root_dir = copy;
+    auto t = OpenTier(oc);
+    ASSERT_TRUE(t);
+    auto live = Live(*t);
+    for (auto& [k, l] : recs) {
+      uint64_t end = l.offset + 64 + l.key_len + l.value_len;
+      if (end <= cut) {
+        ASSERT_TRUE(live.count(k)) << "cut " << cut << " lost " << k;
+        EXPECT_EQ(live[k], l);
+        EXPECT_TRUE(ReadsBack(copy, k, l));
+      } else {
+        EXPECT_FALSE(live.count(k)) << "cut " << cut << " kept torn " << k;
+      }
+    }
+    // The tier keeps working after a torn tail.
+    RecordLocation n = Put(*t, "new", 1000, 5000);
+    EXPECT_TRUE(ReadsBack(copy, "new", n));
+  }
+}
+
+// A record whose header never reached the file (body written, crash before
+// block 0) is not rebuilt, and the records after a corrupt header still are.
+TEST_F(DiskTierTest, CrashBeforeHeaderAndCorruptHeaderMidSegment) {
+  Options o = Opts(64 * kMiB);
+  std::vector<std::pair<std::string, RecordLocation>> recs;
+  {
+    auto t = OpenTier(o);
+    ASSERT_TRUE(t);
+    for (int i = 0; i < 6; i++) {
+      std::string k = "c" + std::to_string(i);
+      recs.emplace_back(k, Put(*t, k, i + 1, 20000 + i));
+    }
+  }
+  // Zero block 0 of record 2 (as if its header write never happened) and flip a
+  // header byte of record 4.
+  const std::string seg = SegmentPath(o.root_dir, recs[0].second.segment_id);
+  int fd = open(seg.c_str(), O_RDWR);
+  ASSERT_GE(fd, 0);
+  std::vector<uint8_t> zero(4096, 0);
+  ASSERT_EQ(pwrite(fd, zero.data(), 4096, off_t(recs[2].second.offset)), 4096);
+  close(fd);
+  FlipByte(seg, recs[4].second.offset + 20);
+  auto t = OpenTier(o);
+  ASSERT_TRUE(t);
+  auto live = Live(*t);
+  EXPECT_EQ(live.size(), 4u);
+  for (int i : {0, 1, 3, 5}) {
+    ASSERT_TRUE(live.count(recs[i].first));
+    EXPECT_TRUE(ReadsBack(o.root_dir, recs[i].first, recs[i].second));
+  }
+}
+
+TEST_F(DiskTierTest, FlippedByteIsAnErrorNeverBytes) {
+  Options o = Opts();
+  auto t = OpenTier(o);
+  ASSERT_TRUE(t);
+  RecordLocation a = Put(*t, "value-flip", 1, 100000);
+  RecordLocation b = Put(*t, "header-flip", 2, 5000);
+  RecordLocation c = Put(*t, "key-flip", 3, 5000);
+  RecordLocation d = Put(*t, "intact", 4, 5000);
+  const std::string seg = SegmentPath(o.root_dir, a.segment_id);
+  FlipByte(seg, a.offset + 64 + a.key_len + 77777);  // a value byte
+  FlipByte(seg, b.offset + 40);                       // a header byte (generation)
+  FlipByte(seg, c.offset + 64 + 2);                   // a key byte
+  for (auto [key, loc] : {std::pair{"value-flip", a}, {"header-flip", b}, {"key-flip", c}}) {
+    uint64_t before = GetReaderCounters().checksum_failures;
+    uint64_t stats_before = t->stats().checksum_failures;
+    std::vector<uint8_t> dst(loc.value_len);
+    EXPECT_EQ(ReadRecord(o.root_dir, loc, key, dst.data(), dst.size()).error(),
+              ErrorCode::CHECKSUM_MISMATCH)
+        << key;
+    EXPECT_EQ(GetReaderCounters().checksum_failures, before + 1) << key;
+    EXPECT_EQ(t->stats().checksum_failures, stats_before + 1) << key;
+  }
+  EXPECT_TRUE(ReadsBack(o.root_dir, "intact", d));
+}
+
+TEST_F(DiskTierTest, CapacityFullThenRemoveAndCompactFreesSpace) {
+  Options o = Opts(256 * kKiB, 1 * kMiB);
+  auto t = OpenTier(o);
+  ASSERT_TRUE(t);
+  std::vector<std::pair<std::string, RecordLocation>> recs;
+  ErrorCode last = ErrorCode::OK;
+  for (int i = 0; i < 100; i++) {
+    std::string k = "f" + std::to_string(i);
+    auto v = ValueOf(k, 1, 60000);
+    auto r = t->Append(k, v.data(), v.size(), 1);
+    if (!r.ok()) {
+      last = r.error();
+      break;
+    }
+    recs.emplace_back(k, r.value());
+  }
+  EXPECT_EQ(last, ErrorCode::NO_AVAILABLE_HANDLE);
+  ASSERT_GT(recs.size(), 8u);
+  Stats s = t->stats();
+  EXPECT_LE(s.used_bytes, o.capacity_bytes);
+  EXPECT_EQ(s.objects, recs.size());
+  // Nothing was written by the refused append: the same bytes on disk.
+  uint64_t disk = 0;
+  for (auto& f : SegmentFiles(o.root_dir)) disk += fs::file_size(f);
+  EXPECT_EQ(disk, s.used_bytes);
+  auto v = ValueOf("x", 1, 60000);
+  EXPECT_EQ(t->Append("x", v.data(), v.size(), 1).error(), ErrorCode::NO_AVAILABLE_HANDLE);
+  for (auto& [k, l] : recs) ASSERT_TRUE(ReadsBack(o.root_dir, k, l));
+  // Remove all but every fourth, compact until nothing is left to do.
+  std::map<std::string, RecordLocation> keep;
+  for (size_t i = 0; i < recs.size(); i++) {
+    if (i % 4 == 0) keep[recs[i].first] = recs[i].second;
+    else ASSERT_TRUE(t->Remove(recs[i].first, 1).ok());
+  }
+  std::map<std::string, RecordLocation> moved;
+  t->SetRelocationCallback([&](std::string_view k, const RecordLocation& from, const RecordLocation& to) {
+    ASSERT_EQ(keep[std::string(k)], from);
+    keep[std::string(k)] = to;
+  });
+  for (int i = 0; i < 20; i++) ASSERT_TRUE(t->Compact(0).ok());
+  EXPECT_GT(t->stats().compactions, 0u);
+  EXPECT_EQ(Live(*t), keep);
+  for (auto& [k, l] : keep) ASSERT_TRUE(ReadsBack(o.root_dir, k, l));
+  EXPECT_LT(t->stats().used_bytes, o.capacity_bytes / 2 + 256 * kKiB);
+  RecordLocation n = Put(*t, "x", 2, 60000);
+  EXPECT_TRUE(ReadsBack(o.root_dir, "x", n));
+}
+
+TEST_F(DiskTierTest, CompactionMovesLiveRecordsAndDeletesTheOldSegment) {
+  Options o = Opts(512 * kKiB);
+  auto t = OpenTier(o);
+  ASSERT_TRUE(t);
+  std::map<std::string, RecordLocation> live;
+  for (int i = 0; i < 60; i++) {
+    std::string k = "m" + std::to_string(i);
+    live[k] = Put(*t, k, 5, 30000 + i);
+  }
+  const uint32_t first_seg = live["m0"].segment_id;
+  // Kill 3/4 of the first segment's records (overwrites and removes).
+  int n = 0;
+  for (auto& [k, l] : std::map(live)) {
+    if (l.segment_id != first_seg) continue;
+    if (n % 4 == 1) live[k] = Put(*t, k, 6, 1000);
+    else if (n % 4 != 0) {
+      ASSERT_TRUE(t->Remove(k, 5).ok());
+      live.erase(k);
+    }
+    n++;
+  }
+  std::vector<std::string> relocated;
+  t->SetRelocationCallback([&](std::string_view k, const RecordLocation& from, const RecordLocation& to) {
+    ASSERT_EQ(live[std::string(k)], from);
+    EXPECT_NE(to.segment_id, 0u);
+    EXPECT_NE(to.segment_id, from.segment_id);
+    EXPECT_EQ(to.generation, from.generation);
+    EXPECT_EQ(to.crc32c, from.crc32c);
+    live[std::string(k)] = to;
+    relocated.push_back(std::string(k));
+  });
+  uint64_t used = t->stats().used_bytes;
+  // A small budget: several calls to finish one segment.
+  for (int i = 0; i < 50 && t->stats().compactions == 0; i++) ASSERT_TRUE(t->Compact(40000).ok());
+  EXPECT_EQ(t->stats().compactions, 1u);
+  EXPECT_FALSE(fs::exists(SegmentPath(o.root_dir, first_seg)));
+  EXPECT_GT(relocated.size(), 1u);
+  EXPECT_EQ(t->stats().relocations, relocated.size());
+  EXPECT_LT(t->stats().used_bytes, used);
+  EXPECT_EQ(Live(*t), live);
+  for (auto& [k, l] : live) ASSERT_TRUE(ReadsBack(o.root_dir, k, l));
+  t.reset();
+  t = OpenTier(o);  // the removed keys stay removed after the rebuild
+  EXPECT_EQ(Live(*t), live);
+}
+
+// A master killed at each step of compaction (after some copies, after the
+// fdatasync, after the unlink) loses no live record, and rebuild never
+// resurrects a removed one.
+TEST_F(DiskTierTest, CrashDuringCompactionLosesNothing) {
+  for (const char* point : {"compact.copied", "compact.synced", "compact.unlinked"}) {
+    for (int after : {1, 3}) {
+      if (std::string(point) != "compact.copied" && after > 1) continue;
+      fs::remove_all(dir_ + "/tier");
+      Options o = Opts(512 * kKiB);
+      std::map<std::string, RecordLocation> live;
+      {
+        auto t = OpenTier(o);
+        ASSERT_TRUE(t);
+        for (int i = 0; i < 40; i++) {
+          std::string k = "z" + std::to_string(i);
+          live[k] = Put(*t, k, 5, 30000 + i);
+        }
+        for (int i = 0; i < 40; i += 2) {
+          std::string k = "z" + std::to_string(i);
+          ASSERT_TRUE(t->Remove(k, 5).ok());
+          live.erase(k);
+        }
+      }
+      pid_t pid = fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        auto r = DiskTier::Open(o);
+        if (!r.ok()) _exit(2);
+        auto t = std::move(r).value();
+        int hits = 0;
+        std::string p = point;
+        t->SetTestHook([&](const char* at) {
+          if (p == at && ++hits >= after) raise(SIGKILL);
+        });
+        for (int i = 0; i < 10; i++) (void)t->Compact(0);
+        _exit(3);  // the hook should have fired
+      }
+      int status = 0;
+      ASSERT_EQ(waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFSIGNALED(status)) << point << " status " << status;
+      auto t = OpenTier(o);
+      ASSERT_TRUE(t);
+      auto got = Live(*t);
+      ASSERT_EQ(got.size(), live.size()) << point;
+      for (auto& [k, l] : live) {
+        ASSERT_TRUE(got.count(k)) << point << " lost " << k;
+        EXPECT_TRUE(ReadsBack(o.root_dir, k, got[k])) << point;
+      }
+      // Finishing the compaction after the crash works too.
+      for (int i = 0; i < 10; i++) ASSERT_TRUE(t->Compact(0).ok());
+      for (auto& [k, l] : Live(*t)) EXPECT_TRUE(ReadsBack(o.root_dir, k, l));
+      EXPECT_EQ(Live(*t).size(), live.size());
+    }
+  }
+}
+
+TEST_F(DiskTierTest, DirectIoOnExt4AndTmpfsAndFallback) {
+  for (const char* base : {"/tmp", "/dev/shm"}) {
+    std::string d = MakeDir(base);
+    Options o = Opts();
+    o.root_dir = d + "/tier";
+    auto t = OpenTier(o);
+    ASSERT_TRUE(t);
+    RecordLocation l = Put(*t, "d", 1, 123457);
+    uint64_t direct_before = GetReaderCounters().direct_reads;
+    EXPECT_TRUE(ReadsBack(o.root_dir, "d", l));
+    // ext4 supports O_DIRECT, and tmpfs does since Linux 6.6.
+    struct statfs sf;
+    ASSERT_EQ(statfs(d.c_str(), &sf), 0);
+    if (sf.f_type == 0xEF53 /* EXT4_SUPER_MAGIC */) {
+      EXPECT_TRUE(t->stats().direct_io) << "O_DIRECT expected on " << base;
+      EXPECT_EQ(GetReaderCounters().direct_reads, direct_before + 1);
+    }
+    t.reset();
+    fs::remove_all(d);
+  }
+  // Where the filesystem refuses O_DIRECT (EINVAL, simulated in a child
+  // process), the tier falls back to buffered I/O and works the same.
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    setenv("MCXL_TIER_NO_ODIRECT", "1", 1);
+    auto r = DiskTier::Open(Opts());
+    if (!r.ok()) _exit(2);
+    auto t = std::move(r).value();
+    auto v = ValueOf("b", 1, 70001);
+    auto l = t->Append("b", v.data(), v.size(), 1);
+    if (!l.ok() || t->stats().direct_io) _exit(3);
+    std::vector<uint8_t> dst(v.size());
+    uint64_t direct_before = GetReaderCounters().direct_reads;
+    if (!ReadRecord(t->root_dir(), l.value(), "b", dst.data(), dst.size()).ok() || dst != v) _exit(4);
+    if (GetReaderCounters().direct_reads != direct_before) _exit(5);
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  auto t = OpenTier(Opts());  // and the files read back with O_DIRECT
+  ASSERT_TRUE(t);
+  RecordLocation l = t->Lookup("b").value();
+  std::vector<uint8_t> dst(l.value_len);
+  ASSERT_TRUE(ReadRecord(t->root_dir(), l, "b", dst.data(), dst.size()).ok());
+  EXPECT_EQ(dst, ValueOf("b", 1, 70001));
+}
+
+// One forked writer appends while three reader processes read every record as
+// soon as its location is published (records are immutable once returned).
+TEST_F(DiskTierTest, WriterAndConcurrentReaderProcesses) {
+  constexpr int kRecords = 300;
+  struct Shared {
+    std::atomic<int> published;  // release by the writer after locs[i], acquire by readers
+    std::atomic<int> writer_done;
+    RecordLocation locs[kRecords];
+  };
+  void* mem = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(mem, MAP_FAILED);
+  auto* sh = new (mem) Shared{};
+  Options o = Opts(1 * kMiB, 256 * kMiB);
+  pid_t writer = fork();
+  ASSERT_GE(writer, 0);
+  if (writer == 0) {
+    auto r = DiskTier::Open(o);
+    if (!r.ok()) _exit(2);
+    auto t = std::move(r).value();
+    for (int i = 0; i < kRecords; i++) {
+      std::string k = "w" + std::to_string(i);
+      auto v = ValueOf(k, 9, 1000 + (i * 7919) % 200000);
+      auto loc = t->Append(k, v.data(), v.size(), 9);
+      if (!loc.ok()) _exit(3);
+      sh->locs[i] = loc.value();
+      sh->published.store(i + 1, std::memory_order_release);
+    }
+    sh->writer_done.store(1, std::memory_order_release);
+    _exit(0);
+  }
+  std::vector<pid_t> readers;
+  for (int r = 0; r < 3; r++) {
+    pid_t p = fork();
+    ASSERT_GE(p, 0);
+    if (p == 0) {
+      int next = 0, reads = 0;
+      std::mt19937 rng(r);
+      for (;;) {
+        int n = sh->published.load(std::memory_order_acquire);
+        bool done = sh->writer_done.load(std::memory_order_acquire) != 0;
+        if (n == 0) {
+          if (done) _exit(4);
+          usleep(100);
+          continue;
+        }
+        // The newest record and a random older one.
+        for (int i : {n - 1, int(rng() % n)}) {
+          RecordLocation l = sh->locs[i];
+          std::string k = "w" + std::to_string(i);
+          std::vector<uint8_t> dst(l.value_len);
+          if (!ReadRecord(o.root_dir, l, k, dst.data(), dst.size()).ok()) _exit(5);
+          if (dst != ValueOf(k, 9, l.value_len)) _exit(6);
+          reads++;
+        }
+        next = n;
+        if (done && next == kRecords) break;
+      }
+      _exit(reads > 0 ? 0 : 7);
+    }
+    readers.push_back(p);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(writer, &status, 0), writer);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  for (pid_t p : readers) {
+    ASSERT_EQ(waitpid(p, &status, 0), p);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "reader status " << status;
+  }
+  auto t = OpenTier(o);
+  EXPECT_EQ(Live(*t).size(), size_t(kRecords));
+  munmap(mem, sizeof(Shared));
+}
+
 }  // namespace
 }  // namespace mcxl::tier
