@@ -19,7 +19,7 @@ namespace {
 struct CopySink : RawSink {
   ImageWriter* w;
   explicit CopySink(ImageWriter* writer) : w(writer) {}
-  bool Chunk(uint64_t pos, const uint8_t* data, uint64_t n) override {
+  bool Chunk(uint64_t pos, uint8_t* data, uint64_t n) override {
     w->Put(pos, data, AlignUp(n));
     return w->err == 0;
   }
@@ -127,7 +127,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
         result = s;
         break;
       }
-      ImageWriter w{t.active_fd, doff, ThreadBuffer(2, kBlockSize), 0};
+      ImageWriter w{t.active_fd, doff, bytes, ThreadBuffer(2, kBlockSize)};
       CopySink sink(&w);
       const char* why = "";
       RecordHeader src{};

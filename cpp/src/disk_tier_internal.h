@@ -95,7 +95,7 @@ bool ParseSegmentName(std::string_view name, uint32_t* id);
 // aligned buffers). *why names a failure for the log line.
 struct RawSink {
   virtual ~RawSink() = default;
-  virtual bool Chunk(uint64_t pos, const uint8_t* data, uint64_t n) = 0;
+  virtual bool Chunk(uint64_t pos, uint8_t* data, uint64_t n) = 0;
 };
 Status ReadVerified(int fd, bool aligned, uint32_t segment_id, uint64_t offset, uint64_t file_size,
                     std::string_view key, const RecordLocation* expect, void* dst, RawSink* raw,
@@ -132,13 +132,19 @@ struct KeyState {
   uint32_t tombs = 0;        // tombstones of the key on disk
 };
 
-// Writes one record image at `base` of fd: chunks in order, block 0 deferred to Finish.
+// Writes one record image of `total` bytes at `base` of fd, chunks in order.
+// A single-chunk record is one pwrite (in Finish, header patched in); a longer
+// one is written body first and block 0 (the header) last. Either way only
+// the record being written when the process dies can be torn, and rebuild
+// verifies the value crc of a segment's last record (disk_tier.cc).
 struct ImageWriter {
   int fd = -1;
   uint64_t base = 0;
+  uint64_t total = 0;
   uint8_t* block0 = nullptr;  // kBlockSize, aligned
+  uint8_t* single = nullptr;  // the whole record, when it came as one chunk
   int err = 0;
-  void Put(uint64_t pos, const uint8_t* data, uint64_t n);  // n block aligned; data aligned
+  void Put(uint64_t pos, uint8_t* data, uint64_t n);  // n block aligned; data aligned
   int Finish(const RecordHeader& h);
 };
 

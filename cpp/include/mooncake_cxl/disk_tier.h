@@ -17,14 +17,17 @@
 //       (append order, tie-break among equal generations), crc32c of the
 //       value, crc32c of the key, crc32c of the header's first 60 bytes;
 //     key bytes; value bytes; zero padding to the next block.
-//   A record spanning more than one block is written body first (blocks
-//   1..n), block 0 (header) last, so a header that reached the file means its
-//   body did too (for a process crash; see durability).
+//   Writes are serialized, so a crash can tear only the record being
+//   written: one pwrite for a record of up to 4 MiB, else body first and
+//   block 0 (the header) last.
 // Rebuild: every segment is scanned; a block that is not a valid header
-// (torn write, flipped byte, hole) is skipped block by block, and a header
-// found after such a gap must also pass its value crc before it counts. Per
-// key the newest (generation, seq) value record wins; a tombstone of
-// generation G hides every value record of the key with generation <= G.
+// (torn write, flipped byte, hole) is skipped block by block. A record found
+// after such a gap, or not directly followed by another valid header (a
+// segment's tail, where a torn write would be), must also pass its value crc
+// before it counts. Per key the newest (generation, seq) value record wins; a
+// tombstone of generation G hides every value record of the key with
+// generation <= G. Stale copies (compaction crashed before deleting its
+// victim) are ordinary dead records.
 //
 // Durability policy: Append/Remove return after the write completed (pwrite,
 // O_DIRECT where supported), which survives a SIGKILL of the writer process.
@@ -137,7 +140,7 @@ class DiskTier {
   const std::string& root_dir() const;
 
   // Test hook: called at named points ("compact.copied", "compact.synced",
-  // "compact.unlinked", "append.body_written") so a test can crash there.
+  // "compact.unlinked") so a test can crash there.
   void SetTestHook(std::function<void(const char* point)> hook);
 
   struct Impl;
