@@ -70,7 +70,9 @@ struct AlignedFree {
 };
 using AlignedBuf = std::unique_ptr<uint8_t[], AlignedFree>;
 AlignedBuf AllocAligned(uint64_t bytes);
-// A per-thread staging buffer of at least `bytes` (grown, kept): reads and writes.
+// A per-thread staging buffer of at least `bytes` (grown, kept). Slots: 0 read
+// chunks, 1 append staging, 2 a record's block 0, 3 the io_uring window.
+constexpr int kThreadBuffers = 4;
 uint8_t* ThreadBuffer(int which, uint64_t bytes);
 constexpr uint64_t kChunkBytes = 4ull << 20;
 
