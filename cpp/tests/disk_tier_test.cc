@@ -20,6 +20,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <thread>
@@ -425,9 +426,24 @@ TEST_F(DiskTierTest, CompactionMovesLiveRecordsAndDeletesTheOldSegment) {
     }
     n++;
   }
+  // One live record of the victim is corrupt: compaction drops it (reported
+  // with segment 0) instead of copying bad bytes.
+  std::string corrupt;
+  for (auto& [k, l] : live)
+    if (l.segment_id == first_seg && corrupt.empty()) corrupt = k;
+  ASSERT_FALSE(corrupt.empty());
+  FlipByte(SegmentPath(o.root_dir, first_seg), live[corrupt].offset + 64 + live[corrupt].key_len + 9);
   std::vector<std::string> relocated;
+  bool dropped = false;
+  uint64_t csum_before = GetReaderCounters().checksum_failures;
   t->SetRelocationCallback([&](std::string_view k, const RecordLocation& from, const RecordLocation& to) {
     ASSERT_EQ(live[std::string(k)], from);
+    if (k == corrupt) {
+      EXPECT_EQ(to.segment_id, 0u);
+      dropped = true;
+      live.erase(std::string(k));
+      return;
+    }
     EXPECT_NE(to.segment_id, 0u);
     EXPECT_NE(to.segment_id, from.segment_id);
     EXPECT_EQ(to.generation, from.generation);
@@ -441,6 +457,8 @@ TEST_F(DiskTierTest, CompactionMovesLiveRecordsAndDeletesTheOldSegment) {
   EXPECT_EQ(t->stats().compactions, 1u);
   EXPECT_FALSE(fs::exists(SegmentPath(o.root_dir, first_seg)));
   EXPECT_GT(relocated.size(), 1u);
+  EXPECT_TRUE(dropped);
+  EXPECT_EQ(GetReaderCounters().checksum_failures, csum_before + 1);
   EXPECT_EQ(t->stats().relocations, relocated.size());
   EXPECT_LT(t->stats().used_bytes, used);
   EXPECT_EQ(Live(*t), live);
@@ -771,6 +789,81 @@ TEST_F(DiskTierTest, LargeRecordsThroughIoUring) {
   EXPECT_EQ(ReadRecord(o.root_dir, last, recs[3].first, dst.data(), dst.size()).error(),
             ErrorCode::CHECKSUM_MISMATCH);
   EXPECT_TRUE(ReadsBack(o.root_dir, recs[2].first, recs[2].second));
+}
+
+
+// Threads of one process at once: two writers (appends, upserts, removes), a
+// compactor with a small budget, and a reader that looks keys up and reads
+// them (a race with compaction may give FILE_NOT_FOUND/OBJECT_NOT_FOUND,
+// never wrong bytes or a checksum failure). The index the relocation callback
+// maintains matches the tier's, and a reopen sees the same.
+TEST_F(DiskTierTest, ConcurrentThreadsAppendRemoveCompactRead) {
+  Options o = Opts(256 * kKiB, 256 * kMiB);
+  auto t = OpenTier(o);
+  ASSERT_TRUE(t);
+  std::mutex mu;
+  std::map<std::string, RecordLocation> index;  // what a master would keep
+  t->SetRelocationCallback([&](std::string_view k, const RecordLocation& from, const RecordLocation& to) {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = index.find(std::string(k));
+    if (it != index.end() && it->second == from) it->second = to;  // only if still current
+  });
+  std::atomic<bool> stop{false};  // relaxed is enough: a flag polled by loops
+  std::atomic<uint64_t> gen{1};   // relaxed: unique numbers only
+  const uint64_t csum_before = GetReaderCounters().checksum_failures;
+  auto writer = [&](const char* prefix, int seed) {
+    std::mt19937 rng(seed);
+    for (int i = 0; i < 400; i++) {
+      std::string k = Name(prefix, long(rng() % 30));
+      std::lock_guard<std::mutex> lock(mu);  // index and tier change together
+      if (rng() % 4 == 0) {
+        auto it = index.find(k);
+        if (it == index.end()) continue;
+        ASSERT_TRUE(t->Remove(k, it->second.generation).ok());
+        index.erase(it);
+      } else {
+        uint64_t g = gen.fetch_add(1, std::memory_order_relaxed);
+        index[k] = Put(*t, k, g, rng() % 50000 + 1);
+      }
+    }
+  };
+  std::thread w1(writer, "a", 1), w2(writer, "b", 2);
+  std::thread compactor([&] {
+    while (!stop.load(std::memory_order_relaxed)) ASSERT_TRUE(t->Compact(64 * kKiB).ok());
+  });
+  std::atomic<int> good_reads{0};
+  std::thread reader([&] {
+    std::mt19937 rng(3);
+    while (!stop.load(std::memory_order_relaxed)) {
+      std::string k = Name(rng() % 2 ? "a" : "b", long(rng() % 30));
+      auto l = t->Lookup(k);
+      if (!l.ok()) continue;
+      std::vector<uint8_t> dst(l->value_len);
+      Status s = ReadRecord(o.root_dir, *l, k, dst.data(), dst.size());
+      if (s.ok()) {
+        ASSERT_EQ(dst, ValueOf(k, l->generation, l->value_len));
+        good_reads++;
+      } else {
+        ASSERT_TRUE(s.error() == ErrorCode::FILE_NOT_FOUND ||
+                    s.error() == ErrorCode::OBJECT_NOT_FOUND)
+            << ErrorCodeName(s.error());
+      }
+    }
+  });
+  w1.join();
+  w2.join();
+  stop.store(true, std::memory_order_relaxed);
+  compactor.join();
+  reader.join();
+  EXPECT_GT(good_reads.load(), 0);
+  EXPECT_EQ(GetReaderCounters().checksum_failures, csum_before);
+  for (int i = 0; i < 100; i++) ASSERT_TRUE(t->Compact(0).ok());
+  EXPECT_GT(t->stats().compactions, 0u);
+  EXPECT_EQ(Live(*t), index);
+  for (auto& [k, l] : index) ASSERT_TRUE(ReadsBack(o.root_dir, k, l));
+  t.reset();
+  t = OpenTier(o);
+  EXPECT_EQ(Live(*t), index);
 }
 
 }  // namespace

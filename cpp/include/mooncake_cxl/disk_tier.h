@@ -120,7 +120,8 @@ class DiskTier {
   Result<RecordLocation> Append(std::string_view key, const void* value, uint64_t len,
                                 uint64_t generation);
   // Durable removal: writes a tombstone when the key has a live record with
-  // generation <= `generation` (else nothing to hide: OK, no write).
+  // generation <= `generation` (else nothing to hide: OK, no write). A
+  // tombstone (one block) may go above capacity_bytes: it turns its record dead.
   Status Remove(std::string_view key, uint64_t generation);
   // The live records. Called under the tier's state lock: the callback must
   // not call back into this DiskTier.
