@@ -69,6 +69,29 @@ void DiskTier::Impl::MaybeErase(std::unordered_map<std::string, KeyState>::itera
   if (st.live.segment_id == 0 && st.dead_values == 0 && st.tombs == 0) keys.erase(it);
 }
 
+bool DiskTier::Impl::ReleaseReserve() {
+  if (!reserve_held) return false;
+  reserve_held = false;
+  unlink((opt.root_dir + "/reserve.mcxl").c_str());
+  MCXL_LOG(kWarn, "disk_tier", "filesystem full: released the %llu-byte reserve for removes/compaction",
+           (unsigned long long)reserve_bytes);
+  return true;
+}
+
+void DiskTier::Impl::HoldReserve() {
+  if (reserve_held || reserve_bytes == 0) return;
+  const std::string path = opt.root_dir + "/reserve.mcxl";
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  int rc = fallocate(fd, 0, 0, off_t(reserve_bytes));
+  close(fd);
+  if (rc == 0) {
+    reserve_held = true;
+  } else {
+    unlink(path.c_str());  // no room (or no fallocate): try again after the next compaction
+  }
+}
+
 Status DiskTier::Impl::CreateSegment() {
   const uint32_t id = next_seg_id;
   const std::string path = SegmentPath(opt.root_dir, id);
@@ -117,7 +140,7 @@ Status DiskTier::Impl::CreateSegment() {
 }
 
 Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, uint64_t* off) {
-  bool roll = active_id == 0 ||
+  bool roll = active_id == 0 || active_fd < 0 ||  // none yet, or the last creation failed
               (segs[active_id].end + bytes > opt.segment_bytes && segs[active_id].end > kBlockSize);
   uint64_t cost = bytes + (roll ? kBlockSize : 0);
   if (!compaction && used + cost > opt.capacity_bytes) {
@@ -358,6 +381,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
       }
     }
   }
+  t.reserve_bytes = options.reserve_bytes != ~0ull ? options.reserve_bytes
+                                                   : std::min<uint64_t>(t.opt.segment_bytes, 64ull << 20);
+  t.HoldReserve();
   MCXL_LOG(kInfo, "disk_tier", "opened %s: %zu segments, %llu objects, %llu bytes used",
            options.root_dir.c_str(), t.segs.size(), (unsigned long long)t.objects,
            (unsigned long long)t.used);
@@ -453,8 +479,14 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   const uint64_t bytes = RecordBytes(key.size(), 0);
   uint32_t seg = 0;
   uint64_t off = 0;
+  // A full filesystem: the reserve file gives way once so removes still work.
+  for (int attempt = 0;; attempt++) {
+  auto retry = [&](ErrorCode code) {
+    return code == ErrorCode::NO_AVAILABLE_HANDLE && attempt == 0 && t.ReleaseReserve();
+  };
   // A tombstone frees space (its record turns dead): it may use the capacity headroom.
   Status s = t.Reserve(bytes, true, &seg, &off);
+  if (!s.ok() && retry(s.error())) continue;
   if (!s.ok()) return s;
   RecordHeader h{};
   h.magic = kRecordMagic;
@@ -483,7 +515,10 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
     MCXL_LOG(kError, "disk_tier", "tombstone to segment %u at %llu: %s", seg,
              (unsigned long long)off, strerror(e));
     t.Unreserve(seg, off, bytes);
+    if (retry(WriteErrorCode(e))) continue;
     return WriteErrorCode(e);
+  }
+  break;
   }
   std::lock_guard<std::mutex> lock(t.mu);
   KeyState& st = it->second;

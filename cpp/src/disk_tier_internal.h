@@ -177,6 +177,8 @@ struct DiskTier::Impl {
   uint64_t objects = 0;
   uint64_t appends = 0, compactions = 0, relocations = 0;
   bool logged_full = false;
+  uint64_t reserve_bytes = 0;  // <root_dir>/reserve.mcxl, fallocated
+  bool reserve_held = false;
   RelocationCallback reloc_cb;
   std::function<void(const char*)> hook;
   CompactCursor cc;
@@ -190,6 +192,10 @@ struct DiskTier::Impl {
   Status Reserve(uint64_t bytes, bool compaction, uint32_t* seg, uint64_t* off);
   void Unreserve(uint32_t seg, uint64_t off, uint64_t bytes);  // the last Reserve, on a failed write
   Status CreateSegment();
+  // The reserve file keeps filesystem space for tombstones and compaction
+  // copies: released on ENOSPC there (once), re-taken after a compaction.
+  bool ReleaseReserve();
+  void HoldReserve();
   // Moves the newest tombstone's bytes between live and dead as dead_values says. Under mu.
   void Reaccount(KeyState& st, size_t key_len);
   void MaybeErase(std::unordered_map<std::string, KeyState>::iterator it);

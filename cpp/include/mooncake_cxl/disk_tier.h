@@ -84,6 +84,11 @@ struct Options {
                            // >= 2 MiB on O_DIRECT fds (MCXL_TIER_IO_URING=0 turns it off)
   double compact_garbage_ratio = 0.5;  // a segment is a compaction victim at dead/size >= this
   bool sync_each_append = false;       // fdatasync after every record (power-loss durability)
+  // Filesystem space kept aside in <root_dir>/reserve.mcxl (fallocated, not
+  // counted in used_bytes) so that on a full filesystem removes (tombstones)
+  // and compaction can still write: released on ENOSPC there, re-taken after
+  // the next compaction. ~0 = min(segment_bytes, 64 MiB); 0 = none.
+  uint64_t reserve_bytes = ~0ull;
 };
 
 struct Stats {
