@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -81,15 +82,21 @@ bool DiskTier::Impl::ReleaseReserve() {
 void DiskTier::Impl::HoldReserve() {
   if (reserve_held || reserve_bytes == 0) return;
   const std::string path = opt.root_dir + "/reserve.mcxl";
+  // At most 1/8 of the free space, so a small filesystem keeps most of itself.
+  uint64_t want = reserve_bytes;
+  struct statvfs sv;
+  if (statvfs(opt.root_dir.c_str(), &sv) == 0)
+    want = std::min<uint64_t>(want, uint64_t(sv.f_bavail) * sv.f_frsize / 8);
   int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
   if (fd < 0) return;
-  int rc = fallocate(fd, 0, 0, off_t(reserve_bytes));
-  close(fd);
-  if (rc == 0) {
-    reserve_held = true;
-  } else {
-    unlink(path.c_str());  // no room (or no fallocate): try again after the next compaction
+  for (want &= ~(kBlockSize - 1); want >= 16 * kBlockSize; want = (want / 2) & ~(kBlockSize - 1)) {
+    if (fallocate(fd, 0, 0, off_t(want)) == 0) {
+      reserve_held = true;
+      break;
+    }
   }
+  close(fd);
+  if (!reserve_held) unlink(path.c_str());  // no room: try again after the next compaction
 }
 
 Status DiskTier::Impl::CreateSegment() {

@@ -87,7 +87,8 @@ struct Options {
   // Filesystem space kept aside in <root_dir>/reserve.mcxl (fallocated, not
   // counted in used_bytes) so that on a full filesystem removes (tombstones)
   // and compaction can still write: released on ENOSPC there, re-taken after
-  // the next compaction. ~0 = min(segment_bytes, 64 MiB); 0 = none.
+  // the next compaction. ~0 = min(segment_bytes, 64 MiB); 0 = none; never
+  // more than 1/8 of the free space (halved until fallocate succeeds).
   uint64_t reserve_bytes = ~0ull;
 };
 
