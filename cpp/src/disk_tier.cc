@@ -1,0 +1,542 @@
+// SSD tier writer: Open (rebuild from the segment files), Append, Remove,
+// the index queries. Format and policy: disk_tier.h.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <filesystem>
+#include <tuple>
+
+#include "disk_tier_internal.h"
+#include "mooncake_cxl/log.h"
+
+namespace mcxl::tier {
+
+ErrorCode WriteErrorCode(int err) {
+  return (err == ENOSPC || err == EDQUOT) ? ErrorCode::NO_AVAILABLE_HANDLE : ErrorCode::WRITE_FAIL;
+}
+
+void ImageWriter::Put(uint64_t pos, const uint8_t* data, uint64_t n) {
+  if (err != 0 || n == 0) return;
+  if (pos == 0) {
+    memcpy(block0, data, std::min(n, kBlockSize));
+    if (n <= kBlockSize) return;
+    data += kBlockSize;
+    n -= kBlockSize;
+    pos = kBlockSize;
+  }
+  err = PwriteFull(fd, data, n, base + pos);
+}
+
+int ImageWriter::Finish(const RecordHeader& h) {
+  if (err != 0) return err;
+  memcpy(block0, &h, sizeof(h));
+  err = PwriteFull(fd, block0, kBlockSize, base);
+  return err;
+}
+
+DiskTier::Impl::~Impl() {
+  if (active_fd >= 0) {
+    fdatasync(active_fd);
+    close(active_fd);
+  }
+  if (cc.fd >= 0) close(cc.fd);
+}
+
+void DiskTier::Impl::AddLive(uint32_t seg, int64_t delta) {
+  auto it = segs.find(seg);
+  if (it != segs.end()) it->second.live = uint64_t(int64_t(it->second.live) + delta);
+}
+
+void DiskTier::Impl::Reaccount(KeyState& st, size_t key_len) {
+  bool needed = st.tomb_seg != 0 && st.dead_values > 0;
+  if (needed == st.tomb_live) return;
+  st.tomb_live = needed;
+  AddLive(st.tomb_seg, (needed ? 1 : -1) * int64_t(RecordBytes(key_len, 0)));
+}
+
+void DiskTier::Impl::MaybeErase(std::unordered_map<std::string, KeyState>::iterator it) {
+  const KeyState& st = it->second;
+  if (st.live.segment_id == 0 && st.dead_values == 0 && st.tombs == 0) keys.erase(it);
+}
+
+Status DiskTier::Impl::CreateSegment() {
+  const uint32_t id = next_seg_id;
+  const std::string path = SegmentPath(opt.root_dir, id);
+  bool direct = false;
+  int fd = OpenMaybeDirect(path, O_RDWR | O_CREAT | O_EXCL, opt.direct_io, &direct);
+  if (fd < 0) {
+    int e = errno;
+    MCXL_LOG(kError, "disk_tier", "create %s: %s", path.c_str(), strerror(e));
+    return WriteErrorCode(e);
+  }
+  AlignedBuf blk = AllocAligned(kBlockSize);
+  memset(blk.get(), 0, kBlockSize);
+  SegmentHeader sh{};
+  sh.magic = kSegmentMagic;
+  sh.version = kFormatVersion;
+  sh.segment_id = id;
+  sh.block_size = kBlockSize;
+  timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  sh.created_ns = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  SealSegmentHeader(&sh);
+  memcpy(blk.get(), &sh, sizeof(sh));
+  int e = PwriteFull(fd, blk.get(), kBlockSize, 0);
+  if (e == EINVAL && direct) {  // accepted O_DIRECT at open, not our writes: go buffered
+    close(fd);
+    fd = open(path.c_str(), O_RDWR | O_CLOEXEC);
+    direct = false;
+    e = fd < 0 ? errno : PwriteFull(fd, blk.get(), kBlockSize, 0);
+  }
+  if (e == 0 && fdatasync(fd) != 0) e = errno;
+  if (e == 0) e = FsyncDir(opt.root_dir);
+  if (e != 0) {
+    MCXL_LOG(kError, "disk_tier", "initialize %s: %s", path.c_str(), strerror(e));
+    if (fd >= 0) close(fd);
+    unlink(path.c_str());
+    return WriteErrorCode(e);
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  next_seg_id = id + 1;
+  segs[id] = SegmentState{kBlockSize, 0};
+  used += kBlockSize;
+  active_id = id;
+  active_fd = fd;
+  active_direct = direct;
+  return ErrorCode::OK;
+}
+
+Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, uint64_t* off) {
+  bool roll = active_id == 0 ||
+              (segs[active_id].end + bytes > opt.segment_bytes && segs[active_id].end > kBlockSize);
+  uint64_t cost = bytes + (roll ? kBlockSize : 0);
+  if (!compaction && used + cost > opt.capacity_bytes) {
+    if (!logged_full)
+      MCXL_LOG(kWarn, "disk_tier", "tier full: %llu of %llu bytes used, a record needs %llu",
+               (unsigned long long)used, (unsigned long long)opt.capacity_bytes,
+               (unsigned long long)cost);
+    logged_full = true;
+    return ErrorCode::NO_AVAILABLE_HANDLE;
+  }
+  if (roll) {
+    if (active_fd >= 0) {  // seal: the full segment becomes durable before we leave it
+      if (fdatasync(active_fd) != 0)
+        MCXL_LOG(kError, "disk_tier", "fdatasync of segment %u: %s", active_id, strerror(errno));
+      close(active_fd);
+      active_fd = -1;
+    }
+    Status s = CreateSegment();
+    if (!s.ok()) return s;
+  }
+  std::lock_guard<std::mutex> lock(mu);
+  SegmentState& a = segs[active_id];
+  *seg = active_id;
+  *off = a.end;
+  a.end += bytes;
+  used += bytes;
+  logged_full = false;
+  return ErrorCode::OK;
+}
+
+void DiskTier::Impl::Unreserve(uint32_t seg, uint64_t off, uint64_t bytes) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    SegmentState& a = segs[seg];
+    a.end = off;  // writes are serialized (wmu): this record is the segment's tail
+    used -= bytes;
+  }
+  if (seg == active_id && active_fd >= 0 && ftruncate(active_fd, off_t(off)) != 0)
+    MCXL_LOG(kWarn, "disk_tier", "truncate segment %u after a failed write: %s", seg,
+             strerror(errno));
+}
+
+namespace {
+
+// Fills record image bytes [pos, pos + n) into out: header placeholder, key,
+// value, zero padding; value bytes are crc'd in order as copied.
+void FillImage(uint8_t* out, uint64_t pos, uint64_t n, std::string_view key, const uint8_t* value,
+               uint64_t len, uint32_t* crc) {
+  memset(out, 0, n);
+  const uint64_t kb = kHeaderBytes, vb = kHeaderBytes + key.size(), ve = vb + len;
+  const uint64_t end = pos + n;
+  uint64_t a = std::max(pos, kb), b = std::min(end, vb);
+  if (a < b) memcpy(out + (a - pos), key.data() + (a - kb), b - a);
+  a = std::max(pos, vb);
+  b = std::min(end, ve);
+  if (a < b) {
+    memcpy(out + (a - pos), value + (a - vb), b - a);
+    *crc = Crc32c(out + (a - pos), b - a, *crc);  // crc of exactly the bytes written
+  }
+}
+
+// Scans one segment's records. visit(h, key, off) for each valid record.
+// Blocks that are not valid headers count as garbage; a header found after such
+// a gap must pass its value crc too.
+template <typename Visit>
+void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Visit visit) {
+  AlignedBuf blk = AllocAligned(kBlockSize);
+  std::string key;
+  uint64_t off = kBlockSize;
+  bool resync = false;
+  uint64_t skipped = 0;
+  while (off + kHeaderBytes <= size) {
+    uint64_t got = 0;
+    if (PreadUpTo(fd, blk.get(), kBlockSize, off, &got) != 0 || got < kHeaderBytes) break;
+    RecordHeader h;
+    memcpy(&h, blk.get(), sizeof(h));
+    const char* bad = CheckRecordHeader(h, id, off, size);
+    if (bad == nullptr) {
+      key.resize(h.key_len);
+      uint64_t in_blk = std::min<uint64_t>(h.key_len, got - kHeaderBytes);
+      memcpy(key.data(), blk.get() + kHeaderBytes, in_blk);
+      if (in_blk < h.key_len &&
+          PreadUpTo(fd, key.data() + in_blk, h.key_len - in_blk, off + kHeaderBytes + in_blk,
+                    &got) != 0)
+        bad = "key read";
+      else if (Crc32c(key.data(), key.size()) != h.key_crc)
+        bad = "key crc";
+    }
+    if (bad == nullptr && resync && h.kind == kKindValue) {
+      const char* why = "";
+      RecordLocation e;
+      e.key_len = h.key_len;
+      e.value_len = h.value_len;
+      e.generation = h.generation;
+      e.crc32c = h.value_crc;
+      if (!ReadVerified(fd, false, id, off, size, key, &e, nullptr, nullptr, nullptr, &why).ok())
+        bad = why;
+    }
+    if (bad != nullptr) {
+      if (!resync) MCXL_LOG(kWarn, "disk_tier", "%s offset %llu: skipping (%s)", path.c_str(),
+                            (unsigned long long)off, bad);
+      resync = true;
+      skipped++;
+      off += kBlockSize;
+      continue;
+    }
+    resync = false;
+    visit(h, std::string_view(key), off);
+    off += RecordBytes(h.key_len, h.value_len);
+  }
+  if (skipped > 0)
+    MCXL_LOG(kWarn, "disk_tier", "%s: %llu blocks were not records (torn or corrupt)",
+             path.c_str(), (unsigned long long)skipped);
+}
+
+}  // namespace
+
+DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DiskTier::~DiskTier() = default;
+
+Result<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
+  if (options.root_dir.empty() || options.segment_bytes < 2 * kBlockSize ||
+      options.capacity_bytes < kBlockSize) {
+    MCXL_LOG(kError, "disk_tier", "bad options: root_dir '%s', segment_bytes %llu, capacity %llu",
+             options.root_dir.c_str(), (unsigned long long)options.segment_bytes,
+             (unsigned long long)options.capacity_bytes);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  std::error_code ec;
+  std::filesystem::create_directories(options.root_dir, ec);
+  if (ec) {
+    MCXL_LOG(kError, "disk_tier", "create %s: %s", options.root_dir.c_str(), ec.message().c_str());
+    return ErrorCode::FILE_OPEN_FAIL;
+  }
+  auto impl = std::make_unique<Impl>();
+  impl->opt = options;
+  impl->opt.segment_bytes = AlignUp(options.segment_bytes);
+  Impl& t = *impl;
+
+  std::vector<uint32_t> ids;
+  DIR* d = opendir(options.root_dir.c_str());
+  if (d == nullptr) {
+    MCXL_LOG(kError, "disk_tier", "open %s: %s", options.root_dir.c_str(), strerror(errno));
+    return ErrorCode::FILE_OPEN_FAIL;
+  }
+  while (dirent* de = readdir(d)) {
+    uint32_t id;
+    if (ParseSegmentName(de->d_name, &id)) ids.push_back(id);
+  }
+  closedir(d);
+  std::sort(ids.begin(), ids.end());
+  if (!ids.empty()) t.next_seg_id = ids.back() + 1;
+
+  std::unordered_map<std::string, uint32_t> value_count;
+  uint32_t reuse_id = 0;
+  for (uint32_t id : ids) {
+    const std::string path = SegmentPath(options.root_dir, id);
+    int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      MCXL_LOG(kError, "disk_tier", "open %s: %s (skipped)", path.c_str(), strerror(errno));
+      continue;
+    }
+    struct stat st;
+    SegmentHeader sh{};
+    uint64_t got = 0;
+    const char* bad = nullptr;
+    if (fstat(fd, &st) != 0 || PreadUpTo(fd, &sh, sizeof(sh), 0, &got) != 0 || got < sizeof(sh))
+      bad = "short file";
+    else
+      bad = CheckSegmentHeader(sh, id);
+    if (bad != nullptr) {
+      MCXL_LOG(kWarn, "disk_tier", "%s: not a segment (%s); left alone", path.c_str(), bad);
+      close(fd);
+      continue;
+    }
+    const uint64_t size = uint64_t(st.st_size);
+    t.segs[id] = SegmentState{AlignUp(size), 0};
+    t.used += AlignUp(size);
+    bool any = false;
+    ScanSegment(fd, id, size, path, [&](const RecordHeader& h, std::string_view key, uint64_t off) {
+      any = true;
+      KeyState& ks = t.keys[std::string(key)];
+      t.max_gen = std::max(t.max_gen, h.generation);
+      t.next_seq = std::max(t.next_seq, h.seq + 1);
+      if (h.kind == kKindValue) {
+        value_count[std::string(key)]++;
+        if (ks.live.segment_id == 0 ||
+            std::tie(h.generation, h.seq) > std::tie(ks.live.generation, ks.live_seq)) {
+          ks.live = RecordLocation{id, 0, off, h.value_len, h.value_crc, h.key_len, h.generation};
+          ks.live_seq = h.seq;
+        }
+      } else {
+        ks.tombs++;
+        if (ks.tomb_seg == 0 || h.generation >= ks.tomb_gen) {
+          ks.tomb_gen = h.generation;
+          ks.tomb_seg = id;
+          ks.tomb_off = off;
+        }
+      }
+    });
+    posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the scan must not keep the tier cached
+    close(fd);
+    if (!any && id == ids.back() && size <= kBlockSize) reuse_id = id;
+  }
+  for (auto it = t.keys.begin(); it != t.keys.end();) {
+    KeyState& ks = it->second;
+    uint32_t values = value_count[it->first];
+    if (ks.live.segment_id != 0 && ks.tombs > 0 && ks.live.generation <= ks.tomb_gen)
+      ks.live = RecordLocation{};
+    ks.dead_values = values - (ks.live.segment_id != 0 ? 1 : 0);
+    if (ks.live.segment_id != 0) {
+      t.objects++;
+      t.AddLive(ks.live.segment_id, int64_t(RecordBytes(ks.live.key_len, ks.live.value_len)));
+    }
+    ks.tomb_live = ks.tomb_seg != 0 && ks.dead_values > 0;
+    if (ks.tomb_live) t.AddLive(ks.tomb_seg, int64_t(RecordBytes(it->first.size(), 0)));
+    ++it;
+  }
+  if (reuse_id != 0) {  // the newest segment holds no record: append to it
+    const std::string path = SegmentPath(options.root_dir, reuse_id);
+    t.active_fd = OpenMaybeDirect(path, O_RDWR, options.direct_io, &t.active_direct);
+    if (t.active_fd >= 0) {
+      t.active_id = reuse_id;
+      if (t.segs[reuse_id].end != kBlockSize) {  // a torn tail inside block 0's size
+        t.used -= t.segs[reuse_id].end - kBlockSize;
+        t.segs[reuse_id].end = kBlockSize;
+      }
+    }
+  }
+  MCXL_LOG(kInfo, "disk_tier", "opened %s: %zu segments, %llu objects, %llu bytes used",
+           options.root_dir.c_str(), t.segs.size(), (unsigned long long)t.objects,
+           (unsigned long long)t.used);
+  return std::unique_ptr<DiskTier>(new DiskTier(std::move(impl)));
+}
+
+Result<RecordLocation> DiskTier::Append(std::string_view key, const void* value, uint64_t len,
+                                        uint64_t generation) {
+  Impl& t = *impl_;
+  if (key.empty() || key.size() > kMaxTierKeyLength || len > kMaxTierValueLength ||
+      (value == nullptr && len > 0)) {
+    MCXL_LOG(kWarn, "disk_tier", "append: bad key length %zu or value length %llu", key.size(),
+             (unsigned long long)len);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  std::lock_guard<std::mutex> wlock(t.wmu);
+  auto it = t.keys.find(std::string(key));
+  if (it != t.keys.end()) {
+    const KeyState& st = it->second;
+    if ((st.live.segment_id != 0 && generation < st.live.generation) ||
+        (st.tombs > 0 && generation <= st.tomb_gen)) {
+      MCXL_LOG(kWarn, "disk_tier", "append: generation %llu is stale for its key",
+               (unsigned long long)generation);
+      return ErrorCode::INVALID_VERSION;
+    }
+  }
+  const uint64_t bytes = RecordBytes(key.size(), len);
+  uint32_t seg = 0;
+  uint64_t off = 0;
+  Status s = t.Reserve(bytes, false, &seg, &off);
+  if (!s.ok()) return s.error();
+
+  RecordHeader h{};
+  h.magic = kRecordMagic;
+  h.version = kFormatVersion;
+  h.kind = kKindValue;
+  h.key_len = uint32_t(key.size());
+  h.segment_id = seg;
+  h.offset = off;
+  h.value_len = len;
+  h.generation = generation;
+  h.seq = t.next_seq++;
+  h.key_crc = Crc32c(key.data(), key.size());
+  uint8_t* stage = ThreadBuffer(1, kChunkBytes);
+  uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
+  if (stage == nullptr || blk0 == nullptr) {
+    t.Unreserve(seg, off, bytes);
+    return ErrorCode::INTERNAL_ERROR;
+  }
+  ImageWriter w{t.active_fd, off, blk0, 0};
+  uint32_t crc = 0;
+  for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {
+    uint64_t n = std::min(kChunkBytes, bytes - pos);
+    FillImage(stage, pos, n, key, static_cast<const uint8_t*>(value), len, &crc);
+    w.Put(pos, stage, n);
+  }
+  if (w.err == 0) t.Hook("append.body_written");
+  h.value_crc = crc;
+  SealRecordHeader(&h);
+  int e = w.Finish(h);
+  if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
+  if (e != 0) {
+    MCXL_LOG(kError, "disk_tier", "append to segment %u at %llu: %s", seg,
+             (unsigned long long)off, strerror(e));
+    t.Unreserve(seg, off, bytes);
+    return WriteErrorCode(e);
+  }
+  RecordLocation loc{seg, 0, off, len, crc, uint32_t(key.size()), generation};
+  std::lock_guard<std::mutex> lock(t.mu);
+  KeyState& st = t.keys[std::string(key)];
+  if (st.live.segment_id != 0) {
+    t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
+    st.dead_values++;
+  } else {
+    t.objects++;
+  }
+  st.live = loc;
+  st.live_seq = h.seq;
+  t.AddLive(seg, int64_t(bytes));
+  t.Reaccount(st, key.size());
+  t.max_gen = std::max(t.max_gen, generation);
+  t.appends++;
+  return loc;
+}
+
+Status DiskTier::Remove(std::string_view key, uint64_t generation) {
+  Impl& t = *impl_;
+  if (key.empty() || key.size() > kMaxTierKeyLength) return ErrorCode::INVALID_PARAMS;
+  std::lock_guard<std::mutex> wlock(t.wmu);
+  auto it = t.keys.find(std::string(key));
+  if (it == t.keys.end() || it->second.live.segment_id == 0 ||
+      it->second.live.generation > generation)
+    return ErrorCode::OK;  // nothing live that this tombstone would hide
+  const uint64_t bytes = RecordBytes(key.size(), 0);
+  uint32_t seg = 0;
+  uint64_t off = 0;
+  // A tombstone frees space (its record turns dead): it may use the capacity headroom.
+  Status s = t.Reserve(bytes, true, &seg, &off);
+  if (!s.ok()) return s;
+  RecordHeader h{};
+  h.magic = kRecordMagic;
+  h.version = kFormatVersion;
+  h.kind = kKindTombstone;
+  h.key_len = uint32_t(key.size());
+  h.segment_id = seg;
+  h.offset = off;
+  h.generation = generation;
+  h.seq = t.next_seq++;
+  h.key_crc = Crc32c(key.data(), key.size());
+  h.value_crc = Crc32c(nullptr, 0);
+  SealRecordHeader(&h);
+  uint8_t* stage = ThreadBuffer(1, kChunkBytes);
+  uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
+  ImageWriter w{t.active_fd, off, blk0, 0};
+  uint32_t crc = 0;
+  for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {
+    uint64_t n = std::min(kChunkBytes, bytes - pos);
+    FillImage(stage, pos, n, key, nullptr, 0, &crc);
+    w.Put(pos, stage, n);
+  }
+  int e = w.Finish(h);
+  if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
+  if (e != 0) {
+    MCXL_LOG(kError, "disk_tier", "tombstone to segment %u at %llu: %s", seg,
+             (unsigned long long)off, strerror(e));
+    t.Unreserve(seg, off, bytes);
+    return WriteErrorCode(e);
+  }
+  std::lock_guard<std::mutex> lock(t.mu);
+  KeyState& st = it->second;
+  t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
+  st.live = RecordLocation{};
+  st.dead_values++;
+  t.objects--;
+  if (st.tomb_seg != 0 && st.tomb_live) t.AddLive(st.tomb_seg, -int64_t(bytes));
+  st.tomb_seg = seg;
+  st.tomb_off = off;
+  st.tomb_live = true;  // dead_values > 0
+  t.AddLive(seg, int64_t(bytes));
+  st.tombs++;
+  st.tomb_gen = std::max(st.tomb_gen, generation);
+  t.max_gen = std::max(t.max_gen, generation);
+  return ErrorCode::OK;
+}
+
+void DiskTier::ForEachLive(
+    const std::function<void(std::string_view key, const RecordLocation&)>& fn) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  for (const auto& [key, st] : impl_->keys)
+    if (st.live.segment_id != 0) fn(key, st.live);
+}
+
+Result<RecordLocation> DiskTier::Lookup(std::string_view key) const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  auto it = impl_->keys.find(std::string(key));
+  if (it == impl_->keys.end() || it->second.live.segment_id == 0) return ErrorCode::OBJECT_NOT_FOUND;
+  return it->second.live;
+}
+
+uint64_t DiskTier::MaxGeneration() const {
+  std::lock_guard<std::mutex> lock(impl_->mu);
+  return impl_->max_gen;
+}
+
+void DiskTier::SetRelocationCallback(RelocationCallback cb) {
+  std::lock_guard<std::mutex> lock(impl_->cmu);
+  impl_->reloc_cb = std::move(cb);
+}
+
+void DiskTier::SetTestHook(std::function<void(const char* point)> hook) {
+  std::lock_guard<std::mutex> c(impl_->cmu);
+  std::lock_guard<std::mutex> w(impl_->wmu);
+  impl_->hook = std::move(hook);
+}
+
+const std::string& DiskTier::root_dir() const { return impl_->opt.root_dir; }
+
+Stats DiskTier::stats() const {
+  const Impl& t = *impl_;
+  Stats s;
+  ReaderCounters rc = GetReaderCounters();
+  std::lock_guard<std::mutex> lock(t.mu);
+  s.capacity = t.opt.capacity_bytes;
+  s.used_bytes = t.used;
+  for (const auto& [id, seg] : t.segs) s.live_bytes += seg.live;
+  s.objects = t.objects;
+  s.segments = t.segs.size();
+  s.appends = t.appends;
+  s.reads = rc.reads;
+  s.checksum_failures = rc.checksum_failures;
+  s.compactions = t.compactions;
+  s.relocations = t.relocations;
+  s.direct_io = t.active_id != 0 ? t.active_direct : false;
+  return s;
+}
+
+}  // namespace mcxl::tier
