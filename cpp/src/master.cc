@@ -567,6 +567,8 @@ MasterStats Master::stats() const {
   s.disk_objects = disk_objects_;
   s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX);
   s.tier_checksum_failures += tier_stats_.checksum_failures;
+  s.disk_hits = retired_disk_hits_;
+  s.disk_checksum_failures = retired_disk_bad_;
   for (uint32_t c = 0; c < clients_.size(); ++c) {
     if (!clients_[c].attached) continue;
     // Relaxed: statistics.

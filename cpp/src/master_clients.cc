@@ -286,6 +286,10 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
   cs->get_hits.store(0, std::memory_order_relaxed);
   cs->get_misses.store(0, std::memory_order_relaxed);
+  retired_disk_hits_ += cs->disk_hits.load(std::memory_order_relaxed);
+  retired_disk_bad_ += cs->disk_checksum_failures.load(std::memory_order_relaxed);
+  cs->disk_hits.store(0, std::memory_order_relaxed);
+  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // Its pins die with it (docs/architecture.md §3), unless its process may still hold

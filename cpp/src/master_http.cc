@@ -193,7 +193,7 @@ std::string Master::MetricsText() {
   w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
            "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
   if (tier_) {  // the SSD tier (master_tier.cc)
-    uint64_t disk_hits = 0, bad = 0;
+    uint64_t disk_hits = retired_disk_hits_, bad = retired_disk_bad_;
     for (uint32_t c = 0; c < clients_.size(); ++c) {
       if (!clients_[c].attached) continue;
       // Relaxed: statistics the clients count.

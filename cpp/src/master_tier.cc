@@ -414,8 +414,15 @@ bool Master::PromoteOne() {
       (void)EvictRound(alloc_->used_bytes() + need - high, 0, "promotion");
     auto a = alloc_->used_bytes() + need <= high ? alloc_->Allocate(need) : Result<Extent>(ErrorCode::NO_AVAILABLE_HANDLE);
     if (!a) {
-      ++stats_.promotion_failures;
-      return true;
+      // Demotions queued by the round above free room shortly: try again
+      // (a stage request waits for it) for about 5 s of tier-loop rounds.
+      if (++job.attempts < 100) {
+        promote_queued_[job.slot] = job.state_gen;
+        promote_q_.push_back(job);
+      } else {
+        ++stats_.promotion_failures;
+      }
+      return false;
     }
     ext = *a;
     const ObjectHeader* h = HeaderOf(job.slot);

@@ -456,6 +456,7 @@ class Master {
   };
   struct PromoteJob {
     uint64_t slot, state_gen;
+    uint32_t attempts = 0;  // tries that found no room
   };
   struct TierRemoval {
     std::string key;
@@ -565,6 +566,7 @@ class Master {
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
   std::atomic<bool> evict_ahead_wanted_{false};
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
+  uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
   static constexpr uint16_t kMessageTypes = 16;
   uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
   // One lock for all entry points: the TCP loop, the ring server and the
