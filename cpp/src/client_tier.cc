@@ -27,7 +27,7 @@
 
 namespace mcxl {
 namespace {
-constexpr uint64_t kStageWaitNs = 5ull * 1000000000ull;
+constexpr uint64_t kStageWaitNs = 20ull * 1000000000ull;  // a promotion at the watermark waits for demotions
 }
 
 std::shared_ptr<const Client::TierView> Client::Tier() const {

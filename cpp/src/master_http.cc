@@ -220,6 +220,9 @@ std::string Master::MetricsText() {
              stats_.promotion_failures);
     w.Metric("mooncake_cxl_tier_evictions_total", "counter", "Objects dropped from the tier for room",
              stats_.tier_evictions);
+    w.Metric("mooncake_cxl_tier_offload_skipped_total", "counter",
+             "Objects evicted without offload while the demotion queue was full (--offload_force_evict)",
+             stats_.offload_skipped);
     w.Metric("mooncake_cxl_tier_disk_hits_total", "counter", "Reads served from the tier (attached clients)",
              disk_hits);
     w.Metric("mooncake_cxl_tier_checksum_failures_total", "counter",

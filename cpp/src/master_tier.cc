@@ -194,6 +194,11 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   if (it != disk_loc_.end()) return ConvertToDisk(slot, it->second, bytes) ? 1 : 0;
   auto nd = no_disk_.find(slot);
   if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
+  if (config_.offload_force_evict && demote_queued_.count(slot) == 0 &&
+      demote_q_.size() >= config_.offloading_queue_limit) {
+    ++stats_.offload_skipped;  // the disk is behind: evicted as without a tier
+    return UnlinkWithOlder(slot, bytes);
+  }
   // On its way to the disk: its bytes count for this round, so that a round
   // queues about what it needs, not every candidate it sees.
   Extent ext;
@@ -415,8 +420,8 @@ bool Master::PromoteOne() {
     auto a = alloc_->used_bytes() + need <= high ? alloc_->Allocate(need) : Result<Extent>(ErrorCode::NO_AVAILABLE_HANDLE);
     if (!a) {
       // Demotions queued by the round above free room shortly: try again
-      // (a stage request waits for it) for about 5 s of tier-loop rounds.
-      if (++job.attempts < 100) {
+      // (a stage request waits for it) for about 20 s of tier-loop rounds.
+      if (++job.attempts < 400) {
         promote_queued_[job.slot] = job.state_gen;
         promote_q_.push_back(job);
       } else {

@@ -152,6 +152,10 @@ int main(int argc, char** argv) {
   flags.Add("root_fs_dir", &cfg.root_fs_dir, "directory of the SSD tier (clients that can open it read "
             "records themselves; others ask the master to stage them)");
   flags.Add("offload_capacity_bytes", &cfg.offload_capacity_bytes, "capacity of the SSD tier in bytes");
+  flags.Add("offload_force_evict", &cfg.offload_force_evict,
+            "evict without offload while --offloading_queue_limit demotions wait (puts never wait for the disk)");
+  flags.Add("offloading_queue_limit", &cfg.offloading_queue_limit,
+            "demotions waiting for the tier before --offload_force_evict drops instead");
   flags.Add("offload_high_watermark_ratio", &cfg.offload_high_watermark_ratio,
             "above this share of the tier's capacity its least recently used objects are dropped");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",

@@ -139,6 +139,13 @@ struct MasterConfig {
   // Above this share of the tier's capacity, its least recently used
   // objects are dropped (entry and record) before more are appended.
   double offload_high_watermark_ratio = 0.95;
+  // Mooncake's: with offload_force_evict, eviction drops (as without a tier)
+  // the objects it picks while offloading_queue_limit demotions are already
+  // waiting, so puts never wait for the disk; without it (default) puts at
+  // the watermark wait for demotions (OBJECT_REPLICA_BUSY, retried): no
+  // object is lost, and puts go at the tier's write speed.
+  bool offload_force_evict = false;
+  uint64_t offloading_queue_limit = 50000;
 };
 
 struct MasterStats {
@@ -165,6 +172,7 @@ struct MasterStats {
   uint64_t demotions = 0, demotion_failures = 0, promotions = 0, promotion_failures = 0;
   uint64_t tier_writes = 0;    // records appended (demotions and write-through copies)
   uint64_t tier_evictions = 0; // objects dropped from the tier for room
+  uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
   uint64_t tier_rebuilt = 0;   // entries rebuilt from the segment files after --format
   uint64_t tier_checksum_failures = 0, tier_compactions = 0, tier_queue = 0;
   uint64_t disk_hits = 0;      // reads served from the tier, summed over clients
