@@ -94,6 +94,7 @@ bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, 
     case MessageType::kBatchRemove:
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll:
+    case MessageType::kPromote:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
