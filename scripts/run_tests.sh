@@ -2,7 +2,8 @@
 # Install mooncake_cxl with its C++ unit tests, then run ctest and pytest.
 #
 # System packages (apt-get, when missing): googletest for the C++ tests, RE2
-# (libre2-dev) for remove_by_regex,
+# (libre2-dev) for remove_by_regex, liburing-dev (+ pkg-config) for the SSD
+# tier's io_uring reads,
 # libibverbs1 for the reference Mooncake wheel (the oracle of the conformance
 # suite). The reference client listens on 0.0.0.0, so pytest runs inside a
 # private loopback-only network namespace (unshare -n) when that is possible;
@@ -13,6 +14,8 @@ cd "$(dirname "$0")/.."
 missing=()
 [ -e /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 [ -e /usr/include/re2/re2.h ] || missing+=(libre2-dev)
+[ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
+command -v pkg-config >/dev/null || missing+=(pkg-config)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -21,11 +22,14 @@ ErrorCode WriteErrorCode(int err) {
   return (err == ENOSPC || err == EDQUOT) ? ErrorCode::NO_AVAILABLE_HANDLE : ErrorCode::WRITE_FAIL;
 }
 
-void ImageWriter::Put(uint64_t pos, const uint8_t* data, uint64_t n) {
+void ImageWriter::Put(uint64_t pos, uint8_t* data, uint64_t n) {
   if (err != 0 || n == 0) return;
+  if (pos == 0 && n >= total) {
+    single = data;  // written whole by Finish
+    return;
+  }
   if (pos == 0) {
-    memcpy(block0, data, std::min(n, kBlockSize));
-    if (n <= kBlockSize) return;
+    memcpy(block0, data, kBlockSize);
     data += kBlockSize;
     n -= kBlockSize;
     pos = kBlockSize;
@@ -35,8 +39,9 @@ void ImageWriter::Put(uint64_t pos, const uint8_t* data, uint64_t n) {
 
 int ImageWriter::Finish(const RecordHeader& h) {
   if (err != 0) return err;
-  memcpy(block0, &h, sizeof(h));
-  err = PwriteFull(fd, block0, kBlockSize, base);
+  uint8_t* first = single != nullptr ? single : block0;
+  memcpy(first, &h, sizeof(h));
+  err = PwriteFull(fd, first, single != nullptr ? total : kBlockSize, base);
   return err;
 }
 
@@ -63,6 +68,35 @@ void DiskTier::Impl::Reaccount(KeyState& st, size_t key_len) {
 void DiskTier::Impl::MaybeErase(std::unordered_map<std::string, KeyState>::iterator it) {
   const KeyState& st = it->second;
   if (st.live.segment_id == 0 && st.dead_values == 0 && st.tombs == 0) keys.erase(it);
+}
+
+bool DiskTier::Impl::ReleaseReserve() {
+  if (!reserve_held) return false;
+  reserve_held = false;
+  unlink((opt.root_dir + "/reserve.mcxl").c_str());
+  MCXL_LOG(kWarn, "disk_tier", "filesystem full: released the %llu-byte reserve for removes/compaction",
+           (unsigned long long)reserve_bytes);
+  return true;
+}
+
+void DiskTier::Impl::HoldReserve() {
+  if (reserve_held || reserve_bytes == 0) return;
+  const std::string path = opt.root_dir + "/reserve.mcxl";
+  // At most 1/8 of the free space, so a small filesystem keeps most of itself.
+  uint64_t want = reserve_bytes;
+  struct statvfs sv;
+  if (statvfs(opt.root_dir.c_str(), &sv) == 0)
+    want = std::min<uint64_t>(want, uint64_t(sv.f_bavail) * sv.f_frsize / 8);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  for (want &= ~(kBlockSize - 1); want >= 16 * kBlockSize; want = (want / 2) & ~(kBlockSize - 1)) {
+    if (fallocate(fd, 0, 0, off_t(want)) == 0) {
+      reserve_held = true;
+      break;
+    }
+  }
+  close(fd);
+  if (!reserve_held) unlink(path.c_str());  // no room: try again after the next compaction
 }
 
 Status DiskTier::Impl::CreateSegment() {
@@ -113,7 +147,7 @@ Status DiskTier::Impl::CreateSegment() {
 }
 
 Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, uint64_t* off) {
-  bool roll = active_id == 0 ||
+  bool roll = active_id == 0 || active_fd < 0 ||  // none yet, or the last creation failed
               (segs[active_id].end + bytes > opt.segment_bytes && segs[active_id].end > kBlockSize);
   uint64_t cost = bytes + (roll ? kBlockSize : 0);
   if (!compaction && used + cost > opt.capacity_bytes) {
@@ -202,7 +236,18 @@ void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Vi
       else if (Crc32c(key.data(), key.size()) != h.key_crc)
         bad = "key crc";
     }
-    if (bad == nullptr && resync && h.kind == kKindValue) {
+    // Verify the value too where a torn write could hide: after a gap, and for a
+    // record not directly followed by another valid header (a segment's tail).
+    bool tail = true;
+    if (bad == nullptr) {
+      const uint64_t next = off + RecordBytes(h.key_len, h.value_len);
+      RecordHeader nh;
+      uint64_t ngot = 0;
+      if (next + kHeaderBytes <= size && PreadUpTo(fd, &nh, sizeof(nh), next, &ngot) == 0 &&
+          ngot == sizeof(nh) && CheckRecordHeader(nh, id, next, size) == nullptr)
+        tail = false;
+    }
+    if (bad == nullptr && (resync || tail) && h.kind == kKindValue) {
       const char* why = "";
       RecordLocation e;
       e.key_len = h.key_len;
@@ -343,6 +388,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
       }
     }
   }
+  t.reserve_bytes = options.reserve_bytes != ~0ull ? options.reserve_bytes
+                                                   : std::min<uint64_t>(t.opt.segment_bytes, 64ull << 20);
+  t.HoldReserve();
   MCXL_LOG(kInfo, "disk_tier", "opened %s: %zu segments, %llu objects, %llu bytes used",
            options.root_dir.c_str(), t.segs.size(), (unsigned long long)t.objects,
            (unsigned long long)t.used);
@@ -392,14 +440,13 @@ Result<RecordLocation> DiskTier::Append(std::string_view key, const void* value,
     t.Unreserve(seg, off, bytes);
     return ErrorCode::INTERNAL_ERROR;
   }
-  ImageWriter w{t.active_fd, off, blk0, 0};
+  ImageWriter w{t.active_fd, off, bytes, blk0};
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {
     uint64_t n = std::min(kChunkBytes, bytes - pos);
     FillImage(stage, pos, n, key, static_cast<const uint8_t*>(value), len, &crc);
     w.Put(pos, stage, n);
   }
-  if (w.err == 0) t.Hook("append.body_written");
   h.value_crc = crc;
   SealRecordHeader(&h);
   int e = w.Finish(h);
@@ -439,8 +486,14 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   const uint64_t bytes = RecordBytes(key.size(), 0);
   uint32_t seg = 0;
   uint64_t off = 0;
+  // A full filesystem: the reserve file gives way once so removes still work.
+  for (int attempt = 0;; attempt++) {
+  auto retry = [&](ErrorCode code) {
+    return code == ErrorCode::NO_AVAILABLE_HANDLE && attempt == 0 && t.ReleaseReserve();
+  };
   // A tombstone frees space (its record turns dead): it may use the capacity headroom.
   Status s = t.Reserve(bytes, true, &seg, &off);
+  if (!s.ok() && retry(s.error())) continue;
   if (!s.ok()) return s;
   RecordHeader h{};
   h.magic = kRecordMagic;
@@ -456,7 +509,7 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   SealRecordHeader(&h);
   uint8_t* stage = ThreadBuffer(1, kChunkBytes);
   uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
-  ImageWriter w{t.active_fd, off, blk0, 0};
+  ImageWriter w{t.active_fd, off, bytes, blk0};
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {
     uint64_t n = std::min(kChunkBytes, bytes - pos);
@@ -469,7 +522,10 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
     MCXL_LOG(kError, "disk_tier", "tombstone to segment %u at %llu: %s", seg,
              (unsigned long long)off, strerror(e));
     t.Unreserve(seg, off, bytes);
+    if (retry(WriteErrorCode(e))) continue;
     return WriteErrorCode(e);
+  }
+  break;
   }
   std::lock_guard<std::mutex> lock(t.mu);
   KeyState& st = it->second;

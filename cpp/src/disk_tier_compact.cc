@@ -19,7 +19,7 @@ namespace {
 struct CopySink : RawSink {
   ImageWriter* w;
   explicit CopySink(ImageWriter* writer) : w(writer) {}
-  bool Chunk(uint64_t pos, const uint8_t* data, uint64_t n) override {
+  bool Chunk(uint64_t pos, uint8_t* data, uint64_t n) override {
     w->Put(pos, data, AlignUp(n));
     return w->err == 0;
   }
@@ -123,16 +123,19 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       uint32_t dseg = 0;
       uint64_t doff = 0;
       Status s = t.Reserve(bytes, true, &dseg, &doff);
+      if (!s.ok() && s.error() == ErrorCode::NO_AVAILABLE_HANDLE && t.ReleaseReserve())
+        continue;  // the full filesystem gave way to the reserve: this record again
       if (!s.ok()) {
         result = s;
         break;
       }
-      ImageWriter w{t.active_fd, doff, ThreadBuffer(2, kBlockSize), 0};
+      ImageWriter w{t.active_fd, doff, bytes, ThreadBuffer(2, kBlockSize)};
       CopySink sink(&w);
       const char* why = "";
       RecordHeader src{};
       s = ReadVerified(cc.fd, cc.direct, cc.victim, off, cc.file_size, key, nullptr, nullptr, &sink,
                        &src, &why);
+      if (!s.ok() && w.err != 0) s = WriteErrorCode(w.err);  // the copy's write failed
       if (s.ok()) {
         RecordHeader nh = src;
         nh.segment_id = dseg;
@@ -155,6 +158,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
           cc.cursor += bytes;
           continue;
         }
+        if (s.error() == ErrorCode::NO_AVAILABLE_HANDLE && t.ReleaseReserve()) continue;
         MCXL_LOG(kError, "disk_tier", "compact: copy of segment %u offset %llu: %s (%s)",
                  cc.victim, (unsigned long long)off, ErrorCodeName(s.error()), why);
         result = s;
@@ -231,6 +235,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
   t.compactions++;
   close(cc.fd);
   cc = CompactCursor{};
+  t.HoldReserve();
   return ErrorCode::OK;
 }
 

@@ -106,8 +106,9 @@ AlignedBuf AllocAligned(uint64_t bytes) {
 }
 
 uint8_t* ThreadBuffer(int which, uint64_t bytes) {
-  thread_local AlignedBuf bufs[3];
-  thread_local uint64_t sizes[3] = {0, 0, 0};
+  if (which < 0 || which >= kThreadBuffers) return nullptr;
+  thread_local AlignedBuf bufs[kThreadBuffers];
+  thread_local uint64_t sizes[kThreadBuffers] = {};
   if (sizes[which] < bytes) {
     bufs[which] = AllocAligned(bytes);
     sizes[which] = bufs[which] ? AlignUp(bytes) : 0;

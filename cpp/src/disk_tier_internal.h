@@ -70,7 +70,9 @@ struct AlignedFree {
 };
 using AlignedBuf = std::unique_ptr<uint8_t[], AlignedFree>;
 AlignedBuf AllocAligned(uint64_t bytes);
-// A per-thread staging buffer of at least `bytes` (grown, kept): reads and writes.
+// A per-thread staging buffer of at least `bytes` (grown, kept). Slots: 0 read
+// chunks, 1 append staging, 2 a record's block 0, 3 the io_uring window.
+constexpr int kThreadBuffers = 4;
 uint8_t* ThreadBuffer(int which, uint64_t bytes);
 constexpr uint64_t kChunkBytes = 4ull << 20;
 
@@ -95,7 +97,7 @@ bool ParseSegmentName(std::string_view name, uint32_t* id);
 // aligned buffers). *why names a failure for the log line.
 struct RawSink {
   virtual ~RawSink() = default;
-  virtual bool Chunk(uint64_t pos, const uint8_t* data, uint64_t n) = 0;
+  virtual bool Chunk(uint64_t pos, uint8_t* data, uint64_t n) = 0;
 };
 Status ReadVerified(int fd, bool aligned, uint32_t segment_id, uint64_t offset, uint64_t file_size,
                     std::string_view key, const RecordLocation* expect, void* dst, RawSink* raw,
@@ -132,13 +134,19 @@ struct KeyState {
   uint32_t tombs = 0;        // tombstones of the key on disk
 };
 
-// Writes one record image at `base` of fd: chunks in order, block 0 deferred to Finish.
+// Writes one record image of `total` bytes at `base` of fd, chunks in order.
+// A single-chunk record is one pwrite (in Finish, header patched in); a longer
+// one is written body first and block 0 (the header) last. Either way only
+// the record being written when the process dies can be torn, and rebuild
+// verifies the value crc of a segment's last record (disk_tier.cc).
 struct ImageWriter {
   int fd = -1;
   uint64_t base = 0;
+  uint64_t total = 0;
   uint8_t* block0 = nullptr;  // kBlockSize, aligned
+  uint8_t* single = nullptr;  // the whole record, when it came as one chunk
   int err = 0;
-  void Put(uint64_t pos, const uint8_t* data, uint64_t n);  // n block aligned; data aligned
+  void Put(uint64_t pos, uint8_t* data, uint64_t n);  // n block aligned; data aligned
   int Finish(const RecordHeader& h);
 };
 
@@ -169,6 +177,8 @@ struct DiskTier::Impl {
   uint64_t objects = 0;
   uint64_t appends = 0, compactions = 0, relocations = 0;
   bool logged_full = false;
+  uint64_t reserve_bytes = 0;  // <root_dir>/reserve.mcxl, fallocated
+  bool reserve_held = false;
   RelocationCallback reloc_cb;
   std::function<void(const char*)> hook;
   CompactCursor cc;
@@ -182,6 +192,10 @@ struct DiskTier::Impl {
   Status Reserve(uint64_t bytes, bool compaction, uint32_t* seg, uint64_t* off);
   void Unreserve(uint32_t seg, uint64_t off, uint64_t bytes);  // the last Reserve, on a failed write
   Status CreateSegment();
+  // The reserve file keeps filesystem space for tombstones and compaction
+  // copies: released on ENOSPC there (once), re-taken after a compaction.
+  bool ReleaseReserve();
+  void HoldReserve();
   // Moves the newest tombstone's bytes between live and dead as dead_values says. Under mu.
   void Reaccount(KeyState& st, size_t key_len);
   void MaybeErase(std::unordered_map<std::string, KeyState>::iterator it);

@@ -17,14 +17,17 @@
 //       (append order, tie-break among equal generations), crc32c of the
 //       value, crc32c of the key, crc32c of the header's first 60 bytes;
 //     key bytes; value bytes; zero padding to the next block.
-//   A record spanning more than one block is written body first (blocks
-//   1..n), block 0 (header) last, so a header that reached the file means its
-//   body did too (for a process crash; see durability).
+//   Writes are serialized, so a crash can tear only the record being
+//   written: one pwrite for a record of up to 4 MiB, else body first and
+//   block 0 (the header) last.
 // Rebuild: every segment is scanned; a block that is not a valid header
-// (torn write, flipped byte, hole) is skipped block by block, and a header
-// found after such a gap must also pass its value crc before it counts. Per
-// key the newest (generation, seq) value record wins; a tombstone of
-// generation G hides every value record of the key with generation <= G.
+// (torn write, flipped byte, hole) is skipped block by block. A record found
+// after such a gap, or not directly followed by another valid header (a
+// segment's tail, where a torn write would be), must also pass its value crc
+// before it counts. Per key the newest (generation, seq) value record wins; a
+// tombstone of generation G hides every value record of the key with
+// generation <= G. Stale copies (compaction crashed before deleting its
+// victim) are ordinary dead records.
 //
 // Durability policy: Append/Remove return after the write completed (pwrite,
 // O_DIRECT where supported), which survives a SIGKILL of the writer process.
@@ -77,9 +80,16 @@ struct Options {
   uint64_t capacity_bytes = 0;           // bound on the sum of segment file sizes (appends)
   uint64_t segment_bytes = 256ull << 20;  // a segment is sealed when the next record would not fit
   bool direct_io = true;   // O_DIRECT where the fs supports it (tmpfs does not: fall back, log once)
-  bool io_uring = false;   // reserved: reads use pread (see the report / bench)
+  bool io_uring = false;   // unused by the writer; ReadRecord uses io_uring for records of
+                           // >= 2 MiB on O_DIRECT fds (MCXL_TIER_IO_URING=0 turns it off)
   double compact_garbage_ratio = 0.5;  // a segment is a compaction victim at dead/size >= this
   bool sync_each_append = false;       // fdatasync after every record (power-loss durability)
+  // Filesystem space kept aside in <root_dir>/reserve.mcxl (fallocated, not
+  // counted in used_bytes) so that on a full filesystem removes (tombstones)
+  // and compaction can still write: released on ENOSPC there, re-taken after
+  // the next compaction. ~0 = min(segment_bytes, 64 MiB); 0 = none; never
+  // more than 1/8 of the free space (halved until fallocate succeeds).
+  uint64_t reserve_bytes = ~0ull;
 };
 
 struct Stats {
@@ -92,6 +102,7 @@ struct Stats {
 // Process-wide counters of ReadRecord (relaxed atomics underneath: statistics).
 struct ReaderCounters {
   uint64_t reads = 0, bytes = 0, checksum_failures = 0, errors = 0, direct_reads = 0;
+  uint64_t uring_reads = 0;  // records of >= 2 MiB read through io_uring (O_DIRECT fds)
 };
 ReaderCounters GetReaderCounters();
 
@@ -115,7 +126,8 @@ class DiskTier {
   Result<RecordLocation> Append(std::string_view key, const void* value, uint64_t len,
                                 uint64_t generation);
   // Durable removal: writes a tombstone when the key has a live record with
-  // generation <= `generation` (else nothing to hide: OK, no write).
+  // generation <= `generation` (else nothing to hide: OK, no write). A
+  // tombstone (one block) may go above capacity_bytes: it turns its record dead.
   Status Remove(std::string_view key, uint64_t generation);
   // The live records. Called under the tier's state lock: the callback must
   // not call back into this DiskTier.
@@ -137,7 +149,7 @@ class DiskTier {
   const std::string& root_dir() const;
 
   // Test hook: called at named points ("compact.copied", "compact.synced",
-  // "compact.unlinked", "append.body_written") so a test can crash there.
+  // "compact.unlinked") so a test can crash there.
   void SetTestHook(std::function<void(const char* point)> hook);
 
   struct Impl;
@@ -148,8 +160,9 @@ class DiskTier {
 };
 
 // Reader side (clients that can open root_dir, and the master for promotion):
-// opens the segment read-only (cached fd, O_DIRECT where supported), preads
-// the record and verifies it (see the contract). dst must hold value_len
+// opens the segment read-only (cached fd, O_DIRECT where supported), reads
+// the record (pread; a record of >= 2 MiB on an O_DIRECT fd as 1 MiB io_uring
+// reads, 8 in flight: measured faster for 16 MiB) and verifies it. dst must hold value_len
 // (else BUFFER_OVERFLOW). Errors: FILE_NOT_FOUND (segment gone: compacted;
 // look the key up again), OBJECT_NOT_FOUND (a valid record of another key or
 // generation: stale location), CHECKSUM_MISMATCH (corruption; counted),
