@@ -41,33 +41,41 @@ class DiskDescriptor:
 
 
 class ReplicaDescriptor:
-    """One replica of an object: here always a COMPLETE memory replica in the pool."""
+    """One replica of an object: a COMPLETE memory replica in the pool, or,
+    for an object whose value is in the SSD tier, a COMPLETE LOCAL_DISK replica
+    (its file is the tier's directory, shared by every host of the pod)."""
 
-    def __init__(self, segment_name, offset, size):
+    def __init__(self, segment_name, offset, size, tier="memory", disk_root=""):
         from ._core import ReplicaStatus
         self.status = ReplicaStatus.COMPLETE
         self.segment_name = segment_name  # ours
-        self.offset = offset              # ours: the object's offset in the pool
+        self.offset = offset              # ours: the object's (or its stub's) offset in the pool
         self.size = size                  # ours: the value's bytes
+        self.tier = tier                  # ours: "memory" or "disk"
         self._memory = MemoryDescriptor(Descriptor(size, offset, segment_name))
+        self._disk = DiskDescriptor(disk_root, size)
 
     def is_memory_replica(self):
-        return True
+        return self.tier == "memory"
 
     def is_disk_replica(self):
-        return False
+        return self.tier == "disk"
 
     def is_local_disk_replica(self):
-        return False
+        return self.tier == "disk"
 
     def get_memory_descriptor(self):
+        if self.tier != "memory":
+            raise RuntimeError("Expected MemoryDescriptor")
         return self._memory
 
     def get_disk_descriptor(self):
-        raise RuntimeError("Expected DiskDescriptor")
+        if self.tier != "disk":
+            raise RuntimeError("Expected DiskDescriptor")
+        return self._disk
 
     def __repr__(self):
-        return (f"ReplicaDescriptor(status={self.status.name}, memory, segment_name={self.segment_name!r}, "
+        return (f"ReplicaDescriptor(status={self.status.name}, {self.tier}, segment_name={self.segment_name!r}, "
                 f"offset={self.offset}, size={self.size})")
 
 
@@ -78,7 +86,8 @@ class ReplicaMethods:
         info = self._replica_info(key)
         if isinstance(info, int):
             return None
-        return ReplicaDescriptor(info["writer"], info["offset"], info["size"])
+        return ReplicaDescriptor(info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
+                                 info.get("disk_root", ""))
 
     def get_replica_desc(self, key):
         """[ReplicaDescriptor] of `key`: one memory replica, or [] when missing.

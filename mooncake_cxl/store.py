@@ -118,7 +118,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
         return self._setup(local_hostname, protocol, master_server_addr, rpc_transport,
-                           tenant_id=tenant_id)
+                           tenant_id=tenant_id, enable_ssd_offload=bool(enable_ssd_offload),
+                           ssd_offload_path=ssd_offload_path or "")
 
     def _setup_from_dict(self, config):
         for key in ("local_hostname", "metadata_server", "master_server_addr"):
@@ -131,10 +132,12 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                 return int(ErrorCode.INVALID_PARAMS)
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
                            config["master_server_addr"], config.get("rpc_transport"),
-                           tenant_id=config.get("tenant_id", "default"))
+                           tenant_id=config.get("tenant_id", "default"),
+                           enable_ssd_offload=bool(config.get("enable_ssd_offload", False)),
+                           ssd_offload_path=str(config.get("ssd_offload_path", "") or ""))
 
     def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None,
-               pool_hint=None, tenant_id="default"):
+               pool_hint=None, tenant_id="default", enable_ssd_offload=False, ssd_offload_path=""):
         """pool_hint: (path, size) of the pool on this host, from a standalone
         client (setup_dummy); MC_CXL_DEV_PATH, when set, wins."""
         transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
@@ -163,7 +166,11 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
             local_hostname, master_server_addr, pool_path, pool_size,
             _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
-            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id)
+            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id,
+            # The SSD tier's directory as this host sees it (the reference's
+            # variable); default: the master's --root_fs_dir.
+            ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
+            enable_ssd_offload)
 
     # ---- segments: the pool is the one segment ----
 
@@ -196,5 +203,6 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         return (None, _unsupported("query_task", "no task is ever created: " + _TASKS))
 
     def get_offload_rpc_read_count(self):
-        """Reads served by the SSD-offload RPC path: none here (no offload tier)."""
-        return 0
+        """Reads this client served from the SSD tier (records read from
+        --root_fs_dir); reads from the pool, promoted objects included, do not count."""
+        return int(self._offload_read_count())

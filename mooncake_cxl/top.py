@@ -137,6 +137,19 @@ def snapshot(prev_samples, cur_samples, dt):
         "hit_rate_overall": _ratio(hits, misses),
         "hit_rate_interval": _ratio(d_hits, d_misses),
         "gets_per_s": None if d_hits is None or d_misses is None else (d_hits + d_misses) / dt,
+        # The SSD tier (absent when the master runs without --enable_offload).
+        "tier": None if cur("mooncake_cxl_tier_capacity_bytes") is None else {
+            "capacity_bytes": cur("mooncake_cxl_tier_capacity_bytes"),
+            "live_bytes": cur("mooncake_cxl_tier_live_bytes"),
+            "used_bytes": cur("mooncake_cxl_tier_used_bytes"),
+            "objects": cur("mooncake_cxl_tier_objects"),
+            "demotions_total": cur("mooncake_cxl_tier_demotions_total"),
+            "promotions_total": cur("mooncake_cxl_tier_promotions_total"),
+            "disk_hits_total": cur("mooncake_cxl_tier_disk_hits_total"),
+            "checksum_failures_total": cur("mooncake_cxl_tier_checksum_failures_total"),
+            "demotions_per_s": per_s("mooncake_cxl_tier_demotions_total"),
+            "disk_hits_per_s": per_s("mooncake_cxl_tier_disk_hits_total"),
+        },
         "ops": {
             op: {
                 "requests_total": cur(f"master_{op}_requests_total"),
@@ -206,6 +219,21 @@ def _lines(snap):
         ("hit rate", f"{fmt_percent(snap['hit_rate_interval'])} of {fmt_rate(snap['gets_per_s'], ' gets/s')}, "
                      f"{fmt_percent(snap['hit_rate_overall'])} overall  (hits {fmt_count(snap['hits_total'])},"
                      f" misses {fmt_count(snap['misses_total'])})"),
+    ] + _tier_lines(snap.get("tier"))
+
+
+def _tier_lines(t):
+    if not t:
+        return []
+    cap, live = t["capacity_bytes"], t["live_bytes"]
+    fill = live / cap if cap and live is not None else None
+    return [
+        ("ssd tier", f"{fmt_percent(fill)}  {fmt_bytes(live)} live ({fmt_bytes(t['used_bytes'])} in segments)"
+                     f" of {fmt_bytes(cap)}  objects only on disk {fmt_count(t['objects'])}"),
+        ("tier moves", f"demotions {fmt_rate(t['demotions_per_s'])} (total {fmt_count(t['demotions_total'])})"
+                       f"  promotions {fmt_count(t['promotions_total'])}"
+                       f"  disk hits {fmt_rate(t['disk_hits_per_s'])} (total {fmt_count(t['disk_hits_total'])})"
+                       f"  checksum failures {fmt_count(t['checksum_failures_total'])}"),
     ]
 
 

@@ -187,7 +187,8 @@ class Store {
 
   int SetupCore(const std::string& local_hostname, const std::string& master_addr,
                 const std::string& pool_path, uint64_t pool_size, int connect_timeout_ms,
-                int rpc_timeout_ms, int put_wait_ms, bool use_rings, const std::string& tenant) {
+                int rpc_timeout_ms, int put_wait_ms, bool use_rings, const std::string& tenant,
+                const std::string& offload_path, bool enable_ssd_offload) {
     if (client_ && !client_->closed()) {
       MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
       return kNotReady;
@@ -204,6 +205,13 @@ class Store {
     const char* pf = getenv("MC_CXL_PREFAULT");  // as MC_CXL_RPC etc.: an environment switch
     o.prefault_pool = pf != nullptr && pf[0] != '\0' && strcmp(pf, "0") != 0;
     o.tenant = tenant;
+    // SSD tier: this host's path of the tier directory (the reference's
+    // MOONCAKE_OFFLOAD_FILE_STORAGE_PATH / ssd_offload_path), and whether to
+    // read records directly (MC_CXL_TIER_DIRECT_READ=0: the master stages them).
+    o.offload_path_override = offload_path;
+    o.enable_ssd_offload = enable_ssd_offload;
+    const char* td = getenv("MC_CXL_TIER_DIRECT_READ");
+    o.tier_direct_read = td == nullptr || td[0] == '\0' || strcmp(td, "0") != 0;
     std::optional<Result<std::shared_ptr<Client>>> r;
     {
       py::gil_scoped_release nogil;
@@ -232,6 +240,7 @@ class Store {
   }
 
   std::string GetHostname() const { return hostname_; }
+  std::shared_ptr<Client> client() const { return client_; }
 
   // ---- puts ----
   std::vector<int> PutMany(const std::vector<std::string>& keys, const std::vector<std::vector<py::handle>>& values,
@@ -612,6 +621,10 @@ class Store {
     }
     if (!*snap) return py::int_(ToInt(snap->error()));
     py::dict d;
+    // kOnDisk: the value is a record in the SSD tier (the stub says where).
+    bool on_disk = snap->value().state() == EntryState::kOnDisk;
+    d["tier"] = on_disk ? "disk" : "memory";
+    if (on_disk) d["disk_root"] = c->tier_root();
     d["offset"] = snap->value().object_offset;
     d["size"] = snap->value().value_size;
     d["writer"] = writer;
@@ -813,7 +826,8 @@ PYBIND11_MODULE(_core, m) {
       .def(py::init<>())
       .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
-           py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default")
+           py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default",
+           py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false)
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)
@@ -872,6 +886,9 @@ PYBIND11_MODULE(_core, m) {
              return s.PutFromRanges(keys, ptrs, sizes, config, true, "batch_upsert_tensor"); },
            py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = C())
       .def("_replica_info", &Store::ReplicaInfo, py::arg("key"))
+      .def("_offload_read_count", [](Store& s) -> int64_t {
+             auto c = s.client();
+             return c ? int64_t(c->offload_read_count()) : 0; })
       .def("get_into", [](Store& s, const std::string& key, uintptr_t p, uint64_t n) {
              return s.GetIntoRanges({key}, {{p}}, {{n}}, "get_into")[0]; },
            py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))

@@ -177,6 +177,7 @@ Status Client::Attach(bool initial) {
     ring_slot_ = reply.slot;
     ring_generation_ = reply.slot_generation;
   }
+  LoadTier();
   ClientSlot* cs = pool_->client_slot(reply.slot);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
   cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);

@@ -43,6 +43,12 @@ Result<PinnedView> Client::PinValue(std::string_view user_key) {
     if (!snap) return snap.error();
     std::shared_lock<std::shared_mutex> lock(life_mu_);
     if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+    if (snap->state() == EntryState::kOnDisk) {
+      // A view needs the bytes in the pool: have the master stage it.
+      Status st = StageAndWait(*snap, key);
+      if (!st.ok()) return st.error();
+      continue;
+    }
     const char* data = index_->ValuePtr(*snap, key);
     if (data == nullptr) continue;
     PinnedView v;

@@ -49,6 +49,7 @@ Result<bool> Client::CopyStored(const EntrySnapshot& snap, std::string_view key,
 Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts, size_t ndsts,
                                 uint64_t lease_until_ns) {
   if (TotalSize(dsts, ndsts) < snap.value_size) return ErrorCode::INVALID_PARAMS;
+  if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dsts, ndsts);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
   ObserveRange(src, snap.value_size);
@@ -231,7 +232,18 @@ std::vector<int64_t> Client::GetRanges(std::string_view user_key, const std::vec
     }
     std::shared_lock<std::shared_mutex> lock(life_mu_);
     if (closed_) break;
-    const char* src = index_->ValuePtr(*snap, key);
+    std::string disk_copy;  // a disk-resident value: read whole, then the ranges
+    if (snap->state() == EntryState::kOnDisk) {
+      disk_copy.resize(snap->value_size);
+      MutSlice d{disk_copy.data(), disk_copy.size()};
+      auto ok = CopyFromDisk(*snap, key, &d, 1);
+      if (!ok) {
+        out.assign(ranges.size(), ToInt(ok.error()));
+        return out;
+      }
+      if (!*ok) continue;
+    }
+    const char* src = disk_copy.empty() ? index_->ValuePtr(*snap, key) : disk_copy.data();
     if (src == nullptr) continue;
     ObserveRange(src, snap->value_size);
     for (size_t i = 0; i < ranges.size(); ++i) {
@@ -244,7 +256,7 @@ std::vector<int64_t> Client::GetRanges(std::string_view user_key, const std::vec
       out[i] = int64_t(r.size);
     }
     if (pool_->failed()) break;  // see CopyValidated
-    if (index_->StillValid(*snap)) {
+    if (!disk_copy.empty() || index_->StillValid(*snap)) {  // a disk copy was validated by CopyFromDisk
       index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
       RecordRead(true);
       return out;

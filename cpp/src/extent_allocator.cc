@@ -181,6 +181,27 @@ Status ExtentAllocator::Free(uint64_t handle) {
   return ErrorCode::OK;
 }
 
+Status ExtentAllocator::Shrink(uint64_t handle, uint64_t size) {
+  uint32_t b = uint32_t(handle);
+  if (b >= blocks_.size() || !blocks_[b].live || blocks_[b].free || blocks_[b].gen != uint32_t(handle >> 32))
+    return ErrorCode::INVALID_PARAMS;
+  uint64_t need = RoundUpUnit(size);
+  if (need == 0 || need >= blocks_[b].size) return ErrorCode::OK;
+  uint32_t r = SplitOff(b, need);
+  if (r == kNone) return ErrorCode::OK;  // out of block slots: keep the slack
+  used_ -= blocks_[r].size;
+  uint32_t next = blocks_[r].next_phys;
+  if (next != kNone && blocks_[next].free) {  // absorb next into r
+    Unlink(next);
+    blocks_[r].size += blocks_[next].size;
+    blocks_[r].next_phys = blocks_[next].next_phys;
+    if (blocks_[next].next_phys != kNone) blocks_[blocks_[next].next_phys].prev_phys = r;
+    DropBlock(next);
+  }
+  Insert(r);
+  return ErrorCode::OK;
+}
+
 uint32_t ExtentAllocator::FindFreeContaining(uint64_t offset) const {
   // Recovery reserves extents in ascending order, so the block after the last
   // reservation almost always holds the next one.

@@ -99,7 +99,15 @@ Status Master::Open() {
   // Sized for any geometry, so that a replaced device never reallocates it
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
+  Status ts = OpenTier();  // before AdoptPool: the superblock publishes it
+  if (!ts.ok()) return ts;
   AdoptPool(std::move(pool_), fresh);
+  if (tier_) {
+    std::lock_guard<std::mutex> lock(mu_);
+    RecoverTier(fresh);
+    tier_thread_ = std::thread([this] { TierLoop(); });
+    if (!tier_removals_.empty()) WakeTier();
+  }
   return ErrorCode::OK;
 }
 
@@ -132,6 +140,15 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     quarantine_.clear();
     group_of_.clear();
     groups_.clear();
+    disk_loc_.clear();  // the tier's records of the old pool stay on disk (orphans until a rebuild)
+    demote_q_.clear();
+    demote_queued_.clear();
+    promote_q_.clear();
+    promote_queued_.clear();
+    promote_count_.clear();
+    no_disk_.clear();
+    disk_objects_ = 0;
+    busy_handle_ = UINT64_MAX;
     live_entries_ = 0;
     round_blocked_transiently_ = false;
     MasterStats keep = stats_;
@@ -160,6 +177,7 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   sb->master_pid.store(uint64_t(getpid()), std::memory_order_relaxed);
   sb->master_machine_hash.store(KeyHash(machine_), std::memory_order_relaxed);
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+  PublishTier();
   uint64_t inc = sb->master_incarnation.load(std::memory_order_relaxed) + 1;
   sb->master_incarnation.store(inc, std::memory_order_release);
   PublishRange(&sb->master_incarnation, kCacheLine);
@@ -293,7 +311,9 @@ bool Master::CheckedLive(uint64_t slot) const {
     why = "no object of the master's is recorded there";
   } else if (off != ext.offset) {
     why = "its object_offset is not the extent the master allocated";
-  } else if (value_size == 0 || value_size > ext.size || ExtentBytes(m.key_len, value_size) > ext.size) {
+  } else if (StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kOnDisk
+                 ? value_size == 0 || ExtentBytes(m.key_len, sizeof(DiskStub)) > ext.size
+                 : value_size == 0 || value_size > ext.size || ExtentBytes(m.key_len, value_size) > ext.size) {
     why = "its value_size does not fit the extent the master allocated";
   } else {
     const ObjectHeader* h = pool_->At<const ObjectHeader>(ext.offset);
@@ -348,7 +368,7 @@ void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>
     // Acquire: a client's COMPLETE CAS published the value before it.
     EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
     if (st == EntryState::kEmpty) break;
-    if (st != EntryState::kWriting && st != EntryState::kComplete) continue;
+    if (st != EntryState::kWriting && !Readable(st)) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
     if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);
   }
@@ -494,6 +514,7 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
     case MessageType::kPutStart: return HandlePutStart(&d);
     case MessageType::kRemove: return HandleRemove(&d, false);
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
+    case MessageType::kPromote: return HandlePromote(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:
@@ -548,6 +569,24 @@ MasterStats Master::stats() const {
   s.allocated_bytes = alloc_->used_bytes();
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
+  s.tier_enabled = tier_ != nullptr;
+  s.tier_capacity = tier_ ? config_.offload_capacity_bytes : 0;
+  s.tier_used_bytes = tier_stats_.used_bytes;
+  s.tier_live_bytes = tier_stats_.live_bytes;
+  s.tier_records = tier_stats_.objects;
+  s.tier_segments = tier_stats_.segments;
+  s.tier_compactions = tier_stats_.compactions;
+  s.disk_objects = disk_objects_;
+  s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX);
+  s.tier_checksum_failures += tier_stats_.checksum_failures;
+  s.disk_hits = retired_disk_hits_;
+  s.disk_checksum_failures = retired_disk_bad_;
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    // Relaxed: statistics.
+    s.disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
+    s.disk_checksum_failures += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
+  }
   return s;
 }
 

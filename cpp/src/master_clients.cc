@@ -94,6 +94,7 @@ bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, 
     case MessageType::kBatchRemove:
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll:
+    case MessageType::kPromote:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -284,6 +285,10 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
   cs->get_hits.store(0, std::memory_order_relaxed);
   cs->get_misses.store(0, std::memory_order_relaxed);
+  retired_disk_hits_ += cs->disk_hits.load(std::memory_order_relaxed);
+  retired_disk_bad_ += cs->disk_checksum_failures.load(std::memory_order_relaxed);
+  cs->disk_hits.store(0, std::memory_order_relaxed);
+  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // The generation store first, then the caller word (a Dekker pair with

@@ -109,6 +109,10 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
     if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
   }
   for (uint64_t m : members) {
+    // Already in the SSD tier: its bytes left the pool; the rest follow.
+    if (entry_meta_[m].live &&
+        StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) == EntryState::kOnDisk)
+      continue;
     // Already unlinked in this round (with the newer value of its key, by
     // UnlinkWithOlder): nothing to judge, and not corrupt.
     if (!entry_meta_[m].live ||
@@ -126,7 +130,10 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   // has not settled yet): evicting only the newest would bring an older
   // value back. A member already taken that way returns 0.
   uint64_t evicted = 0;
-  for (uint64_t m : members) evicted += UnlinkWithOlder(m, bytes);
+  for (uint64_t m : members) {
+    if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one (master_tier.cc)
+  }
   return evicted;
 }
 
@@ -144,6 +151,7 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t start = eviction_rng_ & (cap - 1);
   uint64_t freed_bytes = 0, freed = 0;
   round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
+  evict_drop_ = entries > 0;  // index slots are wanted: demoting would not free any
   auto met = [&] { return freed_bytes >= bytes && freed >= entries; };
   struct Candidate {
     uint64_t last_access, slot;
@@ -224,7 +232,9 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     ahead_t0_ = 0;
     evict_ahead_wanted_.store(false, std::memory_order_relaxed);
   };
-  if (pool_lost_ || pool_->failed()) return done(true);
+  // With an SSD tier, objects leave the pool only at the watermark (inline
+  // rounds): nothing reaches the disk below it.
+  if (pool_lost_ || pool_->failed() || tier_) return done(true);
   if (alloc_->used_bytes() <= low) return done(true, true);
   uint64_t cap = index_->capacity();
   uint64_t now = NowNs();

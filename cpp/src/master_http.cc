@@ -78,7 +78,7 @@ std::string LabelEscape(std::string_view s) {
 }
 
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
-                          "remove_by_regex", "remove_all", "heartbeat"};
+                          "remove_by_regex", "remove_all", "heartbeat", "promote"};
 
 }  // namespace
 
@@ -128,7 +128,7 @@ std::string Master::MetricsText() {
       uint64_t now = NowNs();
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
         const IndexEntry& e = index_->entry(s);
-        if (StateOf(e.state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete) continue;
+        if (!Readable(StateOf(e.state_gen.load(std::memory_order_relaxed)))) continue;
         if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
         if (index_->LeaseUntil(s) > now) ++leased;
         if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
@@ -192,6 +192,48 @@ std::string Master::MetricsText() {
            "Times the device behind --cxl_path was found replaced by a blank one and formatted", stats_.pool_replacements);
   w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
            "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
+  if (tier_) {  // the SSD tier (master_tier.cc)
+    uint64_t disk_hits = retired_disk_hits_, bad = retired_disk_bad_;
+    for (uint32_t c = 0; c < clients_.size(); ++c) {
+      if (!clients_[c].attached) continue;
+      // Relaxed: statistics the clients count.
+      disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
+      bad += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
+    }
+    w.Metric("mooncake_cxl_tier_capacity_bytes", "gauge", "Capacity of the SSD tier (--offload_capacity_bytes)",
+             config_.offload_capacity_bytes);
+    w.Metric("mooncake_cxl_tier_used_bytes", "gauge", "Bytes of the tier's segment files", tier_stats_.used_bytes);
+    w.Metric("mooncake_cxl_tier_live_bytes", "gauge", "Bytes of live records in the tier", tier_stats_.live_bytes);
+    w.Metric("mooncake_cxl_tier_records", "gauge", "Live records in the tier", tier_stats_.objects);
+    w.Metric("mooncake_cxl_tier_segments", "gauge", "Segment files of the tier", tier_stats_.segments);
+    w.Metric("mooncake_cxl_tier_objects", "gauge", "Objects whose value is only in the tier (kOnDisk entries)",
+             disk_objects_);
+    w.Metric("mooncake_cxl_tier_demotions_total", "counter", "Objects whose pool bytes moved to the tier",
+             stats_.demotions);
+    w.Metric("mooncake_cxl_tier_demotion_failures_total", "counter", "Appends to the tier that failed",
+             stats_.demotion_failures);
+    w.Metric("mooncake_cxl_tier_writes_total", "counter", "Records appended (demotions and write-through)",
+             stats_.tier_writes);
+    w.Metric("mooncake_cxl_tier_promotions_total", "counter", "Objects copied back into the pool",
+             stats_.promotions);
+    w.Metric("mooncake_cxl_tier_promotion_failures_total", "counter", "Promotions given up (no room, bad record)",
+             stats_.promotion_failures);
+    w.Metric("mooncake_cxl_tier_evictions_total", "counter", "Objects dropped from the tier for room",
+             stats_.tier_evictions);
+    w.Metric("mooncake_cxl_tier_offload_skipped_total", "counter",
+             "Objects evicted without offload while the demotion queue was full (--offload_force_evict)",
+             stats_.offload_skipped);
+    w.Metric("mooncake_cxl_tier_disk_hits_total", "counter", "Reads served from the tier (attached clients)",
+             disk_hits);
+    w.Metric("mooncake_cxl_tier_checksum_failures_total", "counter",
+             "Tier records found bad (clients' reads, promotions, compaction): each a miss",
+             bad + stats_.tier_checksum_failures + tier_stats_.checksum_failures);
+    w.Metric("mooncake_cxl_tier_compactions_total", "counter", "Segments compacted", tier_stats_.compactions);
+    w.Metric("mooncake_cxl_tier_rebuilt_objects", "gauge", "Entries rebuilt from the segment files after --format",
+             stats_.tier_rebuilt);
+    w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
+             demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0));
+  }
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
     std::string req = std::string("master_") + kOpNames[t] + "_requests_total";
     std::string fail = std::string("master_") + kOpNames[t] + "_failures_total";
@@ -229,7 +271,7 @@ std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::str
   for (uint64_t s : live) {
     const IndexEntry& e = index_->entry(s);
     uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) != EntryState::kComplete) continue;
+    if (!Readable(StateOf(sg))) continue;
     uint64_t now = NowNs(), lease = index_->LeaseUntil(s);
     char buf[512];
     snprintf(buf, sizeof(buf),
@@ -262,7 +304,7 @@ std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view te
       if (pool_lost_) return std::string();
       if (pool_epoch_ != epoch) break;
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
-        if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+        if (!Readable(StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire))))
           continue;
         if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
         std::string_view key_tenant, k;

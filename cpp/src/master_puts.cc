@@ -166,7 +166,7 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   }
   for (size_t i = 0; i < live.size(); ++i) {
     uint64_t s = live[i];
-    if (StateOf(states[i]) != EntryState::kComplete) continue;
+    if (!Readable(StateOf(states[i]))) continue;
     if (s != newest) {  // an older value of an upserted key
       Unlink(s, true, 0);
       continue;
@@ -191,7 +191,7 @@ bool Master::OlderUnfinished(uint64_t slot) const {
 uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-  if (StateOf(sg) != EntryState::kComplete) return 0;
+  if (!Readable(StateOf(sg))) return 0;
   std::string key(KeyOf(slot));  // a copy: the header goes with the extent
   std::vector<uint64_t> live;
   FindLive(key, e.key_hash.load(std::memory_order_relaxed), &live);
@@ -200,7 +200,7 @@ uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   std::vector<std::pair<uint64_t, uint64_t>> doomed;  // (generation, slot)
   for (uint64_t s : live) {
     uint64_t osg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (s != slot && StateOf(osg) == EntryState::kComplete && GenOf(osg) < GenOf(sg))
+    if (s != slot && Readable(StateOf(osg)) && GenOf(osg) < GenOf(sg))
       doomed.emplace_back(GenOf(osg), s);
   }
   std::sort(doomed.begin(), doomed.end());
@@ -216,6 +216,7 @@ uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
 EntryState Master::PendingState(const PendingPut& p) const {
   uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
   EntryState st = StateOf(sg);
+  if (st == EntryState::kOnDisk) st = EntryState::kComplete;  // completed, then demoted before Tick saw it
   bool ours = GenOf(sg) == p.generation &&
               (st == EntryState::kWriting || st == EntryState::kComplete || st == EntryState::kAborted);
   return ours ? st : EntryState::kEmpty;
@@ -231,6 +232,8 @@ void Master::FinishPending(const PendingPut& p, EntryState state) {
   if (state == EntryState::kEmpty) return;  // already unlinked by a remove
   if (state == EntryState::kComplete) {
     CountComplete(p.entry_slot);
+    // Write-through: a copy in the SSD tier after each completed put.
+    if (tier_ && !config_.offload_on_evict) QueueDemote(p.entry_slot, false);
     if (p.upsert) {
       std::string key(KeyOf(p.entry_slot));
       ClearSupersededIfSettled(key, KeyHash(key));

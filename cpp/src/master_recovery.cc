@@ -70,7 +70,7 @@ void Master::Recover() {
     if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
       st = StateOf(e.state_gen.load(std::memory_order_acquire));
     Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_len};
-    if (st == EntryState::kComplete && ok) {
+    if (Readable(st) && ok) {
       complete.push_back(f);
     } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
       unfinished.push_back(f);
@@ -114,7 +114,7 @@ void Master::Recover() {
       continue;
     }
     for (uint64_t s : slots) {
-      if (StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+      if (!Readable(StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed))))
         continue;  // unlinked as an older value of a key handled just before
       ClearSupersededIfSettled(std::string(KeyOf(s)), hash);
     }

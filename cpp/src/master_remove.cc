@@ -66,6 +66,7 @@ void Master::ReleaseUnpinned() {
 
 void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
+  if (tier_) ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
   index_->Tombstone(entry_slot);
   --live_entries_;
   RemoveFromGroup(entry_slot);
@@ -73,7 +74,9 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
   meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
-  if (free_now && IsPinned(gen)) {
+  if (meta.extent == busy_handle_) {
+    busy_freed_ = true;  // the tier thread is reading or filling it: it frees it when done
+  } else if (free_now && IsPinned(gen)) {
     pinned_.push_back({meta.extent, gen});
   } else if (free_now) {
     Status s = alloc_->Free(meta.extent);
@@ -117,7 +120,7 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
   uint64_t newest = UINT64_MAX, newest_gen = 0;
   for (uint64_t s : live) {
     uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (StateOf(sg) == EntryState::kComplete && (newest == UINT64_MAX || GenOf(sg) > newest_gen))
+    if (Readable(StateOf(sg)) && (newest == UINT64_MAX || GenOf(sg) > newest_gen))
       newest = s, newest_gen = GenOf(sg);
   }
   if (newest == UINT64_MAX) return live.empty() ? ErrorCode::OBJECT_NOT_FOUND : ErrorCode::REPLICA_IS_NOT_READY;
@@ -214,7 +217,7 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
         ++budget;
         const IndexEntry& e = index_->entry(s);
         uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-        if (StateOf(sg) != EntryState::kComplete) continue;
+        if (!Readable(StateOf(sg))) continue;
         if (!CheckedLive(s)) continue;  // corrupt: Tick reclaims it
         if (!req.force && index_->LeaseUntil(s) > now) continue;  // a view does not refuse (RemoveKey)
         std::string_view key_tenant, k;

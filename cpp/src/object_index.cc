@@ -96,9 +96,10 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
         break;
       }
       if (s.state() == EntryState::kEmpty) break;
-      if (s.state() != EntryState::kComplete || s.key_hash != hash) continue;
+      if (!Readable(s.state()) || s.key_hash != hash) continue;
       if (!KeyMatches(s, key)) continue;
-      if (ValuePtr(s, key) == nullptr) {
+      if ((s.state() == EntryState::kOnDisk ? (const void*)StubPtr(s, key) : (const void*)ValuePtr(s, key)) ==
+          nullptr) {
         // A consistent snapshot of an entry only the master writes cannot
         // point outside the data region: someone wrote into the pool.
         if (StillValid(s)) {
@@ -136,11 +137,19 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
 }
 
 const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() == EntryState::kOnDisk) return nullptr;
   // The header is checked first: ValueOffset cannot wrap once it is in bounds.
   if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
   uint64_t off = ValueOffset(s.object_offset, key.size());
   if (!pool_->InDataRegion(off, s.value_size)) return nullptr;
   return pool_->base() + off;
+}
+
+const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() != EntryState::kOnDisk || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  uint64_t off = ValueOffset(s.object_offset, key.size());
+  if (!pool_->InDataRegion(off, sizeof(DiskStub))) return nullptr;
+  return reinterpret_cast<const DiskStub*>(pool_->base() + off);
 }
 
 void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {

@@ -17,6 +17,7 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kRemoveByRegex: return "RemoveByRegex";
     case MessageType::kRemoveAll: return "RemoveAll";
     case MessageType::kHeartbeat: return "Heartbeat";
+    case MessageType::kPromote: return "Promote";
   }
   return "Unknown";
 }
@@ -190,6 +191,20 @@ bool Decode(Decoder* d, CountReply* m) {
   m->status = ReadStatus(d);
   m->count = d->U64();
   return !d->failed();
+}
+
+void Encode(const PromoteRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->Str(m.key);
+  e->U64(m.generation);
+  e->U8(m.stage ? 1 : 0);
+}
+bool Decode(Decoder* d, PromoteRequest* m) {
+  if (!Decode(d, &m->client)) return false;
+  m->key = std::string(d->Str());
+  m->generation = d->U64();
+  m->stage = d->U8() != 0;
+  return !d->failed() && d->done();
 }
 
 void Encode(const PingReply& m, Encoder* e) {

@@ -341,5 +341,28 @@ TEST(ExtentAllocatorTest, RunsOutOfBlockSlotsGracefully) {
   EXPECT_TRUE(a.CheckInvariants());
 }
 
+
+// Shrink (the SSD tier turns a demoted object's extent into its stub): the
+// tail is free and coalesces; the handle stays valid; a whole free is exact.
+TEST(ExtentAllocatorTest, ShrinkFreesTheTailAndCoalesces) {
+  ExtentAllocator a(4096, 4 * kMiB, 64);
+  auto x = a.Allocate(kMiB);
+  auto y = a.Allocate(kMiB);
+  ASSERT_TRUE(x.ok() && y.ok());
+  ASSERT_TRUE(a.Free(y->handle).ok());
+  ASSERT_TRUE(a.Shrink(x->handle, 100).ok());
+  Extent e;
+  ASSERT_TRUE(a.Lookup(x->handle, &e));
+  EXPECT_EQ(e.size, 128u);
+  EXPECT_EQ(a.used_bytes(), 128u);
+  EXPECT_EQ(a.largest_free(), 4 * kMiB - 128);  // the tail merged with all free space after it
+  EXPECT_TRUE(a.CheckInvariants());
+  EXPECT_EQ(a.Shrink(y->handle, 64).error(), ErrorCode::INVALID_PARAMS);  // a freed handle
+  ASSERT_TRUE(a.Free(x->handle).ok());
+  EXPECT_EQ(a.used_bytes(), 0u);
+  EXPECT_EQ(a.largest_free(), 4 * kMiB);
+  EXPECT_TRUE(a.CheckInvariants());
+}
+
 }  // namespace
 }  // namespace mcxl

@@ -392,7 +392,7 @@ TEST_F(MasterTest, MalformedPayloadsGetInvalidParams) {
     EXPECT_EQ(StatusOf(Call(cs.type, std::string(64, '\xff'))),
               cs.type == MessageType::kAttach ? ErrorCode::INVALID_PARAMS : ErrorCode::ILLEGAL_CLIENT);
   }
-  for (uint16_t type : {uint16_t(MessageType::kError), uint16_t(10), uint16_t(999), uint16_t(0xffff)})
+  for (uint16_t type : {uint16_t(MessageType::kError), uint16_t(11), uint16_t(999), uint16_t(0xffff)})
     EXPECT_EQ(StatusOf(master_->Handle(type, "abc", &conn_slot_)), ErrorCode::INVALID_PARAMS) << type;
 
   // Nothing changed, and the master still works.

@@ -148,11 +148,28 @@ int main(int argc, char** argv) {
   for (const char* n : {"quota_bytes", "tenant_quota_connector_type", "tenant_quota_connector_uri",
                         "kv_events_tenant_id"})
     flags.Ignore(n);
+  // The SSD tier under the pool (master_tier.cc): Mooncake's names.
+  flags.Add("enable_offload", &cfg.enable_offload,
+            "keep objects in an SSD tier under the pool (segment files in --root_fs_dir)");
+  flags.Add("offload_on_evict", &cfg.offload_on_evict,
+            "write an object to the tier when eviction picks it (without it: after each put completes)");
+  flags.Add("promotion_on_hit", &cfg.promotion_on_hit, "copy a disk-only object back into the pool after "
+            "--promotion_admission_threshold reads");
+  flags.Add("promotion_admission_threshold", &cfg.promotion_admission_threshold,
+            "disk reads of an object before it is promoted back into the pool");
+  flags.Add("root_fs_dir", &cfg.root_fs_dir, "directory of the SSD tier (clients that can open it read "
+            "records themselves; others ask the master to stage them)");
+  flags.Add("offload_capacity_bytes", &cfg.offload_capacity_bytes, "capacity of the SSD tier in bytes");
+  flags.Add("offload_force_evict", &cfg.offload_force_evict,
+            "evict without offload while --offloading_queue_limit demotions wait (puts never wait for the disk)");
+  flags.Add("offloading_queue_limit", &cfg.offloading_queue_limit,
+            "demotions waiting for the tier before --offload_force_evict drops instead");
+  flags.Add("offload_high_watermark_ratio", &cfg.offload_high_watermark_ratio,
+            "above this share of the tier's capacity its least recently used objects are dropped");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
-                        "memory_allocator", "root_fs_dir", "global_file_segment_size",
-                        "enable_offload", "rpc_interface",
+                        "memory_allocator", "global_file_segment_size", "rpc_interface",
                         "max_total_finished_tasks", "max_total_pending_tasks", "max_total_processing_tasks"})
     flags.Ignore(n);
   std::string error;

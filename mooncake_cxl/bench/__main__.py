@@ -2,7 +2,8 @@
 
 Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
 writer and reader in separate processes), control (CXL RPC rings against
-TCP), eviction (throughput at the watermark, master memory per object). Each
+TCP), eviction (throughput at the watermark, master memory per object),
+tiering (the SSD tier, only with --only tiering). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 """
@@ -12,7 +13,8 @@ import sys
 
 from . import common
 
-SECTIONS = ("data", "control", "eviction")
+SECTIONS = ("data", "control", "eviction", "tiering")
+DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering: --only tiering (needs a disk directory)
 
 
 def main(argv=None):
@@ -24,9 +26,11 @@ def main(argv=None):
                     help="data/eviction: let pool pages fault in on first touch (default: master "
                          "--prefault_pool and clients MC_CXL_PREFAULT=1)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    ap.add_argument("--only", default=",".join(SECTIONS),
+    ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
-                         "eviction (throughput at the watermark, master memory per object)")
+                         "eviction (throughput at the watermark, master memory per object), "
+                         "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
+                         "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp)")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -60,6 +64,10 @@ def main(argv=None):
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
               flush=True)
+    if "tiering" in sections:
+        from . import tiering
+        results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)
+        print("## SSD tier\n\n" + tiering.markdown(results["tiering"]) + "\n", flush=True)
     from . import summary
     text = summary.markdown(results)
     if text:

@@ -60,6 +60,14 @@ struct ClientOptions {
   bool prefault_pool = false;
   // Key namespace (tenant.h): "" or "default" = keys stored unchanged.
   std::string tenant = "default";
+  // SSD tier (issue 13). The client reads records of disk-resident objects
+  // itself when it can open the tier's directory (the master's --root_fs_dir,
+  // or this host's path for it: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH), unless
+  // tier_direct_read is off (MC_CXL_TIER_DIRECT_READ=0); otherwise it asks
+  // the master to stage them into the pool.
+  std::string offload_path_override;
+  bool tier_direct_read = true;
+  bool enable_ssd_offload = false;  // accepted as in the reference; reads of the tier work either way
 };
 
 struct PutOptions {
@@ -127,6 +135,11 @@ class Client {
   // Locate + copy with retries: bytes read, INVALID_PARAMS when the value does
   // not fit `capacity`, OBJECT_NOT_FOUND.
   Result<uint64_t> GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts);
+  // Reads served from the SSD tier by this client (get_offload_rpc_read_count).
+  uint64_t offload_read_count() const { return offload_reads_.load(std::memory_order_relaxed); }
+  // Where the tier is for this client ("" = no tier) and whether it reads it itself.
+  std::string tier_root() const;
+  bool tier_direct() const;
   // Counts a data read (get, get_into, get_buffer, ranges) as a hit or a
   // miss in this client's slot, where the master sums them for /metrics.
   void RecordRead(bool hit);
@@ -197,6 +210,25 @@ class Client {
   Result<bool> CopyLocked(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts,
                           uint64_t lease_until_ns);
   std::string tenant_prefix_;  // TenantPrefix(options_.tenant)
+  // ---- SSD tier (client_tier.cc) ----
+  struct TierView {
+    std::string root;        // "" = no tier
+    bool direct = false;     // this process can open root: reads records itself
+    bool promotion = false;  // the master counts disk reads (--promotion_on_hit)
+  };
+  std::shared_ptr<const TierView> Tier() const;
+  void LoadTier();  // at attach: from the superblock the master wrote
+  // Copies the value of a kOnDisk snapshot: from the record, or by staging
+  // it into the pool (false: Locate again, as for a torn pool copy).
+  Result<bool> CopyFromDisk(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts, size_t ndsts);
+  // Asks the master to copy a kOnDisk object into the pool and waits (up to
+  // a few seconds) until the entry changed: OK, or an error (a miss).
+  Status StageAndWait(const EntrySnapshot& snap, std::string_view key);
+  void SendPromote(std::string_view key, uint64_t generation, bool stage);
+  mutable std::mutex tier_mu_;
+  std::shared_ptr<const TierView> tier_view_;
+  // Relaxed: a statistic.
+  std::atomic<uint64_t> offload_reads_{0};
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
   void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,

@@ -39,6 +39,10 @@ class ExtentAllocator {
   // REQUIRES: `handle` came from Allocate or Reserve and was not freed since
   // (checked: a stale or unknown handle is INVALID_PARAMS, nothing changes).
   Status Free(uint64_t handle);
+  // Keeps the first `size` bytes (rounded up to 64) of the extent and frees
+  // the rest (coalesced with a free neighbour); the handle stays valid. The
+  // SSD tier turns a demoted object's extent into its small stub this way.
+  Status Shrink(uint64_t handle, uint64_t size);
   // Marks [offset, offset + size) used, for restart recovery. Fails when any
   // part of it is not free (overlap with a reserved extent) or out of range.
   Result<Extent> Reserve(uint64_t offset, uint64_t size);

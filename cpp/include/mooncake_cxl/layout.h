@@ -27,7 +27,8 @@
 namespace mcxl {
 
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
-// 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels
+// 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels;
+// 5: RingHeader::caller, and the SSD tier (EntryState::kOnDisk, DiskStub, Superblock::tier_*)
 constexpr uint32_t kLayoutVersion = 5;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
@@ -86,8 +87,18 @@ struct Superblock {
   // and wake the server when it sleeps. Its own line: many writers.
   alignas(kCacheLine) std::atomic<uint32_t> ring_doorbell;  // futex word
   std::atomic<uint32_t> ring_server_sleeping;               // ring server
+
+  // The SSD tier (disk_tier.h), written by the master at start, before it
+  // bumps master_incarnation; clients read them at attach. tier_config: 0 =
+  // no tier, else kTierEnabled | kTierPromotion... | threshold << 32.
+  // tier_root: --root_fs_dir, NUL-terminated (a client that can open it
+  // reads records itself; else it asks the master to stage them).
+  alignas(kCacheLine) std::atomic<uint64_t> tier_config;
+  char tier_root[1024];
 };
 static_assert(sizeof(Superblock) <= kSuperblockSize);
+constexpr uint64_t kTierEnabled = 1ull << 0;
+constexpr uint64_t kTierPromotionOnHit = 1ull << 1;
 
 // Header of one single-producer/single-consumer ring of the CXL RPC; the
 // bytes of the ring follow it. Line 0 is the producer's, line 1 the
@@ -153,6 +164,8 @@ struct ClientSlot {
   std::atomic<uint64_t> pin_high_water;
   std::atomic<uint64_t> get_hits;        // client: reads that found the key
   std::atomic<uint64_t> get_misses;      // client: reads that did not
+  std::atomic<uint64_t> disk_hits;       // client: reads served from the SSD tier
+  std::atomic<uint64_t> disk_checksum_failures;  // client: tier records found bad (misses)
 };
 static_assert(sizeof(ClientSlot) == 2 * kCacheLine);
 
@@ -175,7 +188,13 @@ enum class EntryState : uint8_t {
   kWriting = 2,    // put in progress, invisible to readers
   kComplete = 3,   // readable
   kAborted = 4,    // put given up by its client; the master reclaims it
+  // Readable, value in the SSD tier: object_offset names a small stub extent
+  // (ObjectHeader + key + DiskStub at the value offset) saying where the
+  // record lives. value_size is the value's. Only the master sets or leaves it.
+  kOnDisk = 5,
 };
+// A state readers return a value for (from the pool or from the tier).
+constexpr bool Readable(EntryState s) { return s == EntryState::kComplete || s == EntryState::kOnDisk; }
 
 constexpr uint64_t PackStateGen(uint64_t generation, EntryState s) {
   return (generation << 8) | uint64_t(s);
@@ -191,6 +210,8 @@ enum EntryFlags : uint32_t {
   // An upsert of this key is in flight: a newer COMPLETE entry may follow in
   // the probe sequence, so readers keep probing and take the newest.
   kFlagSuperseded = 1u << 2,
+  // ObjectHeader::flags of a stub extent (kOnDisk): its "value" is a DiskStub.
+  kFlagDiskStub = 1u << 3,
 };
 
 // One object in the index: exactly one cache line.
@@ -226,6 +247,26 @@ struct ObjectHeader {
   // char key[key_len] follows.
 };
 static_assert(sizeof(ObjectHeader) == 80);
+
+// Where the record of a kOnDisk entry lives in the tier (disk_tier.h's
+// RecordLocation), at the value offset of its stub extent. Written by the
+// master before the entry turns kOnDisk (under the entry's seqlock); a
+// reader copies it, re-checks the entry, and trusts nothing in it without
+// the record's own checks (key, length, crc32c: ReadRecord).
+constexpr uint64_t kDiskStubMagic = 0x425453444C58434DULL;  // "MCXLDSTB"
+struct DiskStub {
+  uint64_t magic;
+  uint32_t segment_id;
+  uint32_t crc32c;  // of the value
+  uint64_t record_offset;
+  uint64_t value_len;
+  uint64_t generation;
+  uint32_t key_len;
+  uint32_t reserved;
+  // Readers (atomic add): reads served from the tier, for promotion on hit.
+  std::atomic<uint64_t> disk_reads;
+};
+static_assert(sizeof(DiskStub) == 56);
 
 constexpr uint64_t ObjectHeaderBytes(uint64_t key_len) {
   return RoundUp(sizeof(ObjectHeader) + key_len, kCacheLine);

@@ -68,6 +68,8 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <thread>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -78,6 +80,7 @@
 #include <utility>
 #include <vector>
 
+#include "mooncake_cxl/disk_tier.h"
 #include "mooncake_cxl/error_code.h"
 #include "mooncake_cxl/extent_allocator.h"
 #include "mooncake_cxl/object_index.h"
@@ -122,6 +125,27 @@ struct MasterConfig {
   // _exit(kPoolLostExitCode) (the master binary), or, false (in-process
   // users, tests), refuse every request with UNAVAILABLE_IN_CURRENT_STATUS.
   bool exit_on_pool_loss = false;
+  // The SSD tier under the pool (master_tier.cc), Mooncake's flag names.
+  // enable_offload: objects get a copy in segment files under root_fs_dir;
+  // offload_on_evict: written when eviction picks them (write back), else
+  // after each put completes (write through). Eviction then frees the
+  // pool bytes of an object with a copy and keeps its entry (kOnDisk).
+  bool enable_offload = false;
+  bool offload_on_evict = false;
+  bool promotion_on_hit = false;
+  uint64_t promotion_admission_threshold = 2;  // disk reads before a copy back into the pool
+  std::string root_fs_dir;
+  uint64_t offload_capacity_bytes = 64ull << 30;
+  // Above this share of the tier's capacity, its least recently used
+  // objects are dropped (entry and record) before more are appended.
+  double offload_high_watermark_ratio = 0.95;
+  // Mooncake's: with offload_force_evict, eviction drops (as without a tier)
+  // the objects it picks while offloading_queue_limit demotions are already
+  // waiting, so puts never wait for the disk; without it (default) puts at
+  // the watermark wait for demotions (OBJECT_REPLICA_BUSY, retried): no
+  // object is lost, and puts go at the tier's write speed.
+  bool offload_force_evict = false;
+  uint64_t offloading_queue_limit = 50000;
 };
 
 struct MasterStats {
@@ -141,11 +165,25 @@ struct MasterStats {
   uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
   bool pool_lost = false;        // the device shrank: nothing is served
   uint64_t pool_replacements = 0;  // devices found replaced and formatted (CheckReplacedDevice)
+  // SSD tier (master_tier.cc)
+  bool tier_enabled = false;
+  uint64_t tier_capacity = 0, tier_used_bytes = 0, tier_live_bytes = 0, tier_records = 0, tier_segments = 0;
+  uint64_t disk_objects = 0;   // kOnDisk entries
+  uint64_t demotions = 0, demotion_failures = 0, promotions = 0, promotion_failures = 0;
+  uint64_t tier_writes = 0;    // records appended (demotions and write-through copies)
+  uint64_t tier_evictions = 0; // objects dropped from the tier for room
+  uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
+  uint64_t tier_rebuilt = 0;   // entries rebuilt from the segment files after --format
+  uint64_t tier_checksum_failures = 0, tier_compactions = 0, tier_queue = 0;
+  uint64_t disk_hits = 0;      // reads served from the tier, summed over clients
+  uint64_t disk_hits_reported = 0;  // of those, reported to the master (promotion on hit)
+  uint64_t disk_checksum_failures = 0;  // records clients found bad (a miss each)
 };
 
 class Master {
  public:
   static Result<std::unique_ptr<Master>> Create(const MasterConfig& config);
+  ~Master();
 
   // Answers one request; the reply payload (status first) is always valid,
   // also for a malformed request. `conn_slot` is the client slot bound to the
@@ -398,6 +436,71 @@ class Master {
   void RemoveFromGroup(uint64_t slot);
   uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
 
+  // ---- SSD tier (master_tier.cc) ----
+  // Opens the tier (Open, before AdoptPool) and publishes it in the superblock.
+  Status OpenTier();
+  void PublishTier();
+  void TierLoop();
+  void StopTier();
+  // Eviction's hook: frees the pool bytes of `slot` by turning it kOnDisk
+  // when its record is on disk, queues its demotion when it is not (0
+  // freed: the round is blocked transiently), else unlinks it. Returns
+  // objects freed (as UnlinkWithOlder).
+  uint64_t EvictOrDemote(uint64_t slot, uint64_t* bytes);
+  bool TierOn() const { return tier_ != nullptr; }
+  void QueueDemote(uint64_t slot, bool evict);
+  // Under mu_: the entry keeps its slot and generation, its extent shrinks
+  // to a stub (ObjectHeader + key + DiskStub). False when a pin or lease
+  // appeared meanwhile (the copy stays, as a clean copy).
+  bool ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes);
+  void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
+  // Unlink's hook: the record of an unlinked entry goes (a tombstone, later).
+  void ForgetDiskCopy(uint64_t slot, uint64_t generation);
+  std::string HandlePromote(Decoder* d);
+  // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
+  void RecoverTier(bool fresh);
+  bool DemoteOne();
+  bool PromoteOne();
+  bool TierHousekeeping();
+  struct DemoteJob {
+    uint64_t slot, state_gen;
+    bool evict;
+  };
+  struct PromoteJob {
+    uint64_t slot, state_gen;
+    uint32_t attempts = 0;  // tries that found no room
+  };
+  struct TierRemoval {
+    std::string key;
+    uint64_t generation;
+  };
+  std::unique_ptr<tier::DiskTier> tier_;
+  // Per index slot with a record in the tier (a clean copy of a pool object,
+  // or the value of a kOnDisk entry): where it is. Under mu_.
+  std::unordered_map<uint64_t, tier::RecordLocation> disk_loc_;
+  std::vector<DemoteJob> demote_q_;
+  std::unordered_map<uint64_t, bool> demote_queued_;  // slot -> evict
+  std::vector<PromoteJob> promote_q_;
+  std::unordered_map<uint64_t, uint64_t> promote_queued_;  // slot -> state_gen
+  std::vector<TierRemoval> tier_removals_;
+  std::unordered_map<uint64_t, uint64_t> no_disk_;  // slot -> state_gen whose append failed: eviction drops it
+  // The extent the tier thread is copying from (demotion) or into
+  // (promotion): Unlink leaves it to the tier thread (busy_freed_).
+  uint64_t busy_handle_ = UINT64_MAX;
+  bool busy_freed_ = false;
+  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> promote_count_;  // slot -> (state_gen, disk reads)
+  uint64_t disk_objects_ = 0;
+  uint64_t tier_full_log_mono_ = 0;
+  bool tier_full_ = false;   // an append found no room: the tier drops its LRU first
+  bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
+  tier::Stats tier_stats_{};  // the tier thread's latest snapshot (under mu_)
+  std::thread tier_thread_;
+  std::mutex tier_wake_mu_;
+  std::condition_variable tier_cv_;
+  bool tier_stop_ = false;
+  bool tier_wake_ = false;
+  void WakeTier();
+
   // ---- monitoring (master_http.cc) ----
   struct ReadCountsResult {
     uint64_t hits, misses, clients;
@@ -476,6 +579,7 @@ class Master {
   uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
+  uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
   static constexpr uint16_t kMessageTypes = 16;
   uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
   // One lock for all entry points: the TCP loop, the ring server and the

@@ -66,11 +66,16 @@ class ObjectIndex {
   // snapshot of a reused extent yields false or fails StillValid, never a
   // read outside the pool).
   bool KeyMatches(const EntrySnapshot& s, std::string_view key) const;
-  // The newest COMPLETE entry of `key`: OBJECT_NOT_FOUND when none.
+  // The newest readable (COMPLETE, or kOnDisk: value in the SSD tier)
+  // entry of `key`: OBJECT_NOT_FOUND when none.
   Result<EntrySnapshot> FindComplete(std::string_view key, uint64_t hash) const;
   // Where the value of `s` starts in this process's mapping, or nullptr when
-  // the snapshot's geometry is not inside the data region.
+  // the snapshot's geometry is not inside the data region or the value is
+  // not in the pool (kOnDisk).
   const char* ValuePtr(const EntrySnapshot& s, std::string_view key) const;
+  // The DiskStub of a kOnDisk snapshot (at its value offset), or nullptr
+  // when the stub is not inside the data region. Copy it, then StillValid.
+  const DiskStub* StubPtr(const EntrySnapshot& s, std::string_view key) const;
   // Entries FindComplete skipped as corrupt (value outside the data region).
   uint64_t corrupt_seen() const { return corrupt_seen_.load(std::memory_order_relaxed); }
   uint64_t ValueOffset(uint64_t object_offset, uint64_t key_len) const {
@@ -96,6 +101,10 @@ class ObjectIndex {
   // Unlinks the entry (TOMBSTONE, or EMPTY when that shortens no sequence).
   void Tombstone(uint64_t slot);
   void SetFlags(uint64_t slot, uint32_t flags);
+  // A rewrite of several fields of a live entry (the SSD tier moves an
+  // object between tiers in place): odd version, the master's stores, even.
+  void BeginRewrite(uint64_t slot) { BeginWrite(entries_[slot]); }
+  void EndRewrite(uint64_t slot) { EndWrite(entries_[slot]); }
   // Repairs an entry left odd by a master that died mid-write.
   void RepairVersion(uint64_t slot);
   // The master's own probe bound (recovery sets it from the entries it

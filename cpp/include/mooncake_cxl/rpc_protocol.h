@@ -30,6 +30,7 @@ enum class MessageType : uint16_t {
   kRemoveByRegex = 7,
   kRemoveAll = 8,
   kHeartbeat = 9,
+  kPromote = 10,  // SSD tier: a disk read (promotion on hit) or a stage request
 };
 const char* MessageTypeName(uint16_t type);
 
@@ -126,6 +127,16 @@ struct PingReply {
   uint8_t uuid[16] = {};
 };
 
+// A reader of a kOnDisk object: a disk read to count toward promotion, or
+// (stage) a request to copy it into the pool now (a reader that cannot
+// open the tier's directory). Answered at once; the copy is asynchronous.
+struct PromoteRequest {
+  ClientRef client;
+  std::string key;  // stored (tenant-scoped)
+  uint64_t generation = 0;
+  bool stage = false;
+};
+
 // Frame = header + payload.
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
 
@@ -147,6 +158,8 @@ void Encode(const RemoveByRegexRequest& m, Encoder* e);
 bool Decode(Decoder* d, RemoveByRegexRequest* m);
 void Encode(const CountReply& m, Encoder* e);
 bool Decode(Decoder* d, CountReply* m);
+void Encode(const PromoteRequest& m, Encoder* e);
+bool Decode(Decoder* d, PromoteRequest* m);
 void Encode(const PingReply& m, Encoder* e);
 bool Decode(Decoder* d, PingReply* m);
 // Reply carrying only a status (Detach, Heartbeat, kError).

@@ -1,0 +1,659 @@
+// The SSD tier under the pool, as the master drives it (issue 13).
+//
+// Contract:
+//   * One index for both tiers. An object whose value left the pool keeps its
+//     index entry, slot and generation; its state is kOnDisk and its extent
+//     shrinks to a stub (ObjectHeader + key + DiskStub naming the record in
+//     the segment files, disk_tier.h). Readers find it one-sidedly and read
+//     the record themselves (ReadRecord) or ask the master to stage it
+//     (kPromote with stage=1).
+//   * Demotion: eviction (EvictOrDemote) turns an object with a record on
+//     disk kOnDisk at once; one without is queued for the tier thread, which
+//     appends it WITHOUT mu_ (the extent is kept while it reads: busy_handle_)
+//     and then, under mu_, converts it if it is still the same object. Until
+//     then the round counts its bytes as on their way out and a put waiting
+//     for room gets OBJECT_REPLICA_BUSY (the client retries). Write-through
+//     (--enable_offload without --offload_on_evict) queues a copy after each
+//     completed put; eviction then only converts.
+//   * Promotion: kPromote from a reader (every disk read when
+//     --promotion_on_hit; the master counts and queues at the threshold) or
+//     a stage request; the tier thread allocates an extent, reads the record
+//     into it WITHOUT mu_, then links it (kOnDisk -> kComplete, same
+//     generation, under the seqlock) if the entry did not change meanwhile.
+//     The record stays as a clean copy: a later eviction only converts.
+//   * Removal: Unlink drops the slot's record with a tombstone (queued; the
+//     tier thread writes it), so a rebuild does not resurrect the key.
+//   * Capacity: above --offload_high_watermark_ratio of
+//     --offload_capacity_bytes the least recently used kOnDisk objects are
+//     dropped (entry and record); an append that still fails marks the
+//     object "no disk" and eviction drops it as without a tier.
+//   * Restart: recovery keeps kOnDisk entries whose record the tier still
+//     holds (same key and generation); after --format every live record gets
+//     a kOnDisk entry again and generations start above MaxGeneration().
+//   * Lock order: tier_ (its own locks) is never called under mu_, so its
+//     relocation callback may take mu_. Only the tier thread calls tier_
+//     after Open.
+//
+// Atomics follow the three rules stated in master.h.
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/key_hash.h"
+#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/publish.h"
+#include "master_internal.h"
+
+namespace mcxl {
+
+Master::~Master() { StopTier(); }
+
+Status Master::OpenTier() {
+  if (!config_.enable_offload) return ErrorCode::OK;
+  if (config_.root_fs_dir.empty()) {
+    MCXL_LOG(kError, "master", "--enable_offload needs --root_fs_dir (the directory of the SSD tier)");
+    return ErrorCode::INVALID_PARAMS;
+  }
+  if (config_.root_fs_dir.size() >= sizeof(Superblock::tier_root)) {
+    MCXL_LOG(kError, "master", "--root_fs_dir is longer than %zu bytes", sizeof(Superblock::tier_root) - 1);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  if (config_.offload_high_watermark_ratio <= 0 || config_.offload_high_watermark_ratio > 1) {
+    MCXL_LOG(kError, "master", "--offload_high_watermark_ratio must be in (0, 1]");
+    return ErrorCode::INVALID_PARAMS;
+  }
+  tier::Options o;
+  o.root_dir = config_.root_fs_dir;
+  o.capacity_bytes = config_.offload_capacity_bytes;
+  auto t = tier::DiskTier::Open(o);
+  if (!t) {
+    MCXL_LOG(kError, "master", "SSD tier at %s cannot be opened (%s)", config_.root_fs_dir.c_str(),
+             ErrorCodeName(t.error()));
+    return t.error();
+  }
+  tier_ = std::move(t.value());
+  tier_->SetRelocationCallback(
+      [this](std::string_view key, const tier::RecordLocation& from, const tier::RecordLocation& to) {
+        // Compaction moved a record (tier thread, without mu_; see Lock order).
+        std::lock_guard<std::mutex> lock(mu_);
+        std::vector<uint64_t> live;
+        FindLive(key, KeyHash(key), &live);
+        for (uint64_t s : live) {
+          auto it = disk_loc_.find(s);
+          if (it == disk_loc_.end() || it->second.segment_id != from.segment_id ||
+              it->second.offset != from.offset || it->second.generation != from.generation)
+            continue;
+          uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+          if (to.segment_id == 0) {  // the record failed its checksum and was dropped
+            ++stats_.tier_checksum_failures;
+            if (StateOf(sg) == EntryState::kOnDisk) {
+              MCXL_LOG(kError, "tier", "record of '%.*s' failed its checksum in compaction: the object is dropped",
+                       int(key.size()), key.data());
+              Unlink(s, true, 0);
+            } else {
+              disk_loc_.erase(it);  // a pool object: only its clean copy is gone
+            }
+            continue;
+          }
+          it->second = to;
+          if (StateOf(sg) != EntryState::kOnDisk) continue;
+          Extent ext;
+          if (!alloc_->Lookup(entry_meta_[s].extent, &ext)) continue;
+          index_->BeginRewrite(s);  // readers holding the old location retry
+          WriteStub(ext.offset, entry_meta_[s].key_len, to);
+          index_->EndRewrite(s);
+        }
+      });
+  tier_stats_ = tier_->stats();
+  MCXL_LOG(kInfo, "master", "SSD tier at %s: %llu records, %llu of %llu bytes used; %s, promotion on hit %s "
+           "(threshold %llu)", config_.root_fs_dir.c_str(), (unsigned long long)tier_stats_.objects,
+           (unsigned long long)tier_stats_.used_bytes, (unsigned long long)config_.offload_capacity_bytes,
+           config_.offload_on_evict ? "offload on eviction" : "write-through after each put",
+           config_.promotion_on_hit ? "on" : "off", (unsigned long long)config_.promotion_admission_threshold);
+  return ErrorCode::OK;
+}
+
+void Master::PublishTier() {
+  Superblock* sb = pool_->superblock();
+  memset(sb->tier_root, 0, sizeof(sb->tier_root));
+  uint64_t cfg = 0;
+  if (tier_) {
+    memcpy(sb->tier_root, config_.root_fs_dir.data(), config_.root_fs_dir.size());
+    cfg = kTierEnabled | (config_.promotion_on_hit ? kTierPromotionOnHit : 0) |
+          (std::min<uint64_t>(config_.promotion_admission_threshold, 0xffffffffu) << 32);
+  }
+  // Relaxed + publish: read by clients at attach, after the incarnation
+  // bump that follows (release) in AdoptPool.
+  sb->tier_config.store(cfg, std::memory_order_relaxed);
+  PublishRange(&sb->tier_config, sizeof(uint64_t) + sizeof(sb->tier_root));
+}
+
+void Master::WakeTier() {
+  {
+    std::lock_guard<std::mutex> l(tier_wake_mu_);
+    tier_wake_ = true;
+  }
+  tier_cv_.notify_one();
+}
+
+void Master::StopTier() {
+  if (!tier_thread_.joinable()) return;
+  {
+    std::lock_guard<std::mutex> l(tier_wake_mu_);
+    tier_stop_ = true;
+  }
+  tier_cv_.notify_one();
+  tier_thread_.join();
+}
+
+void Master::WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc) {
+  auto* st = pool_->At<DiskStub>(stub_offset + ObjectHeaderBytes(key_len));
+  st->magic = kDiskStubMagic;
+  st->segment_id = loc.segment_id;
+  st->crc32c = loc.crc32c;
+  st->record_offset = loc.offset;
+  st->value_len = loc.value_len;
+  st->generation = loc.generation;
+  st->key_len = uint32_t(key_len);
+  st->reserved = 0;
+  st->disk_reads.store(0, std::memory_order_relaxed);  // statistic
+  PublishRange(st, sizeof(DiskStub));
+}
+
+void Master::QueueDemote(uint64_t slot, bool evict) {
+  auto it = demote_queued_.find(slot);
+  if (it != demote_queued_.end()) {
+    it->second = it->second || evict;
+    return;
+  }
+  uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
+  demote_queued_[slot] = evict;
+  demote_q_.push_back({slot, sg, evict});
+  WakeTier();
+}
+
+uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
+  if (!tier_ || evict_drop_) return UnlinkWithOlder(slot, bytes);
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (StateOf(sg) != EntryState::kComplete) return 0;
+  // An unsettled upsert leaves older values: those go as without a tier
+  // (the newest stays readable, from the tier).
+  std::vector<uint64_t> live;
+  FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
+  for (uint64_t s : live)
+    if (s != slot && Readable(StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire))) &&
+        GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) < GenOf(sg))
+      return UnlinkWithOlder(slot, bytes);
+  auto it = disk_loc_.find(slot);
+  if (it != disk_loc_.end()) return ConvertToDisk(slot, it->second, bytes) ? 1 : 0;
+  auto nd = no_disk_.find(slot);
+  if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
+  if (config_.offload_force_evict && demote_queued_.count(slot) == 0 &&
+      demote_q_.size() >= config_.offloading_queue_limit) {
+    ++stats_.offload_skipped;  // the disk is behind: evicted as without a tier
+    return UnlinkWithOlder(slot, bytes);
+  }
+  // On its way to the disk: its bytes count for this round, so that a round
+  // queues about what it needs, not every candidate it sees.
+  Extent ext;
+  if (bytes != nullptr && alloc_->Lookup(entry_meta_[slot].extent, &ext)) *bytes += ext.size;
+  QueueDemote(slot, true);
+  round_blocked_transiently_ = true;
+  return 0;
+}
+
+bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes) {
+  IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (StateOf(sg) != EntryState::kComplete || !CheckedLive(slot)) return false;
+  if (loc.generation != GenOf(sg)) return false;
+  EntryMeta& m = entry_meta_[slot];
+  Extent ext;
+  if (!alloc_->Lookup(m.extent, &ext) || m.extent == busy_handle_) return false;
+  if (index_->LeaseUntil(slot) > NowNs()) return false;  // a reader just took it: keep it (clean copy stays)
+  const ObjectHeader* h = HeaderOf(slot);
+  ObjectHeaderFields f;
+  f.key_hash = e.key_hash.load(std::memory_order_relaxed);
+  f.generation = GenOf(sg);
+  f.value_size = e.value_size.load(std::memory_order_relaxed);
+  uint64_t stub_bytes = ExtentBytes(m.key_len, sizeof(DiskStub));
+  f.put_time_ns = h->put_time_ns;  // values only (see HeaderOf)
+  f.group_hash = h->group_hash;
+  f.soft_pin_ttl_ms = h->soft_pin_ttl_ms;
+  f.flags = (h->flags & (kFlagHardPin | kFlagSoftPin)) | kFlagDiskStub;
+  std::string key(KeyOf(slot));
+  // The stub gets its own small extent: stubs left inside the freed
+  // extents would cut the pool into holes just too small for the next
+  // object of the same size. (Small extents pack together: TLSF good fit.)
+  // Only when none is free does the object's own extent shrink to it.
+  auto stub = alloc_->Allocate(stub_bytes);
+  uint64_t stub_offset = stub ? stub->offset : ext.offset;
+  f.extent_size = stub ? stub->size : std::min(stub_bytes, ext.size);
+  // Odd version first, then the pins (the Dekker pair of ScanPins with
+  // PinValue's pin store + version re-check): a view taken meanwhile wins.
+  index_->BeginRewrite(slot);
+  if (IsPinned(GenOf(sg))) {
+    index_->EndRewrite(slot);
+    if (stub) (void)alloc_->Free(stub->handle);
+    return false;
+  }
+  WriteObjectHeader(*pool_, stub_offset, f, key);
+  WriteStub(stub_offset, m.key_len, loc);
+  e.object_offset.store(stub_offset, std::memory_order_relaxed);
+  e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kOnDisk), std::memory_order_relaxed);
+  index_->EndRewrite(slot);
+  uint64_t kept = 0;
+  if (stub) {  // after the version bump: readers of the old bytes retry
+    (void)alloc_->Free(m.extent);
+    m.extent = stub->handle;
+    kept = stub->size;
+  } else {
+    (void)alloc_->Shrink(m.extent, stub_bytes);
+    Extent after;
+    kept = alloc_->Lookup(m.extent, &after) ? after.size : stub_bytes;
+  }
+  if (bytes != nullptr) *bytes += ext.size > kept ? ext.size - kept : 0;
+  ++disk_objects_;
+  ++stats_.demotions;
+  return true;
+}
+
+void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
+  uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_relaxed);
+  if (StateOf(sg) == EntryState::kOnDisk && disk_objects_ > 0) --disk_objects_;
+  promote_count_.erase(slot);
+  no_disk_.erase(slot);
+  auto it = disk_loc_.find(slot);
+  if (it == disk_loc_.end()) return;
+  disk_loc_.erase(it);
+  tier_removals_.push_back({std::string(KeyOf(slot)), generation});
+  WakeTier();
+}
+
+std::string Master::HandlePromote(Decoder* d) {
+  PromoteRequest req;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed Promote request rejected");
+    return StatusReply(ErrorCode::INVALID_PARAMS);
+  }
+  if (!ClientValid(req.client)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
+  if (!tier_) return StatusReply(ErrorCode::NOT_SUPPORTED);
+  if (req.key.empty() || req.key.size() > kMaxKeyLength) return StatusReply(ErrorCode::INVALID_PARAMS);
+  std::vector<uint64_t> live;
+  FindLive(req.key, KeyHash(req.key), &live);
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (GenOf(sg) != req.generation) continue;
+    if (StateOf(sg) != EntryState::kOnDisk) return StatusReply(ErrorCode::OK);  // already in the pool
+    if (!req.stage) {
+      // A disk read: counted toward admission.
+      ++stats_.disk_hits_reported;
+      if (!config_.promotion_on_hit) return StatusReply(ErrorCode::OK);
+      auto& c = promote_count_[s];
+      if (c.first != sg) c = {sg, 0};
+      if (++c.second < config_.promotion_admission_threshold) return StatusReply(ErrorCode::OK);
+    }
+    if (promote_queued_.count(s) == 0) {
+      promote_queued_[s] = sg;
+      promote_q_.push_back({s, sg});
+      WakeTier();
+    }
+    return StatusReply(ErrorCode::OK);
+  }
+  return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
+}
+
+bool Master::DemoteOne() {
+  DemoteJob job{};
+  std::string key;
+  const char* src = nullptr;
+  uint64_t len = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (demote_q_.empty() || pool_lost_) return false;
+    job = demote_q_.front();
+    demote_q_.erase(demote_q_.begin());
+    auto q = demote_queued_.find(job.slot);
+    if (q != demote_queued_.end()) {
+      job.evict = job.evict || q->second;
+      demote_queued_.erase(q);
+    }
+    const IndexEntry& e = index_->entry(job.slot);
+    if (e.state_gen.load(std::memory_order_acquire) != job.state_gen ||
+        StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
+      return true;  // gone or changed since it was queued
+    auto have = disk_loc_.find(job.slot);
+    if (have != disk_loc_.end()) {  // copied already (write-through, or promoted)
+      if (job.evict) {
+        uint64_t b = 0;
+        (void)ConvertToDisk(job.slot, have->second, &b);
+      }
+      return true;
+    }
+    if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
+      no_disk_[job.slot] = job.state_gen;
+      return true;
+    }
+    Extent ext;
+    const EntryMeta& m = entry_meta_[job.slot];
+    if (!alloc_->Lookup(m.extent, &ext)) return true;
+    key.assign(KeyOf(job.slot));
+    len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
+    src = pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len);
+    busy_handle_ = m.extent;
+    busy_freed_ = false;
+  }
+  // The bytes are stable: the object is COMPLETE and its extent is kept for us.
+  auto loc = tier_->Append(key, src, len, GenOf(job.state_gen));
+  tier::Stats ts = tier_->stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  tier_stats_ = ts;
+  uint64_t handle = busy_handle_;
+  busy_handle_ = UINT64_MAX;
+  if (busy_freed_) {  // unlinked while we read: the free Unlink left to us
+    busy_freed_ = false;
+    if (IsPinned(GenOf(job.state_gen))) pinned_.push_back({handle, GenOf(job.state_gen)});
+    else (void)alloc_->Free(handle);
+  }
+  bool same = index_->entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
+              entry_meta_[job.slot].live && entry_meta_[job.slot].extent == handle;
+  if (!loc) {
+    ++stats_.demotion_failures;
+    if (same) no_disk_[job.slot] = job.state_gen;
+    uint64_t now = MonoNs();
+    if (now - tier_full_log_mono_ > kNsPerSec) {
+      tier_full_log_mono_ = now;
+      MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); eviction drops it",
+               key.c_str(), (unsigned long long)len, ErrorCodeName(loc.error()));
+    }
+    if (loc.error() == ErrorCode::NO_AVAILABLE_HANDLE) tier_full_ = true;
+    return true;
+  }
+  ++stats_.tier_writes;
+  if (!same) {  // removed or replaced meanwhile: the record must not come back
+    tier_removals_.push_back({key, GenOf(job.state_gen)});
+    return true;
+  }
+  disk_loc_[job.slot] = *loc;
+  if (job.evict) {
+    uint64_t b = 0;
+    (void)ConvertToDisk(job.slot, *loc, &b);
+  }
+  return true;
+}
+
+bool Master::PromoteOne() {
+  PromoteJob job{};
+  std::string key;
+  tier::RecordLocation loc{};
+  Extent ext{};
+  uint64_t value_size = 0;
+  uint32_t key_len = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (promote_q_.empty() || pool_lost_) return false;
+    job = promote_q_.front();
+    promote_q_.erase(promote_q_.begin());
+    promote_queued_.erase(job.slot);
+    IndexEntry& e = index_->entry(job.slot);
+    auto it = disk_loc_.find(job.slot);
+    if (e.state_gen.load(std::memory_order_acquire) != job.state_gen || it == disk_loc_.end() ||
+        !entry_meta_[job.slot].live || !CheckedLive(job.slot))
+      return true;
+    loc = it->second;
+    key.assign(KeyOf(job.slot));
+    key_len = entry_meta_[job.slot].key_len;
+    value_size = e.value_size.load(std::memory_order_relaxed);
+    uint64_t need = ExtentBytes(key_len, value_size);
+    uint64_t cap = alloc_->capacity();
+    uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
+    // Room under the watermark first (eviction converts objects that have a
+    // record at once; others are queued and this promotion waits for a later read).
+    if (alloc_->used_bytes() + need > high)
+      (void)EvictRound(alloc_->used_bytes() + need - high, 0, "promotion");
+    auto a = alloc_->used_bytes() + need <= high ? alloc_->Allocate(need) : Result<Extent>(ErrorCode::NO_AVAILABLE_HANDLE);
+    if (!a) {
+      // Demotions queued by the round above free room shortly: try again
+      // (a stage request waits for it) for about 20 s of tier-loop rounds.
+      if (++job.attempts < 400) {
+        promote_queued_[job.slot] = job.state_gen;
+        promote_q_.push_back(job);
+      } else {
+        ++stats_.promotion_failures;
+      }
+      return false;
+    }
+    ext = *a;
+    const ObjectHeader* h = HeaderOf(job.slot);
+    ObjectHeaderFields f;
+    f.key_hash = e.key_hash.load(std::memory_order_relaxed);
+    f.generation = GenOf(job.state_gen);
+    f.value_size = value_size;
+    f.extent_size = ext.size;
+    f.put_time_ns = h->put_time_ns;
+    f.group_hash = h->group_hash;
+    f.soft_pin_ttl_ms = h->soft_pin_ttl_ms;
+    f.flags = h->flags & (kFlagHardPin | kFlagSoftPin);
+    WriteObjectHeader(*pool_, ext.offset, f, key);
+  }
+  // The new extent is ours alone until linked.
+  Status st = tier::ReadRecord(config_.root_fs_dir, loc, key, pool_->base() + ext.offset + ObjectHeaderBytes(key_len),
+                               value_size);
+  std::lock_guard<std::mutex> lock(mu_);
+  IndexEntry& e = index_->entry(job.slot);
+  auto it = disk_loc_.find(job.slot);
+  bool same = e.state_gen.load(std::memory_order_acquire) == job.state_gen && it != disk_loc_.end() &&
+              it->second.segment_id == loc.segment_id && it->second.offset == loc.offset &&
+              entry_meta_[job.slot].live;
+  if (!st.ok() || !same) {
+    (void)alloc_->Free(ext.handle);
+    ++stats_.promotion_failures;
+    if (!st.ok() && same) {
+      // The record is unreadable (checksum, or gone): the object is lost;
+      // its entry goes (a miss from now on, never wrong bytes).
+      ++stats_.tier_checksum_failures;
+      MCXL_LOG(kError, "tier", "record of '%s' cannot be read back (%s): the object is dropped", key.c_str(),
+               ErrorCodeName(st.error()));
+      Unlink(job.slot, true, 0);
+    }
+    return true;
+  }
+  PublishRange(pool_->base() + ext.offset, ext.size);
+  EntryMeta& m = entry_meta_[job.slot];
+  uint64_t stub = m.extent;
+  index_->BeginRewrite(job.slot);
+  e.object_offset.store(ext.offset, std::memory_order_relaxed);
+  e.put_time_ns.store(NowNs(), std::memory_order_relaxed);  // fresh in the pool's LRU
+  e.state_gen.store(PackStateGen(GenOf(job.state_gen), EntryState::kComplete), std::memory_order_relaxed);
+  index_->EndRewrite(job.slot);
+  m.extent = ext.handle;
+  (void)alloc_->Free(stub);  // after the version bump: stub readers retry
+  if (disk_objects_ > 0) --disk_objects_;
+  promote_count_.erase(job.slot);
+  ++stats_.promotions;
+  return true;
+}
+
+bool Master::TierHousekeeping() {
+  std::vector<TierRemoval> removals;
+  bool over = false;
+  uint64_t target = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    removals.swap(tier_removals_);
+    uint64_t cap = config_.offload_capacity_bytes;
+    uint64_t high = uint64_t(config_.offload_high_watermark_ratio * double(cap));
+    over = tier_stats_.live_bytes > high || tier_full_;
+    if (over) {
+      // Drop the tier's least recently used objects down to 90% of the
+      // watermark (entries and records): sampled like the pool's eviction.
+      uint64_t low = uint64_t(0.9 * double(high));
+      target = tier_stats_.live_bytes > low ? tier_stats_.live_bytes - low : 0;
+      if (tier_full_) target = std::max<uint64_t>(target, cap / 20);
+      uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+      uint64_t now = NowNs();
+      std::vector<std::pair<uint64_t, uint64_t>> cand;  // (last access, slot)
+      for (const auto& [s, l] : disk_loc_) {
+        uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kOnDisk) continue;
+        if (index_->entry(s).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+        if (index_->LeaseUntil(s) > now) continue;
+        cand.emplace_back(LastAccessNs(s, ttl), s);
+        if (cand.size() >= 4096) break;
+      }
+      std::sort(cand.begin(), cand.end());
+      uint64_t dropped = 0, n = 0;
+      for (const auto& c : cand) {
+        if (dropped >= target) break;
+        dropped += index_->entry(c.second).value_size.load(std::memory_order_relaxed);
+        std::string key(KeyOf(c.second));
+        (void)UnlinkWithOlder(c.second, nullptr);  // its record goes with it (ForgetDiskCopy)
+        ++n;
+      }
+      stats_.tier_evictions += n;
+      if (n > 0)
+        MCXL_LOG(kInfo, "tier", "SSD tier over its watermark (%llu of %llu bytes live): dropped %llu objects",
+                 (unsigned long long)tier_stats_.live_bytes, (unsigned long long)cap, (unsigned long long)n);
+      removals.insert(removals.end(), tier_removals_.begin(), tier_removals_.end());
+      tier_removals_.clear();
+      tier_full_ = false;
+    }
+  }
+  for (const auto& r : removals) {
+    Status s = tier_->Remove(r.key, r.generation);
+    if (!s.ok())
+      MCXL_LOG(kWarn, "tier", "tombstone of '%s' not written (%s)", r.key.c_str(), ErrorCodeName(s.error()));
+  }
+  tier::Stats ts = tier_->stats();
+  bool compacted = false;
+  if (ts.used_bytes > 0 && double(ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes)) > 0.5 * double(ts.used_bytes)) {
+    uint64_t before = ts.compactions;
+    (void)tier_->Compact(64ull << 20);
+    ts = tier_->stats();
+    compacted = ts.compactions != before;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  tier_stats_ = ts;
+  return !removals.empty() || compacted;
+}
+
+void Master::TierLoop() {
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> l(tier_wake_mu_);
+      tier_cv_.wait_for(l, std::chrono::milliseconds(50), [this] { return tier_stop_ || tier_wake_; });
+      if (tier_stop_) return;
+      tier_wake_ = false;
+    }
+    for (int round = 0; round < 1000000; ++round) {
+      bool more = false;
+      more |= DemoteOne();
+      more |= PromoteOne();
+      more |= TierHousekeeping();
+      {
+        std::lock_guard<std::mutex> l(tier_wake_mu_);
+        if (tier_stop_) return;
+      }
+      if (!more) break;
+    }
+  }
+}
+
+void Master::RecoverTier(bool fresh) {
+  if (!tier_) return;
+  struct Rec {
+    tier::RecordLocation loc;
+  };
+  std::unordered_map<std::string, tier::RecordLocation> live;
+  tier_->ForEachLive([&live](std::string_view key, const tier::RecordLocation& loc) { live[std::string(key)] = loc; });
+  next_generation_ = std::max(next_generation_, tier_->MaxGeneration() + 1);
+  uint64_t kept = 0, dropped = 0, rebuilt = 0, orphans = 0;
+  if (!fresh) {
+    for (uint64_t s = 0; s < index_->capacity(); ++s) {
+      if (!entry_meta_[s].live) continue;
+      uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+      if (!Readable(StateOf(sg))) continue;
+      std::string key(KeyOf(s));
+      auto it = live.find(key);
+      if (it != live.end() && it->second.generation == GenOf(sg)) {
+        disk_loc_[s] = it->second;
+        if (StateOf(sg) == EntryState::kOnDisk) {
+          Extent ext;
+          if (alloc_->Lookup(entry_meta_[s].extent, &ext)) {
+            index_->BeginRewrite(s);  // the stub says what the tier says
+            WriteStub(ext.offset, entry_meta_[s].key_len, it->second);
+            index_->EndRewrite(s);
+          }
+          ++disk_objects_;
+          ++kept;
+        }
+        live.erase(it);
+      } else if (StateOf(sg) == EntryState::kOnDisk) {
+        MCXL_LOG(kWarn, "tier", "recovery: '%s' is on disk in the index but its record is gone; dropped", key.c_str());
+        Unlink(s, true, 0);
+        ++dropped;
+      }
+    }
+    // Records no entry names (a demotion caught by a crash, a removal whose
+    // tombstone was not written): tombstoned, so a rebuild never brings them back.
+    for (const auto& [k, loc] : live) {
+      tier_removals_.push_back({k, loc.generation});
+      ++orphans;
+    }
+  } else {
+    uint64_t now = NowNs();
+    for (const auto& [key, loc] : live) {
+      if (key.empty() || key.size() > kMaxKeyLength || loc.value_len == 0) continue;
+      uint64_t need = ExtentBytes(key.size(), sizeof(DiskStub));
+      if (live_entries_ + 1 > IndexLimit()) {
+        ++dropped;
+        continue;
+      }
+      auto a = alloc_->Allocate(need);
+      if (!a) {
+        ++dropped;
+        continue;
+      }
+      uint64_t hash = KeyHash(key);
+      ObjectHeaderFields f;
+      f.key_hash = hash;
+      f.generation = loc.generation;
+      f.value_size = loc.value_len;
+      f.extent_size = a->size;
+      f.put_time_ns = now;
+      f.flags = kFlagDiskStub;
+      WriteObjectHeader(*pool_, a->offset, f, key);
+      WriteStub(a->offset, key.size(), loc);
+      auto slot = index_->Insert({hash, a->offset, loc.value_len, loc.generation, now, 0, kNoSlot});
+      if (!slot) {
+        (void)alloc_->Free(a->handle);
+        ++dropped;
+        continue;
+      }
+      index_->BeginRewrite(*slot);
+      index_->entry(*slot).state_gen.store(PackStateGen(loc.generation, EntryState::kOnDisk),
+                                           std::memory_order_relaxed);
+      index_->EndRewrite(*slot);
+      entry_meta_[*slot] = EntryMeta{a->handle, uint32_t(key.size()), true, false, false};
+      ++live_entries_;
+      CountComplete(*slot);
+      disk_loc_[*slot] = loc;
+      ++disk_objects_;
+      ++rebuilt;
+    }
+    stats_.tier_rebuilt = rebuilt;
+  }
+  tier_stats_ = tier_->stats();
+  MCXL_LOG(kInfo, "tier", "SSD tier %s: %llu objects on disk%s, %llu dropped, %llu orphan records to tombstone",
+           fresh ? "rebuilt into a formatted pool" : "recovered", (unsigned long long)(fresh ? rebuilt : kept),
+           fresh ? " (index entries made from the segment files)" : "", (unsigned long long)dropped,
+           (unsigned long long)orphans);
+}
+
+}  // namespace mcxl

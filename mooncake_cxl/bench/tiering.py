@@ -1,0 +1,203 @@
+"""The SSD tier (section "tiering" of python -m mooncake_cxl.bench).
+
+For 64 KiB, 1 MiB and 16 MiB values: get_into latency and bandwidth of an
+object in the pool and of one only in the SSD tier (the client reads the
+record itself), and the time of a staged read (the master copies the record
+back into the pool: a promotion, then the read from the pool). The tier lives
+on a disk filesystem (not tmpfs) under --tier-dir (default /var/tmp): its
+segments are written and read with O_DIRECT where the filesystem supports it
+(disk_tier.h), and before every timed tier read the segment files are also
+dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED), so a
+tier read is a device read. Then demotion while puts continue: sustained
+64 KiB puts at the pool's watermark with offload on eviction against the same
+puts on a master without a tier (eviction drops), alternating, same run.
+"""
+import glob
+import os
+import shutil
+import statistics
+import tempfile
+import time
+import urllib.request
+
+from . import common
+from .common import KIB, MIB
+
+SIZES = (64 * KIB, MIB, 16 * MIB)
+
+
+def _metric(m, name):
+    text = urllib.request.urlopen(m.metrics_url + "/metrics", timeout=10).read().decode()
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[-1])
+    return 0.0
+
+
+def _drop_cache(tier_dir):
+    for p in glob.glob(os.path.join(tier_dir, "seg-*.mcxl")):
+        fd = os.open(p, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _wait_idle(m, timeout=120):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and _metric(m, "mooncake_cxl_tier_queue") != 0:
+        time.sleep(0.05)
+
+
+def _reads(quick, pool_dir, tier_root):
+    import numpy as np
+    from ..launch import MasterProcess
+    rows = []
+    pool_bytes = 256 * MIB
+    for size in SIZES:
+        tier_dir = tempfile.mkdtemp(prefix="mcxl_bench_tier_", dir=tier_root)
+        try:
+            with common.temp_pool("mcxl_bench_tier", pool_dir) as path, MasterProcess(
+                    path, pool_bytes, format=True,
+                    extra_flags=["--enable_offload", "--offload_on_evict", f"--root_fs_dir={tier_dir}"]) as m:
+                s = common.connect(m.address)
+                reps = 5 if quick else (30 if size < 16 * MIB else 10)
+                n_disk = reps + 2
+                value = os.urandom(size)
+                for i in range(n_disk):
+                    assert s.put(f"disk/{i}", value) == 0
+                # Push them out: fill the pool once over with other objects.
+                fill = int(1.2 * pool_bytes // size) + 2
+                for i in range(fill):
+                    assert s.put(f"fill/{i}", value) == 0
+                _wait_idle(m)
+                disk = [f"disk/{i}" for i in range(n_disk) if s.get_replica_desc(f"disk/{i}")[0].is_disk_replica()]
+                pool = [f"fill/{i}" for i in range(fill - 1, -1, -1)
+                        if s.get_replica_desc(f"fill/{i}")[0].is_memory_replica()][:reps]
+                buf = np.empty(size, dtype=np.uint8)
+                t_pool, t_disk = [], []
+                for k in pool:
+                    t0 = time.perf_counter()
+                    assert s.get_into(k, buf.ctypes.data, size) == size
+                    t_pool.append(time.perf_counter() - t0)
+                for k in disk[:reps]:
+                    _drop_cache(tier_dir)
+                    before = s.get_offload_rpc_read_count()
+                    t0 = time.perf_counter()
+                    assert s.get_into(k, buf.ctypes.data, size) == size
+                    t_disk.append(time.perf_counter() - t0)
+                    assert s.get_offload_rpc_read_count() == before + 1
+                # Staged reads (a client that cannot read the tier): promotion + pool read.
+                os.environ["MC_CXL_TIER_DIRECT_READ"] = "0"
+                try:
+                    st = common.connect(m.address)
+                finally:
+                    del os.environ["MC_CXL_TIER_DIRECT_READ"]
+                t_stage = []
+                for k in disk[reps:] + disk[:max(0, 3 - len(disk[reps:]))]:
+                    if not st.get_replica_desc(k)[0].is_disk_replica():
+                        continue
+                    _drop_cache(tier_dir)
+                    t0 = time.perf_counter()
+                    rc = st.get_into(k, buf.ctypes.data, size)
+                    dt = time.perf_counter() - t0
+                    if rc != size:
+                        print(f"staged read of {k} ({size} bytes) returned {rc}; left out", flush=True)
+                        continue
+                    t_stage.append(dt)
+                st.close()
+                s.close()
+                med = statistics.median
+                rows.append({
+                    "size": size,
+                    "pool_us": med(t_pool) * 1e6, "pool_gbps": size / med(t_pool) / 1e9,
+                    "tier_us": med(t_disk) * 1e6, "tier_gbps": size / med(t_disk) / 1e9,
+                    "staged_us": med(t_stage) * 1e6 if t_stage else None,
+                    "n_pool": len(t_pool), "n_tier": len(t_disk), "n_staged": len(t_stage),
+                })
+        finally:
+            shutil.rmtree(tier_dir, ignore_errors=True)
+    return rows
+
+
+def _put_phase(m, prefix, n, value):
+    s = common.connect(m.address)
+    writes0 = _metric(m, "mooncake_cxl_tier_writes_total")
+    t0 = time.perf_counter()
+    for i in range(n):
+        assert s.put(f"{prefix}/{i}", value) == 0
+    dt = time.perf_counter() - t0
+    writes = _metric(m, "mooncake_cxl_tier_writes_total") - writes0
+    s.close()
+    return n * len(value) / dt, writes * len(value) / dt
+
+
+def _demotion(quick, pool_dir, tier_root):
+    from ..launch import MasterProcess
+    pool_bytes = 128 * MIB
+    value = os.urandom(64 * KIB)
+    n = int(2 * pool_bytes // len(value))  # every put past the first half evicts
+    rounds = 1 if quick else 3
+    with_tier, without, demote, forced, forced_demote = [], [], [], [], []
+    tier_dir = tempfile.mkdtemp(prefix="mcxl_bench_tier_", dir=tier_root)
+    try:
+        with common.temp_pool("mcxl_bench_t1", pool_dir) as p1, common.temp_pool("mcxl_bench_t2", pool_dir) as p2, \
+                MasterProcess(p1, pool_bytes, format=True, extra_flags=[
+                    "--enable_offload", "--offload_on_evict", f"--root_fs_dir={tier_dir}"]) as mt, \
+                MasterProcess(p2, pool_bytes, format=True) as mp_, \
+                common.temp_pool("mcxl_bench_t3", pool_dir) as p3, MasterProcess(p3, pool_bytes, format=True, extra_flags=[
+                    "--enable_offload", "--offload_on_evict", f"--root_fs_dir={tier_dir}/forced",
+                    "--offload_force_evict", "--offloading_queue_limit=64"]) as mf:
+            for r in range(rounds):
+                gbps, dgbps = _put_phase(mt, f"r{r}", n, value)
+                with_tier.append(gbps)
+                demote.append(dgbps)
+                without.append(_put_phase(mp_, f"r{r}", n, value)[0])
+                gbps, dgbps = _put_phase(mf, f"r{r}", n, value)
+                forced.append(gbps)
+                forced_demote.append(dgbps)
+                _wait_idle(mt)
+                _wait_idle(mf)
+            skipped = _metric(mf, "mooncake_cxl_tier_offload_skipped_total")
+            written = _metric(mf, "mooncake_cxl_tier_writes_total")
+    finally:
+        shutil.rmtree(tier_dir, ignore_errors=True)
+    med = statistics.median
+    return {"put_with_offload_gbps": med(with_tier) / 1e9, "put_without_tier_gbps": med(without) / 1e9,
+            "demotion_gbps": med(demote) / 1e9, "slowdown": 1 - med(with_tier) / med(without),
+            "forced_put_gbps": med(forced) / 1e9, "forced_demotion_gbps": med(forced_demote) / 1e9,
+            "forced_slowdown": 1 - med(forced) / med(without),
+            "forced_offloaded_share": written / (written + skipped) if written + skipped else None}
+
+
+def run(quick=False, pool_dir="/dev/shm", tier_root=None):
+    tier_root = tier_root or os.environ.get("MC_CXL_BENCH_TIER_DIR", "/var/tmp")
+    return {"tier_root": tier_root, "reads": _reads(quick, pool_dir, tier_root),
+            "demotion": _demotion(quick, pool_dir, tier_root)}
+
+
+def markdown(r):
+    def size(b):
+        return f"{b // MIB} MiB" if b >= MIB else f"{b // KIB} KiB"
+    lines = [f"Tier directory on {r['tier_root']} (O_DIRECT where supported; segment files dropped from the "
+             "page cache with posix_fadvise before every tier read).", "",
+             "| value | pool get_into µs | GB/s | tier get_into µs | GB/s | staged read (promotion + read) µs |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for x in r["reads"]:
+        st = f"{x['staged_us']:.0f}" if x["staged_us"] is not None else "n/a"
+        lines.append(f"| {size(x['size'])} | {x['pool_us']:.0f} | {x['pool_gbps']:.2f} | {x['tier_us']:.0f} | "
+                     f"{x['tier_gbps']:.2f} | {st} |")
+    d = r["demotion"]
+    share = "n/a" if d["forced_offloaded_share"] is None else f"{100 * d['forced_offloaded_share']:.0f}%"
+    lines += ["", "| 64 KiB puts at the watermark | GB/s |", "|---|---:|",
+              f"| no tier (eviction drops) | {d['put_without_tier_gbps']:.2f} |",
+              f"| offload on eviction (demotion running) | {d['put_with_offload_gbps']:.2f} |",
+              f"| demotion throughput meanwhile | {d['demotion_gbps']:.2f} |",
+              f"| put slowdown while offload runs | {d['slowdown'] * 100:.0f}% |",
+              f"| with --offload_force_evict --offloading_queue_limit=64 | {d['forced_put_gbps']:.2f} |",
+              f"| its demotion throughput meanwhile | {d['forced_demotion_gbps']:.2f} |",
+              f"| its put slowdown | {d['forced_slowdown'] * 100:.0f}% |",
+              f"| its evicted objects that reached the tier | {share} |",
+              "", "Mooncake 0.3.13 rows: not run (see the report: its SSD offload needs its client-side "
+              "file storage and runs only inside `unshare -n` here)."]
+    return "\n".join(lines)
