@@ -298,17 +298,18 @@ class BlockKVCache:
 
     # -------------------------------------------------------------- holds
 
-    def _prefix_keys(self, prefix, start=0):
-        return [self._key(stem, g) for s, c, stem in prefix.objects if s + c > start
-                for g in range(self.layer_groups)]
+    def _prefix_keys(self, prefix, start=0, groups=None):
+        gs = range(self.layer_groups) if groups is None else groups
+        return [self._key(stem, g) for s, c, stem in prefix.objects if s + c > start for g in gs]
 
-    def hold(self, what, seconds, start=0):
+    def hold(self, what, seconds, start=0, groups=None):
         """Keeps the objects of `what` (a Prefix, or a request's block hashes:
         the objects a save of them writes) whose blocks reach past `start`
-        from eviction and unforced removes for `seconds` (at most an hour).
-        Returns the number of objects held (missing ones are not)."""
+        (of these layer groups, default all) from eviction and unforced
+        removes for `seconds` (at most an hour). Returns the number of
+        objects held (missing ones are not)."""
         prefix = what if isinstance(what, Prefix) else self.stored_prefix(what)
-        keys = self._prefix_keys(prefix, start)
+        keys = self._prefix_keys(prefix, start, groups)
         if not keys:
             return 0
         until = time.time_ns() + int(max(0.0, float(seconds)) * 1e9)
@@ -322,36 +323,40 @@ class BlockKVCache:
 
     # --------------------------------------------------------------- save
 
-    def save(self, hashes, engine_blocks, start=0, hold=None):
+    def save(self, hashes, engine_blocks, start=0, hold=None, groups=None):
         """Stores the blocks of a request (hashes[i] lives in engine block
         engine_blocks[i]) as aligned run objects, skipping those already stored
         and those entirely before block `start`. Returns the number of objects
         written. One batch_put_from_multi_buffers for all of them.
         hold: seconds to hold every object of blocks [start, n), written now
-        or stored before (see hold()), for a consumer that will load them."""
+        or stored before (see hold()), for a consumer that will load them.
+        groups: only these layer groups (default all), e.g. one layer group
+        as soon as the engine has computed it (layer-wise save)."""
         self._need_buffers("save")
         hashes = list(hashes)
         engine_blocks = list(engine_blocks)
         if len(engine_blocks) < len(hashes):
             raise ValueError(f"save: {len(hashes)} blocks but {len(engine_blocks)} engine block ids")
-        G = self.layer_groups
+        gs = list(range(self.layer_groups)) if groups is None else sorted(set(int(g) for g in groups))
+        if any(not 0 <= g < self.layer_groups for g in gs):
+            raise ValueError(f"save: layer groups {gs} outside 0..{self.layer_groups - 1}")
         candidates = [(s, c) for s, c in self._runs(len(hashes)) if s + c > start]
-        keys = [self._key(self._stem(hashes[s + c - 1]), g) for s, c in candidates for g in range(G)]
+        keys = [self._key(self._stem(hashes[s + c - 1]), g) for s, c in candidates for g in gs]
         if not keys:
             return 0
         try:
-            return self._save(keys, candidates, engine_blocks)
+            return self._save(keys, candidates, engine_blocks, gs)
         finally:
             if hold is not None:
-                self.hold(hashes, hold, start=start)
+                self.hold(hashes, hold, start=start, groups=gs)
 
-    def _save(self, keys, candidates, engine_blocks):
-        G = self.layer_groups
+    def _save(self, keys, candidates, engine_blocks, gs):
+        G = len(gs)
         exist = self.store.batch_is_exist(keys)
         put_keys, all_ptrs, all_sizes = [], [], []
         for j, (s, c) in enumerate(candidates):
-            for g in range(G):
-                k = j * G + g
+            for gi, g in enumerate(gs):
+                k = j * G + gi
                 if exist[k] == 1:
                     continue
                 p, z = self._ranges(g, engine_blocks[s:s + c])
