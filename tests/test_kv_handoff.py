@@ -51,3 +51,32 @@ def test_decode_write_back_continues_the_prefix(master, children):
     t = children(H.third, master.address, 9, 10, 80).result()
     assert t["blocks"] == t["prefix"] == t["loaded"] == 15 and t["bad"] == 0, t
     assert t["objects"] == [(0, 4), (4, 4), (8, 4), (12, 3)], t
+
+
+def test_done_alone_loads_everything_and_other_requests_wait_their_turn(master):
+    """A producer whose blocks were all stored before announces only
+    REQUEST_DONE: receive() loads them all. Records of another request on the
+    same channel are kept for that request's follow()."""
+    import kv_workers as W
+    from conftest import connect
+    from mooncake_cxl.kv import Announcer, Listener, receive
+    s = connect(master)
+    cache = H.make_cache(s)
+    hashes = cache.block_hashes(H.request(cache, 11, 6))
+    src = cache.layout.allocate(8)
+    cache.register(src)
+    W.fill_engine(cache, src, hashes, range(6), model="hold")
+    cache.save(hashes, range(6))
+    lis = Listener(s, "done-ch")
+    ann = Announcer(s, "done-ch")
+    ann.blocks_ready("other", 0, 2)
+    ann.request_done("req-11", 6)
+    ann.request_done("other", 2)
+    cache.unregister()
+    dst = cache.layout.allocate(8)
+    cache.register(dst)
+    assert receive(cache, lis, "req-11", hashes, [7, 6, 5, 4, 3, 2], timeout=30) == 6
+    assert W.check_engine(cache, dst, hashes, [7, 6, 5, 4, 3, 2], model="hold") == 0
+    assert [(a.kind, a.end) for a in lis.follow("other", timeout=30)] == [(1, 2), (2, 2)]
+    ann.close()
+    s.close()

@@ -8,7 +8,7 @@ Timed from the moment the prefill holds the KV (t0) to the moment the decode
 can use it, on one clock (CLOCK_MONOTONIC) across the two processes:
 
   ours (copy)    prefill: BlockKVCache.save one layer group at a time (runs of
-                 16 blocks per object, held until consumed) and announces each
+                 64 blocks per object and layer, held until consumed) and announces each
                  layer through a channel in the pool; decode: receive(), which
                  waits on the channel (spin, then futex) and loads each layer
                  into its own buffers as it is announced. No TCP between them.
@@ -43,6 +43,9 @@ METHODS = ("ours", "ours_views", "mooncake", "tcp")
 NAMES = {"ours": "ours: announce + load into the decode buffer", "ours_views": "ours: announce + pinned views",
          "mooncake": "Mooncake 0.3.13 store, TCP (put, notify, get)", "tcp": "raw TCP socket, 127.0.0.1"}
 HOLD_S = 120.0
+# Runs of 64 blocks (1,024 tokens) per layer: 480 objects of 2 MiB at 30k
+# tokens, so the views fit one client's 1,024 pin records.
+BLOCKS_PER_OBJECT = 64
 MOONCAKE_OBJECTS_PER_LAYER = 8  # 7.5 MiB objects at 30k tokens
 SPAWN = mp.get_context("spawn")
 
@@ -81,7 +84,7 @@ def _cache(store, tokens, salt):
     import numpy as np
     from ..kv import BlockKVCache, KVLayout, Namespace
     lay = KVLayout(**LAYOUT)
-    cache = BlockKVCache(store, lay, Namespace("bench-pd", salt=salt), blocks_per_object=16,
+    cache = BlockKVCache(store, lay, Namespace("bench-pd", salt=salt), blocks_per_object=BLOCKS_PER_OBJECT,
                          layer_groups=lay.num_layers)
     hashes = cache.block_hashes(np.arange(tokens, dtype=np.int64) * 7 + 11)
     return cache, hashes
@@ -127,6 +130,7 @@ def _ours_consumer(conn, address, tokens, salt, views):
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
     import numpy as np
     from ..kv import Listener, receive
+    from ..kv.announce import BLOCKS_READY
     store = common.connect(address)
     cache, hashes = _cache(store, tokens, salt)
     lis = Listener(store, f"pd-{salt}", from_start=False)
@@ -144,6 +148,8 @@ def _ours_consumer(conn, address, tokens, salt, views):
         handles, first = [], None
         prefix = cache.stored_prefix(hashes)
         for a in lis.follow("req", timeout=600, idle_timeout=120):
+            if a.kind != BLOCKS_READY:
+                continue  # REQUEST_DONE: every layer was announced
             for g in ([a.layer] if a.layer < cache.layer_groups else range(cache.layer_groups)):
                 for s, c, stem in prefix.objects:
                     h = store.get_buffer(cache._key(stem, g))

@@ -126,6 +126,7 @@ class Listener:
         self._r = obj
         self.channel = channel
         self.lost = 0
+        self._stash = {}  # request key -> records follow() took for another request
 
     @property
     def producer_pid(self):
@@ -162,7 +163,7 @@ class Listener:
 
     def _take(self, key):
         """New records of request `key`; other requests' are kept for their follow()."""
-        stash = self.__dict__.setdefault("_stash", {})
+        stash = self._stash
         mine = stash.pop(key, [])
         for a in self.poll():
             if a.request == key:
@@ -176,7 +177,8 @@ class Listener:
 
     def follow(self, request_id, timeout=60.0, idle_timeout=None, spin_us=50.0, check_s=0.05):
         """Yields the BLOCKS_READY announcements of one request as they come,
-        returns after its REQUEST_DONE. Raises RequestIncomplete as soon as the
+        then its REQUEST_DONE one (a.end: every block is stored) and returns.
+        Raises RequestIncomplete as soon as the
         producer is gone (a dead pid, a closed or taken-over channel), the
         request is aborted, nothing came for `idle_timeout` s (also: no
         producer yet), or `timeout` s passed. Use either this or poll()/wait()
@@ -185,7 +187,7 @@ class Listener:
         key = request_key(request_id)
         t0 = time.monotonic()
         last = t0
-        owner = None  # (pid, epoch) of the producer once one is seen
+        owner = None  # the producer's pid once one is seen
         arrived = {}  # layer -> highest end announced
         got_done = None
 
@@ -207,22 +209,23 @@ class Listener:
                     yield a
                 elif a.kind == REQUEST_DONE:
                     got_done = a.end
+                    yield a
                     return
                 elif a.kind == REQUEST_ABORTED:
                     raise incomplete("the producer aborted it", ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
             now = time.monotonic()
             if recs:
                 last = now
-            pid, epoch = self._r.producer_pid, self._r.epoch
+            pid = self._r.producer_pid
             gone = None
             if self._r.producer_dead:
                 gone = f"its producer (pid {pid}) exited"
             elif owner is None and pid != 0:
-                owner = (pid, epoch)
+                owner = pid
             elif owner is not None and pid == 0:
-                gone = f"its producer (pid {owner[0]}) closed the channel"
-            elif owner is not None and (pid, epoch) != owner:
-                gone = f"its producer (pid {owner[0]}) was replaced by pid {pid}"
+                gone = f"its producer (pid {owner}) closed the channel"
+            elif owner is not None and pid != owner:
+                gone = f"its producer (pid {owner}) was replaced by pid {pid}"
             if gone is not None:
                 if self._take_again(key):  # records published just before it went
                     continue
@@ -241,7 +244,7 @@ class Listener:
         the request has some (follow then handles them before deciding)."""
         mine = self._take(key)
         if mine:
-            self.__dict__.setdefault("_stash", {})[key] = mine
+            self._stash[key] = mine
         return bool(mine)
 
 
@@ -260,7 +263,8 @@ def receive(cache, listener, request_id, hashes, engine_blocks, timeout=60.0, id
     try:
         for a in listener.follow(request_id, timeout=timeout, idle_timeout=idle_timeout, spin_us=spin_us):
             end = min(int(a.end), len(hashes))
-            groups = range(G) if a.layer == ALL_LAYERS else [int(a.layer)] if int(a.layer) < G else []
+            whole = a.layer == ALL_LAYERS or a.kind == REQUEST_DONE
+            groups = range(G) if whole else [int(a.layer)] if int(a.layer) < G else []
             for g in groups:
                 if end > done[g]:
                     cache.load(cache.stored_prefix(hashes, end), engine_blocks, start=done[g], release=release,
