@@ -512,6 +512,18 @@ class Store {
     return py::cast(std::move(r.value()));
   }
 
+  // Holds (client.h HoldLeases / ReleaseLeases): per key 0 or an error code.
+  std::vector<int> Hold(const std::vector<std::string>& keys, uint64_t until_ns, bool release) {
+    auto c = Ready(release ? "release_hold" : "hold");
+    if (!c) return std::vector<int>(keys.size(), kNotReady);
+    std::vector<std::string_view> views(keys.begin(), keys.end());
+    py::gil_scoped_release nogil;
+    auto rc = release ? c->ReleaseLeases(views) : c->HoldLeases(views, until_ns);
+    std::vector<int> out(rc.size());
+    for (size_t i = 0; i < rc.size(); ++i) out[i] = ToInt(rc[i]);
+    return out;
+  }
+
   py::object GetBuffer(const std::string& key) {
     auto c = Ready("get_buffer");
     if (!c) return py::none();
@@ -905,7 +917,11 @@ PYBIND11_MODULE(_core, m) {
            py::arg("all_dst_offsets"), py::arg("all_src_offsets"), py::arg("all_sizes"))
       .def("get_buffer", &Store::GetBuffer, py::arg("key"))
       .def("batch_get_buffer", &Store::BatchGetBuffer, py::arg("keys"))
-      .def("_announce_open", &Store::AnnounceOpen, py::arg("name"), py::arg("producer"), py::arg("from_start") = false);
+      .def("_announce_open", &Store::AnnounceOpen, py::arg("name"), py::arg("producer"), py::arg("from_start") = false)
+      .def("_hold", [](Store& s, const std::vector<std::string>& keys, uint64_t until_ns) {
+             return s.Hold(keys, until_ns, false); }, py::arg("keys"), py::arg("until_ns"))
+      .def("_release_hold", [](Store& s, const std::vector<std::string>& keys) {
+             return s.Hold(keys, 0, true); }, py::arg("keys"));
 
   // Announcement channels (mooncake_cxl.kv.announce wraps them).
   py::class_<AnnounceProducer>(m, "_AnnounceProducer")
@@ -940,7 +956,9 @@ PYBIND11_MODULE(_core, m) {
            }, py::arg("timeout_s"), py::arg("spin_us") = 50.0)
       .def_property_readonly("cursor", &AnnounceReader::cursor)
       .def_property_readonly("head", &AnnounceReader::head)
-      .def_property_readonly("producer_pid", &AnnounceReader::producer_pid);
+      .def_property_readonly("producer_pid", &AnnounceReader::producer_pid)
+      .def_property_readonly("producer_dead", &AnnounceReader::producer_dead)
+      .def_property_readonly("epoch", &AnnounceReader::epoch);
 
   py::class_<BufferHandle>(m, "BufferHandle", py::buffer_protocol())
       .def_buffer([](BufferHandle& h) {

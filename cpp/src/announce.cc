@@ -144,7 +144,23 @@ uint64_t AnnounceReader::head() const {
 
 uint64_t AnnounceReader::producer_pid() const {
   ObserveRange(&ch_->owner_pid, sizeof(uint64_t));
-  return ch_->owner_pid.load(std::memory_order_relaxed);
+  // Acquire: pairs with Close's release, so a reader that sees the channel
+  // released also sees every record published before it.
+  return ch_->owner_pid.load(std::memory_order_acquire);
+}
+
+bool AnnounceReader::producer_dead() const {
+  ObserveRange(ch_, sizeof(*ch_));
+  // Relaxed: a liveness probe; the pid and machine are checked by kill, not trusted.
+  uint64_t owner = ch_->owner_pid.load(std::memory_order_relaxed);
+  if (owner == 0 || owner > uint64_t(INT32_MAX)) return false;
+  if (ch_->owner_machine.load(std::memory_order_relaxed) != MachineHash()) return false;
+  return kill(pid_t(owner), 0) != 0 && errno == ESRCH;
+}
+
+uint64_t AnnounceReader::epoch() const {
+  ObserveRange(ch_, sizeof(*ch_));
+  return ch_->epoch.load(std::memory_order_relaxed);
 }
 
 AnnounceReader::ReadResult AnnounceReader::Next(AnnounceMessage* m, uint64_t* number) {

@@ -164,6 +164,17 @@ void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
   if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
 }
 
+void ObjectIndex::LowerLease(uint64_t slot, uint64_t to_ns) const {
+  IndexEntry& e = entries_[slot];
+  // Relaxed: as ExtendLease. A reader raising it meanwhile makes the CAS fail
+  // and the loop re-decide with its value.
+  uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);
+  bool wrote = false;
+  while (cur > to_ns && !(wrote = e.lease_until_ns.compare_exchange_weak(cur, to_ns, std::memory_order_relaxed))) {
+  }
+  if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+}
+
 uint64_t ObjectIndex::LeaseUntil(uint64_t slot) const {
   // Relaxed: a hint compared with the clock, as above.
   return entries_[slot].lease_until_ns.load(std::memory_order_relaxed);

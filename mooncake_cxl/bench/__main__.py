@@ -6,15 +6,23 @@ TCP), eviction (throughput at the watermark, master memory per object),
 tiering (the SSD tier, only with --only tiering). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
+--only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
+(pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
+itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
 """
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
 
 from . import common
 
-SECTIONS = ("data", "control", "eviction", "tiering")
-DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering: --only tiering (needs a disk directory)
+_PD_NETNS_ENV = "MCXL_PD_NETNS"
+SECTIONS = ("data", "control", "eviction", "tiering", "pd")
+DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
+PD_PARTS = (("pd_handoff", "hand-off"), ("pd_ttft", "TTFT in vLLM"))
 
 
 def main(argv=None):
@@ -30,7 +38,8 @@ def main(argv=None):
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
-                         "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp)")
+                         "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -48,6 +57,15 @@ def main(argv=None):
     unknown = set(sections) - set(SECTIONS)
     if unknown:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    if "pd" in sections:
+        from . import compare
+        if not compare.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" and shutil.which("unshare") \
+                and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+            env = dict(os.environ, **{_PD_NETNS_ENV: "1"})
+            return subprocess.call(["unshare", "-n", "--", sys.executable, "-m", "mooncake_cxl.bench", *argv],
+                                   env=env)
+        if compare.loopback_only():
+            compare._bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     pool_dir = common.default_pool_dir()
     results = {}
     if "data" in sections:
@@ -64,6 +82,16 @@ def main(argv=None):
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
               flush=True)
+    if "pd" in sections:
+        import importlib
+        import importlib.util
+        results["pd"] = {}
+        for name, title in PD_PARTS:
+            if importlib.util.find_spec(f"{__package__}.{name}") is None:
+                continue
+            mod = importlib.import_module(f".{name}", __package__)
+            results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir)
+            print(f"## Prefill/decode: {title}\n\n" + mod.markdown(results["pd"][name]) + "\n", flush=True)
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

@@ -11,6 +11,17 @@ them (the C++ channel is cpp/include/mooncake_cxl/announce.h).
     for a in lis.wait(timeout=5.0):                      # spin, then futex
         ...                                              # a.request, a.kind, a.first, a.end, a.layer
 
+To follow one request (decode of a PD pair):
+
+    for a in lis.follow("req-17", timeout=60, idle_timeout=5):   # until REQUEST_DONE
+        cache.load(cache.stored_prefix(hashes, a.end), blocks, start=loaded, release=True)
+    # or all of it: receive(cache, lis, "req-17", hashes, blocks, timeout=60, idle_timeout=5)
+
+follow() raises RequestIncomplete (naming the request, the blocks that
+arrived and why) as soon as the producer is gone (its pid exited, it closed
+or lost the channel) or aborted the request, or nothing came for
+idle_timeout seconds, or timeout passed: the consumer recomputes the rest.
+
 An announcement is a hint; the store's objects are the truth. A listener that
 fell more than a channel's worth of records behind is told how many it lost
 (`lost`), and a consumer that misses one (or times out) falls back to
@@ -18,8 +29,10 @@ BlockKVCache.lookup(). A record is 7 words: request key, kind | layer << 32,
 first, end, namespace tag, two user words.
 """
 import hashlib
+import time
 from dataclasses import dataclass
 
+from ..errors import ErrorCode
 from .cache import KVCacheError
 
 ALL_LAYERS = 0xFFFFFFFF
@@ -45,6 +58,19 @@ class Announcement:
     end: int
     tag: int      # namespace tag (BlockKVCache.tag), 0 = any
     user: tuple
+
+
+class RequestIncomplete(KVCacheError):
+    """A followed request ended before REQUEST_DONE: .request (the id given),
+    .blocks (blocks [0, blocks) arrived, every layer), .loaded (what receive()
+    copied), .reason; .code UNAVAILABLE_IN_CURRENT_STATUS (producer gone or
+    aborted) or RPC_TIMEOUT (silent, or past the deadline)."""
+
+    def __init__(self, request_id, blocks, reason, code, loaded=None):
+        RuntimeError.__init__(self, f"request {request_id!r}: {reason}; blocks [0, {blocks}) arrived"
+                              + ("" if loaded is None else f", {loaded} loaded"))
+        self.code = code
+        self.request, self.blocks, self.reason, self.loaded = request_id, blocks, reason, loaded
 
 
 class Announcer:
@@ -100,6 +126,7 @@ class Listener:
         self._r = obj
         self.channel = channel
         self.lost = 0
+        self._stash = {}  # request key -> records follow() took for another request
 
     @property
     def producer_pid(self):
@@ -126,3 +153,125 @@ class Listener:
         if out or not self._r.wait(timeout, spin_us):
             return out
         return self.poll()
+
+    @property
+    def producer_dead(self):
+        """The channel's producer was a process of this machine that exited."""
+        return self._r.producer_dead
+
+    _STASH_LIMIT = 65536
+
+    def _take(self, key):
+        """New records of request `key`; other requests' are kept for their follow()."""
+        stash = self._stash
+        mine = stash.pop(key, [])
+        for a in self.poll():
+            if a.request == key:
+                mine.append(a)
+            else:
+                stash.setdefault(a.request, []).append(a)
+        if sum(len(v) for v in stash.values()) > self._STASH_LIMIT:  # nobody follows them
+            self.lost += sum(len(v) for v in stash.values())
+            stash.clear()
+        return mine
+
+    def follow(self, request_id, timeout=60.0, idle_timeout=None, spin_us=50.0, check_s=0.05):
+        """Yields the BLOCKS_READY announcements of one request as they come,
+        then its REQUEST_DONE one (a.end: every block is stored) and returns.
+        Raises RequestIncomplete as soon as the
+        producer is gone (a dead pid, a closed or taken-over channel), the
+        request is aborted, nothing came for `idle_timeout` s (also: no
+        producer yet), or `timeout` s passed. Use either this or poll()/wait()
+        on one Listener: follow() keeps other requests' records for their own
+        follow(), poll() does not see them."""
+        key = request_key(request_id)
+        t0 = time.monotonic()
+        last = t0
+        owner = None  # the producer's pid once one is seen
+        arrived = {}  # layer -> highest end announced
+        got_done = None
+
+        def blocks():
+            if got_done is not None:
+                return got_done
+            if ALL_LAYERS in arrived:
+                return arrived[ALL_LAYERS]
+            return min(arrived.values()) if arrived else 0
+
+        def incomplete(reason, code):
+            return RequestIncomplete(request_id, blocks(), reason, code)
+
+        while True:
+            recs = self._take(key)
+            for a in recs:
+                if a.kind == BLOCKS_READY:
+                    arrived[a.layer] = max(arrived.get(a.layer, 0), a.end)
+                    yield a
+                elif a.kind == REQUEST_DONE:
+                    got_done = a.end
+                    yield a
+                    return
+                elif a.kind == REQUEST_ABORTED:
+                    raise incomplete("the producer aborted it", ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
+            now = time.monotonic()
+            if recs:
+                last = now
+            pid = self._r.producer_pid
+            gone = None
+            if self._r.producer_dead:
+                gone = f"its producer (pid {pid}) exited"
+            elif owner is None and pid != 0:
+                owner = pid
+            elif owner is not None and pid == 0:
+                gone = f"its producer (pid {owner}) closed the channel"
+            elif owner is not None and pid != owner:
+                gone = f"its producer (pid {owner}) was replaced by pid {pid}"
+            if gone is not None:
+                if self._take_again(key):  # records published just before it went
+                    continue
+                raise incomplete(gone, ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
+            if idle_timeout is not None and now - last > idle_timeout:
+                raise incomplete(f"no announcement for {idle_timeout:g} s"
+                                 + ("" if owner or pid else " (no producer on the channel)"), ErrorCode.RPC_TIMEOUT)
+            if now - t0 > timeout:
+                raise incomplete(f"not done after {timeout:g} s", ErrorCode.RPC_TIMEOUT)
+            left = min(timeout - (now - t0), check_s,
+                       (idle_timeout - (now - last)) if idle_timeout is not None else check_s)
+            self._r.wait(max(left, 0.0), spin_us)
+
+    def _take_again(self, key):
+        """Moves records published since the last look into the stash; true if
+        the request has some (follow then handles them before deciding)."""
+        mine = self._take(key)
+        if mine:
+            self._stash[key] = mine
+        return bool(mine)
+
+
+def receive(cache, listener, request_id, hashes, engine_blocks, timeout=60.0, idle_timeout=None,
+            release=True, spin_us=50.0):
+    """The decode side of a hand-off: follows `request_id` on `listener` and
+    loads each announced range into the engine blocks as it arrives
+    (ALL_LAYERS: every group; a layer-group index: that group), releasing the
+    producer's hold. Returns the number of blocks loaded (every group) at
+    REQUEST_DONE; raises RequestIncomplete (with .loaded) when the producer
+    is gone or silent (see Listener.follow), KVCacheError when an announced
+    object is missing."""
+    hashes = list(hashes)
+    G = cache.layer_groups
+    done = [0] * G  # per group: blocks loaded
+    try:
+        for a in listener.follow(request_id, timeout=timeout, idle_timeout=idle_timeout, spin_us=spin_us):
+            end = min(int(a.end), len(hashes))
+            whole = a.layer == ALL_LAYERS or a.kind == REQUEST_DONE
+            groups = range(G) if whole else [int(a.layer)] if int(a.layer) < G else []
+            for g in groups:
+                if end > done[g]:
+                    cache.load(cache.stored_prefix(hashes, end), engine_blocks, start=done[g], release=release,
+                               groups=[g])
+                    done[g] = end
+    except RequestIncomplete as e:
+        e.loaded = min(done)
+        e.args = (f"{e.args[0]}, {e.loaded} loaded",)
+        raise
+    return min(done)

@@ -28,9 +28,21 @@ Contract:
 * A stored object is never rewritten: save() skips objects that exist, and
   "already exists" from a racing writer of the same prefix counts as saved
   (same key, same bytes).
+* Hold until consumed: save(..., hold=s) / hold() keep a request's objects
+  from eviction (and unforced removes) for s seconds, also when the holder
+  dies; the consumer's load(..., release=True) / release() ends the hold
+  once it has the bytes. A hold is the objects' lease raised to the
+  deadline (client_hold.cc): a released object stays only as long as a
+  normal read's lease. Holds are not counted: a second holder of the same
+  objects keeps a read lease's worth after the first releases.
+* Write-back: a consumer extends the chain (block_hashes(new tokens,
+  parent=hashes[-1])) and saves its new blocks with save(all hashes,
+  engine blocks, start=blocks it loaded); the result is one prefix for
+  every later request.
 """
 import hashlib
 import logging
+import time
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -274,26 +286,72 @@ class BlockKVCache:
         if self._buffers is None:
             raise RuntimeError(f"{what}: call register() with the engine's KV buffers first")
 
+    def stored_prefix(self, hashes, end=None):
+        """The Prefix a save of hashes[:end] leaves in the store (aligned runs,
+        the tail keyed by its last block), without asking the store: what a
+        consumer told "blocks [0, end) are stored" loads."""
+        hashes = list(hashes)
+        end = len(hashes) if end is None else int(end)
+        if not 0 <= end <= len(hashes):
+            raise ValueError(f"stored_prefix: end {end} outside 0..{len(hashes)}")
+        return Prefix(end, [(s, c, self._stem(hashes[s + c - 1])) for s, c in self._runs(end)])
+
+    # -------------------------------------------------------------- holds
+
+    def _prefix_keys(self, prefix, start=0, groups=None):
+        gs = range(self.layer_groups) if groups is None else groups
+        return [self._key(stem, g) for s, c, stem in prefix.objects if s + c > start for g in gs]
+
+    def hold(self, what, seconds, start=0, groups=None):
+        """Keeps the objects of `what` (a Prefix, or a request's block hashes:
+        the objects a save of them writes) whose blocks reach past `start`
+        (of these layer groups, default all) from eviction and unforced
+        removes for `seconds` (at most an hour). Returns the number of
+        objects held (missing ones are not)."""
+        prefix = what if isinstance(what, Prefix) else self.stored_prefix(what)
+        keys = self._prefix_keys(prefix, start, groups)
+        if not keys:
+            return 0
+        until = time.time_ns() + int(max(0.0, float(seconds)) * 1e9)
+        return sum(1 for r in self.store._hold(keys, until) if r == 0)
+
+    def release(self, prefix, start=0):
+        """Ends the hold of a Prefix's objects reaching past block `start`
+        (they keep a read lease). Returns the number of objects found."""
+        keys = self._prefix_keys(prefix, start)
+        return sum(1 for r in self.store._release_hold(keys) if r == 0) if keys else 0
+
     # --------------------------------------------------------------- save
 
-    def save(self, hashes, engine_blocks, start=0, groups=None):
+    def save(self, hashes, engine_blocks, start=0, hold=None, groups=None):
         """Stores the blocks of a request (hashes[i] lives in engine block
         engine_blocks[i]) as aligned run objects, skipping those already stored
         and those entirely before block `start`. Returns the number of objects
-        written. One batch_put_from_multi_buffers for all of them. `groups`:
-        only these layer groups (default all), e.g. one layer group as soon as
-        the engine has computed it (layer-wise save)."""
+        written. One batch_put_from_multi_buffers for all of them.
+        hold: seconds to hold every object of blocks [start, n), written now
+        or stored before (see hold()), for a consumer that will load them.
+        groups: only these layer groups (default all), e.g. one layer group
+        as soon as the engine has computed it (layer-wise save)."""
         self._need_buffers("save")
         hashes = list(hashes)
         engine_blocks = list(engine_blocks)
         if len(engine_blocks) < len(hashes):
             raise ValueError(f"save: {len(hashes)} blocks but {len(engine_blocks)} engine block ids")
-        gs = list(range(self.layer_groups)) if groups is None else list(groups)
-        G = len(gs)
+        gs = list(range(self.layer_groups)) if groups is None else sorted(set(int(g) for g in groups))
+        if any(not 0 <= g < self.layer_groups for g in gs):
+            raise ValueError(f"save: layer groups {gs} outside 0..{self.layer_groups - 1}")
         candidates = [(s, c) for s, c in self._runs(len(hashes)) if s + c > start]
         keys = [self._key(self._stem(hashes[s + c - 1]), g) for s, c in candidates for g in gs]
         if not keys:
             return 0
+        try:
+            return self._save(keys, candidates, engine_blocks, gs)
+        finally:
+            if hold is not None:
+                self.hold(hashes, hold, start=start, groups=gs)
+
+    def _save(self, keys, candidates, engine_blocks, gs):
+        G = len(gs)
         exist = self.store.batch_is_exist(keys)
         put_keys, all_ptrs, all_sizes = [], [], []
         for j, (s, c) in enumerate(candidates):
@@ -319,13 +377,17 @@ class BlockKVCache:
 
     # --------------------------------------------------------------- load
 
-    def load(self, prefix, engine_blocks, start=0, groups=None):
+    def load(self, prefix, engine_blocks, start=0, release=False, groups=None):
         """Copies blocks [start, prefix.blocks) of a lookup() result into the
         engine blocks engine_blocks[i] (indexed by request block). Returns the
         number of blocks loaded; raises KVCacheError if an object vanished
-        (evicted between lookup and load: the caller recomputes). `groups`:
-        only these layer groups (default all), e.g. for a layer-wise load."""
+        (evicted between lookup and load: the caller recomputes).
+        release: end the objects' hold once loaded (see hold()); groups: only
+        these layer groups (default all)."""
         self._need_buffers("load")
+        sel = range(self.layer_groups) if groups is None else sorted(set(int(g) for g in groups))
+        if any(not 0 <= g < self.layer_groups for g in sel):
+            raise ValueError(f"load: layer groups {list(sel)} outside 0..{self.layer_groups - 1}")
         engine_blocks = list(engine_blocks)
         if len(engine_blocks) < prefix.blocks:
             raise ValueError(f"load: {prefix.blocks} blocks but {len(engine_blocks)} engine block ids")
@@ -336,7 +398,7 @@ class BlockKVCache:
             if s + c <= start:
                 continue
             skip = max(0, start - s)
-            for g in (range(self.layer_groups) if groups is None else groups):
+            for g in sel:
                 key = self._key(stem, g)
                 if skip == 0:
                     p, z = self._ranges(g, engine_blocks[s:s + c])
@@ -367,6 +429,10 @@ class BlockKVCache:
             for key, z, r in zip(whole_keys, whole_sizes, rc):
                 if r != sum(z):
                     raise KVCacheError(f"load of {key}", r)
+        if release:
+            keys = part_keys + whole_keys
+            if keys:
+                self.store._release_hold(keys)
         return max(0, prefix.blocks - start)
 
     def views(self, prefix):

@@ -75,6 +75,12 @@ class AnnounceReader {
   uint64_t head() const;
   // The producer's pid, 0 when none owns the channel.
   uint64_t producer_pid() const;
+  // True when the channel's owner is a process of this machine that no
+  // longer exists (its claim is left until another producer takes it over);
+  // false while it lives, for another host's owner, or with no owner.
+  bool producer_dead() const;
+  // Counts producer claims of the channel: a new owner changes it.
+  uint64_t epoch() const;
 
  private:
   AnnounceReader(std::shared_ptr<Pool> pool, AnnounceChannelHeader* ch) : pool_(std::move(pool)), ch_(ch) {}

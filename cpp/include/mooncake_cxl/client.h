@@ -158,6 +158,17 @@ class Client {
   // lookup's error; the ranges are copied from one consistent version.
   std::vector<int64_t> GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges);
 
+  // Holds (client_hold.cc; the kv hand-off's "hold until consumed"): a hold
+  // is a lease. HoldLeases raises each key's lease to until_ns (clamped to
+  // now + kMaxHoldNs), so eviction and unforced removes leave the object
+  // until then, also when the holder dies. ReleaseLeases lowers a lease that
+  // reaches past a read's (now + the lease ttl) back to that, so a released
+  // object is evictable once a reader's lease would have lapsed. Per key: OK,
+  // or the lookup's error. One-sided: no master round trip.
+  static constexpr uint64_t kMaxHoldNs = 3600ull * 1000000000ull;
+  std::vector<ErrorCode> HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns);
+  std::vector<ErrorCode> ReleaseLeases(const std::vector<std::string_view>& keys);
+
   // Zero-copy views. PinValue costs no master round trip (unless the slot
   // was lost: it re-attaches first): it claims a record in this client's pin
   // table and re-validates the entry. Unpin works after Close too (the

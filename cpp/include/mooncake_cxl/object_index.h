@@ -84,6 +84,8 @@ class ObjectIndex {
   // Raises the entry's lease to `until_ns` (never lowers it).
   void ExtendLease(uint64_t slot, uint64_t until_ns) const;
   uint64_t LeaseUntil(uint64_t slot) const;
+  // Lowers the entry's lease to `to_ns` when it reaches past it (a released hold).
+  void LowerLease(uint64_t slot, uint64_t to_ns) const;
 
   // ---- putting client ----
   // CAS WRITING->COMPLETE (resp. ABORTED) for the generation the master gave.

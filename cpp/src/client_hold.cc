@@ -1,0 +1,60 @@
+// Holds: "blocks announced to a consumer stay until it has loaded them or a
+// deadline passes" (mooncake_cxl.kv), built on the lease word every reader
+// already raises (master_eviction.cc: a live lease protects an object from
+// eviction and from unforced removes). A hold is a lease to a deadline:
+//   * no master round trip, no new state: the producer raises the lease, the
+//     consumer lowers it after loading;
+//   * bounded: the deadline (at most kMaxHoldNs ahead) passes by itself, so a
+//     dead or slow consumer never holds the pool for longer;
+//   * not counted: two holders of one object share one word, so a release
+//     by one leaves the other protected only for a read lease's ttl (enough
+//     for a consumer already loading; a later one finds the blocks or falls
+//     back to a lookup, as for any hint).
+//
+// Atomics: the lease word is a relaxed hint compared with the clock
+// (object_index.cc); the entry is found under its seqlock (FindComplete) and
+// re-checked after the write, so a hold landing on a slot the master reused
+// meanwhile is reported as OBJECT_NOT_FOUND (the stray lease it left lapses
+// at the deadline).
+#include <algorithm>
+
+#include "mooncake_cxl/client.h"
+#include "mooncake_cxl/clock.h"
+#include "mooncake_cxl/log.h"
+
+namespace mcxl {
+
+std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns) {
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  const uint64_t now = NowNs();
+  const uint64_t until = std::min(until_ns, now + kMaxHoldNs);
+  if (until_ns > until)
+    MCXL_LOG(kInfo, "client", "hold of %zu key(s): deadline clamped to %llu s ahead", keys.size(),
+             (unsigned long long)(kMaxHoldNs / 1000000000ull));
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto snap = Locate(keys[i]);
+    if (!snap) {
+      out[i] = snap.error();
+      continue;
+    }
+    index_->ExtendLease(snap->slot, until);
+    if (!index_->StillValid(*snap)) out[i] = ErrorCode::OBJECT_NOT_FOUND;
+  }
+  return out;
+}
+
+std::vector<ErrorCode> Client::ReleaseLeases(const std::vector<std::string_view>& keys) {
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  const uint64_t to = NowNs() + LeaseTtlNs();
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto snap = Locate(keys[i]);
+    if (!snap) {
+      out[i] = snap.error();
+      continue;
+    }
+    index_->LowerLease(snap->slot, to);
+  }
+  return out;
+}
+
+}  // namespace mcxl
