@@ -5,14 +5,22 @@ writer and reader in separate processes), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
+--only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
+(pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
+itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
 """
 import argparse
 import json
+import os
+import shutil
+import subprocess
 import sys
 
 from . import common
 
-SECTIONS = ("data", "control", "eviction")
+_PD_NETNS_ENV = "MCXL_PD_NETNS"
+SECTIONS = ("data", "control", "eviction")  # the default run
+PD_PARTS = (("pd_handoff", "hand-off"), ("pd_ttft", "TTFT in vLLM"))
 
 
 def main(argv=None):
@@ -26,7 +34,8 @@ def main(argv=None):
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--only", default=",".join(SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
-                         "eviction (throughput at the watermark, master memory per object)")
+                         "eviction (throughput at the watermark, master memory per object), "
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -41,9 +50,18 @@ def main(argv=None):
         return compare.main(out=args.out, quick=args.quick, progress=not args.no_progress,
                             reexec=not args.no_reexec, argv=argv)
     sections = [x for x in args.only.split(",") if x]
-    unknown = set(sections) - set(SECTIONS)
+    unknown = set(sections) - set(SECTIONS) - {"pd"}
     if unknown:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
+    if "pd" in sections:
+        from . import compare
+        if not compare.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" and shutil.which("unshare") \
+                and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
+            env = dict(os.environ, **{_PD_NETNS_ENV: "1"})
+            return subprocess.call(["unshare", "-n", "--", sys.executable, "-m", "mooncake_cxl.bench", *argv],
+                                   env=env)
+        if compare.loopback_only():
+            compare._bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     pool_dir = common.default_pool_dir()
     results = {}
     if "data" in sections:
@@ -60,6 +78,16 @@ def main(argv=None):
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
         print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
               flush=True)
+    if "pd" in sections:
+        import importlib
+        import importlib.util
+        results["pd"] = {}
+        for name, title in PD_PARTS:
+            if importlib.util.find_spec(f"{__package__}.{name}") is None:
+                continue
+            mod = importlib.import_module(f".{name}", __package__)
+            results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir)
+            print(f"## Prefill/decode: {title}\n\n" + mod.markdown(results["pd"][name]) + "\n", flush=True)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(results, f, indent=1)
