@@ -263,7 +263,10 @@ def _pair(python, model, tokens, max_len, connector, env, log_dir, tag):
     return a, b
 
 
-def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None):
+ROWS = ("recompute", "vllm-on-ours", "ours", "vllm-on-mooncake")
+
+
+def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None, rows=ROWS):
     """The TTFT rows; returns a dict for markdown()."""
     from mooncake_cxl.launch import MasterProcess
     from . import compare
@@ -290,31 +293,36 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                                       "prefill_ttft_s": a["runs"][str(n)]["ttft_s"] if a else None,
                                       "first": b["runs"][str(n)]["first"]} for n in tokens}
 
-    # recompute
-    try:
+    if "recompute" in rows:
+      try:
         c = run_child(python, ["--model", model, "--tokens", ",".join(map(str, tokens)),
                                "--max-len", str(max_len)], vllm_env(), os.path.join(log_dir, "recompute.log"))
         record("recompute", None, c)
-    except Exception as e:
+      except Exception as e:
         res["rows"]["recompute"] = {"error": str(e)[-400:]}
     # ours and vLLM's connector on our pool
     pool = os.path.join(pool_dir, f"mcxl_pd_ttft_{os.getpid()}.pool")
     pool_size = (sum(tokens) * KV_BYTES_PER_TOKEN * 2) + (512 << 20)
     master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"))
     try:
-        master.start()
+        if {"vllm-on-ours", "ours"} & set(rows):
+            master.start()
         cfg = {"metadata_server": "P2PHANDSHAKE", "master_server_address": master.address,
                "protocol": "cxl", "device_name": "", "mode": "standalone-store",
                "global_segment_size": 0, "local_buffer_size": "64MB"}
         cfg_path = os.path.join(work, "mooncake_cxl.json")
         json.dump(cfg, open(cfg_path, "w"))
-        env = vllm_env(MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path,
-                       MC_CXL_MASTER_ADDRESS=master.address)
-        try:
+        env = vllm_env(MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path)
+        if "vllm-on-ours" not in rows:
+            pass
+        else:
+          try:
             record("vllm-on-ours", *_pair(python, model, tokens, max_len, "mooncake", env, log_dir, "vllm_on_ours"))
-        except Exception as e:
+          except Exception as e:
             res["rows"]["vllm-on-ours"] = {"error": str(e)[-400:]}
-        if _ours_available(python):
+        if "ours" not in rows:
+            pass
+        elif _ours_available(python):
             try:
                 record("ours", *_pair(python, model, tokens, max_len, "ours", env, log_dir, "ours"))
             except Exception as e:
@@ -326,7 +334,9 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
         if os.path.exists(pool):
             os.unlink(pool)
     # vLLM's connector on Mooncake 0.3.13, standalone-store
-    if not compare.loopback_only():
+    if "vllm-on-mooncake" not in rows:
+        pass
+    elif not compare.loopback_only():
         res["rows"]["vllm-on-mooncake"] = {"error": "not run: needs a loopback-only network namespace "
                                                     "(the section re-executes under `unshare -n`)"}
     else:
@@ -398,9 +408,14 @@ def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench.pd_ttft")
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tokens", help="comma-separated prompt lengths")
+    ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated: " + ", ".join(ROWS))
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    res = run(quick=args.quick, tokens=[int(x) for x in args.tokens.split(",")] if args.tokens else None)
+    from . import compare
+    if compare.loopback_only():
+        compare._bring_loopback_up()
+    res = run(quick=args.quick, tokens=[int(x) for x in args.tokens.split(",")] if args.tokens else None,
+              rows=args.rows.split(","))
     print(markdown(res))
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
