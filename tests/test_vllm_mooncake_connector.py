@@ -11,7 +11,7 @@ import subprocess
 
 from mooncake_cxl.bench.pd_ttft import BLOCK, run_child, vllm_env
 
-WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_workers.py")
+WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_connector_workers.py")
 TOKENS = 8 * BLOCK + 60  # 8 full blocks and a partial one (never stored)
 MAX_LEN = 10 * BLOCK
 
