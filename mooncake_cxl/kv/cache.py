@@ -276,26 +276,29 @@ class BlockKVCache:
 
     # --------------------------------------------------------------- save
 
-    def save(self, hashes, engine_blocks, start=0):
+    def save(self, hashes, engine_blocks, start=0, groups=None):
         """Stores the blocks of a request (hashes[i] lives in engine block
         engine_blocks[i]) as aligned run objects, skipping those already stored
         and those entirely before block `start`. Returns the number of objects
-        written. One batch_put_from_multi_buffers for all of them."""
+        written. One batch_put_from_multi_buffers for all of them. `groups`:
+        only these layer groups (default all), e.g. one layer group as soon as
+        the engine has computed it (layer-wise save)."""
         self._need_buffers("save")
         hashes = list(hashes)
         engine_blocks = list(engine_blocks)
         if len(engine_blocks) < len(hashes):
             raise ValueError(f"save: {len(hashes)} blocks but {len(engine_blocks)} engine block ids")
-        G = self.layer_groups
+        gs = list(range(self.layer_groups)) if groups is None else list(groups)
+        G = len(gs)
         candidates = [(s, c) for s, c in self._runs(len(hashes)) if s + c > start]
-        keys = [self._key(self._stem(hashes[s + c - 1]), g) for s, c in candidates for g in range(G)]
+        keys = [self._key(self._stem(hashes[s + c - 1]), g) for s, c in candidates for g in gs]
         if not keys:
             return 0
         exist = self.store.batch_is_exist(keys)
         put_keys, all_ptrs, all_sizes = [], [], []
         for j, (s, c) in enumerate(candidates):
-            for g in range(G):
-                k = j * G + g
+            for gi, g in enumerate(gs):
+                k = j * G + gi
                 if exist[k] == 1:
                     continue
                 p, z = self._ranges(g, engine_blocks[s:s + c])
@@ -316,11 +319,12 @@ class BlockKVCache:
 
     # --------------------------------------------------------------- load
 
-    def load(self, prefix, engine_blocks, start=0):
+    def load(self, prefix, engine_blocks, start=0, groups=None):
         """Copies blocks [start, prefix.blocks) of a lookup() result into the
         engine blocks engine_blocks[i] (indexed by request block). Returns the
         number of blocks loaded; raises KVCacheError if an object vanished
-        (evicted between lookup and load: the caller recomputes)."""
+        (evicted between lookup and load: the caller recomputes). `groups`:
+        only these layer groups (default all), e.g. for a layer-wise load."""
         self._need_buffers("load")
         engine_blocks = list(engine_blocks)
         if len(engine_blocks) < prefix.blocks:
@@ -332,7 +336,7 @@ class BlockKVCache:
             if s + c <= start:
                 continue
             skip = max(0, start - s)
-            for g in range(self.layer_groups):
+            for g in (range(self.layer_groups) if groups is None else groups):
                 key = self._key(stem, g)
                 if skip == 0:
                     p, z = self._ranges(g, engine_blocks[s:s + c])

@@ -1,10 +1,22 @@
-"""Reserved for the vLLM connector (the PD-disaggregation issue).
+"""mooncake_cxl.vllm: our vLLM KV connector on the pool (mooncake_cxl.kv).
 
-What will live here: a KV connector for vLLM's disaggregated prefill/decode,
-so that a prefill instance saves a request's KV blocks into the CXL pool and a
-decode instance loads them from it, with vLLM's scheduler-side (which blocks
-to load or save) and worker-side (the copies) halves. It builds on
-mooncake_cxl.kv (blocks and their keys) and never on vLLM internals beyond the
-connector interface; importing mooncake_cxl must not require vLLM. Empty
-until that issue lands.
+    LLM(model=..., kv_transfer_config={
+        "kv_connector": "MooncakeCXLConnector",
+        "kv_connector_module_path": "mooncake_cxl.vllm",
+        "kv_role": "kv_producer" | "kv_consumer" | "kv_both",
+        "kv_load_failure_policy": "recompute",
+        "kv_connector_extra_config": {"master_server_address": "127.0.0.1:50051"}})
+
+Roles: a producer (prefill) saves each layer's full blocks as vLLM computes
+them and announces them on a channel in the pool; a consumer (decode) finds
+the longest stored prefix in one lookup, waits on the channel while a live
+producer is still writing the request's blocks (deadline; a dead or silent
+producer => it loads what is there and vLLM recomputes the rest), loads layer
+by layer while the forward pass runs, and writes back its own new full blocks.
+kv_both does both, without waiting. Files: common.py (config, cache shape),
+metadata.py (scheduler -> worker), scheduler.py, worker.py, connector.py.
+Importing mooncake_cxl never imports this package; this package needs vLLM.
 """
+from .connector import MooncakeCXLConnector
+
+__all__ = ["MooncakeCXLConnector"]

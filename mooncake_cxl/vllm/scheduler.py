@@ -1,0 +1,232 @@
+"""The scheduler half: which prefix to load (one lookup), whether to wait for
+a producer still writing it (announcements in the pool), and which new full
+blocks the worker saves each step."""
+import os
+import time
+from dataclasses import dataclass, field
+
+from ..kv import Listener
+from ..kv.announce import BLOCKS_READY, REQUEST_ABORTED, REQUEST_DONE
+from .common import announce_key, log, make_cache, open_store
+from .metadata import LoadSpec, MCXLMetadata, ReqSpec, SaveSpec
+
+
+def _alive(pid):
+    if pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:  # a killed child nobody reaped yet is a zombie: dead for us
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return True
+
+
+@dataclass
+class _News:
+    """What the channel said about one request key."""
+    started: bool = False
+    end: int = 0
+    done: bool = False
+    aborted: bool = False
+    pid: int = 0
+
+
+@dataclass
+class _Req:
+    request: object
+    hashes: list                 # chained hashes of the request's full blocks so far
+    key: int | None              # announcement key (its prompt's last full block)
+    block_ids: list = field(default_factory=list)
+    saved: int = 0               # leading blocks known to be in the store
+    load: LoadSpec | None = None
+    started: bool = False
+    done_sent: bool = False
+    wait_start: float | None = None
+    waited_logged: bool = False
+
+
+class SchedulerSide:
+    def __init__(self, vllm_config, settings):
+        self.s = settings
+        self.store = open_store(settings)
+        self.cache = make_cache(self.store, vllm_config, settings)
+        self.bs = self.cache.layout.block_tokens
+        self._reqs = {}
+        self._plans = {}         # req_id -> Prefix found by get_num_new_matched_tokens
+        self._aborted = []
+        self._news = {}
+        self._listener = None
+        self._idle = False
+        self._last_lookup = {}   # req_id -> (time, channel records seen)
+        self._records = 0
+
+    # ------------------------------------------------------------ requests
+
+    def _state(self, request):
+        st = self._reqs.get(request.request_id)
+        if st is None:
+            hashes = self.cache.block_hashes(request.prompt_token_ids or [])
+            st = _Req(request, hashes, announce_key(hashes))
+            self._reqs[request.request_id] = st
+        return st
+
+    def on_new_request(self, request):
+        self._state(request)
+
+    # --------------------------------------------------------- the channel
+
+    def _channel(self):
+        if self._listener is None:
+            self._listener = Listener(self.store, self.s.channel, from_start=True)
+        return self._listener
+
+    def _absorb(self, anns):
+        pid = self._listener.producer_pid
+        for a in anns:
+            self._records += 1
+            n = self._news.setdefault(a.request, _News())
+            n.started, n.pid = True, pid or n.pid
+            if a.kind == BLOCKS_READY:
+                n.end = max(n.end, a.end)
+            elif a.kind == REQUEST_DONE:
+                n.done, n.end = True, max(n.end, a.end)
+            elif a.kind == REQUEST_ABORTED:
+                n.aborted = True
+        if len(self._news) > 4096:  # old keys: keep the newest half
+            for k in list(self._news)[:2048]:
+                del self._news[k]
+
+    def _should_wait(self, st, need, have):
+        """True while a producer is still writing blocks [have, need) of the
+        request; False (with one log line saying why) once it is done, gone
+        or past the deadline: vLLM then recomputes what is missing."""
+        params = st.request.kv_transfer_params or {}
+        explicit = params.get("mcxl_wait_s")
+        if st.key is None or not (self.s.waits or explicit):
+            return False
+        lis = self._channel()
+        if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
+            self._absorb(lis.wait(0.02))
+        else:
+            self._absorb(lis.poll())
+        now = time.monotonic()
+        if st.wait_start is None:
+            st.wait_start = now
+        news = self._news.get(st.key)
+        rid, waited = st.request.request_id, now - st.wait_start
+        budget = float(explicit) if explicit else self.s.wait_timeout_s
+        if news is not None and (news.done or news.aborted):
+            if have < need:
+                log.warning("MooncakeCXLConnector: request %s: the producer %s it with %d of %d blocks in "
+                            "the pool; recomputing blocks %d..%d", rid,
+                            "aborted" if news.aborted else "finished", have, need, have, need)
+            return False
+        if waited > budget:
+            log.warning("MooncakeCXLConnector: request %s: timed out after %.1f s waiting for the producer "
+                        "(%d of %d blocks in the pool); recomputing blocks %d..%d", rid, waited, have, need,
+                        have, need)
+            return False
+        if news is None:
+            return bool(explicit)  # no producer has this request (yet): wait only when asked to
+        pid = lis.producer_pid or news.pid
+        if not _alive(pid):
+            log.warning("MooncakeCXLConnector: request %s: producer pid %d is gone with %d of %d blocks in "
+                        "the pool; recomputing blocks %d..%d", rid, pid, have, need, have, need)
+            return False
+        return True
+
+    def get_num_new_matched_tokens(self, request, num_computed_tokens):
+        st = self._state(request)
+        need = (request.num_prompt_tokens - 1) // self.bs  # vLLM computes at least the last token
+        if need * self.bs <= num_computed_tokens:
+            return 0, False
+        prefix = self.cache.lookup(st.hashes[:need])
+        if prefix.blocks < need and self._should_wait(st, need, prefix.blocks):
+            return None, False
+        if st.wait_start is not None and not st.waited_logged:
+            st.waited_logged = True
+            log.info("MooncakeCXLConnector: request %s: waited %.3f s for the producer, %d of %d blocks in "
+                     "the pool", request.request_id, time.monotonic() - st.wait_start, prefix.blocks, need)
+        got = prefix.blocks * self.bs
+        if got <= num_computed_tokens:
+            self._plans.pop(request.request_id, None)
+            return 0, False
+        self._plans[request.request_id] = prefix
+        return got - num_computed_tokens, False
+
+    def update_state_after_alloc(self, request, blocks, num_external_tokens):
+        prefix = self._plans.pop(request.request_id, None)
+        if num_external_tokens <= 0 or prefix is None:
+            return
+        st = self._state(request)
+        start = (prefix.blocks * self.bs - num_external_tokens) // self.bs
+        st.load = LoadSpec(start=max(0, start), end=prefix.blocks, objects=list(prefix.objects))
+        st.saved = max(st.saved, prefix.blocks)
+
+    # ---------------------------------------------------------------- steps
+
+    def _save_spec(self, st, computed_after):
+        if not self.s.saves:
+            return None
+        req = st.request
+        full = min(computed_after, req.num_tokens) // self.bs
+        if len(st.hashes) < full:  # decode grew the request: extend the chain
+            toks = req.all_token_ids[len(st.hashes) * self.bs:full * self.bs]
+            st.hashes += self.cache.block_hashes(toks, parent=st.hashes[-1] if st.hashes else None)
+        announce = self.s.announces and st.key is not None
+        done = announce and not st.done_sent and computed_after >= req.num_prompt_tokens
+        first = announce and not st.started
+        if full <= st.saved and not done and not first:
+            return None
+        spec = SaveSpec(start=min(st.saved, full), end=full, hashes=st.hashes[:full],
+                        key=st.key if announce else None, first=first, done=done)
+        st.saved, st.started = max(st.saved, full), True
+        st.done_sent = st.done_sent or done
+        return spec
+
+    def _spec(self, st, computed_after):
+        load, st.load = st.load, None
+        save = self._save_spec(st, computed_after)
+        if load is None and save is None:
+            return None
+        return ReqSpec(st.request.request_id, list(st.block_ids), load, save)
+
+    def build_connector_meta(self, so):
+        meta = MCXLMetadata(aborted_keys=self._aborted)
+        self._aborted = []
+        self._idle = so.total_num_scheduled_tokens == 0
+        for new in so.scheduled_new_reqs:
+            st = self._reqs.get(new.req_id)
+            if st is None:
+                continue
+            st.block_ids = list(new.block_ids[0])
+            spec = self._spec(st, new.num_computed_tokens + so.num_scheduled_tokens.get(new.req_id, 0))
+            if spec:
+                meta.requests.append(spec)
+        cached = so.scheduled_cached_reqs
+        for i, rid in enumerate(cached.req_ids):
+            st = self._reqs.get(rid)
+            if st is None:
+                continue
+            nb = cached.new_block_ids[i]
+            if rid in cached.resumed_req_ids:
+                st.block_ids = list(nb[0]) if nb else []
+            elif nb:
+                st.block_ids.extend(nb[0])
+            spec = self._spec(st, cached.num_computed_tokens[i] + so.num_scheduled_tokens.get(rid, 0))
+            if spec:
+                meta.requests.append(spec)
+        return meta
+
+    def request_finished(self, request, block_ids):
+        st = self._reqs.pop(request.request_id, None)
+        self._plans.pop(request.request_id, None)
+        if st is not None and self.s.announces and st.started and not st.done_sent and st.key is not None:
+            self._aborted.append(st.key)  # consumers waiting on it recompute
+        return False, None

@@ -1,0 +1,162 @@
+"""The worker half: registers vLLM's KV cache with the store, loads a step's
+prefixes layer group by layer group on a thread started before the forward
+pass (wait_for_layer_load blocks only on its own group), saves each layer
+group's new full blocks as soon as the forward has written them, and
+announces them on the channel after the step (producer)."""
+import os
+import threading
+import time
+
+from ..kv import Announcer, Prefix
+from .common import log, make_cache, open_store
+
+
+def _layer_index(name):
+    """vLLM names layers 'model.layers.<i>.self_attn.attn'."""
+    nums = [p for p in name.split(".") if p.isdigit()]
+    if not nums:
+        raise ValueError(f"MooncakeCXLConnector: no layer index in KV cache name {name!r}")
+    return int(nums[0])
+
+
+def _tp_rank():
+    try:
+        from vllm.distributed.parallel_state import get_tensor_model_parallel_rank
+        return get_tensor_model_parallel_rank()
+    except Exception:  # not initialised (single process): rank 0
+        return 0
+
+
+class WorkerSide:
+    def __init__(self, vllm_config, settings):
+        self.s = settings
+        self.vllm_config = vllm_config
+        self.store = open_store(settings)
+        self.cache = make_cache(self.store, vllm_config, settings, tp_rank=_tp_rank())
+        self.announcer = None
+        self._layer = {}      # layer name -> index
+        self._group = {}      # layer index -> group
+        self._events = None   # per group: loaded (this step)
+        self._thread = None
+        self._failed = set()  # engine block ids whose load failed
+        self._save_failed = set()
+        self._pause_file = os.environ.get("MCXL_VLLM_TEST_PAUSE_FILE", "")  # tests: a stalled producer
+        for g, layers in enumerate(self.cache.groups):
+            for layer in layers:
+                self._group[layer] = g
+
+    def register_kv_caches(self, kv_caches):
+        names = sorted(kv_caches, key=_layer_index)
+        lay = self.cache.layout
+        if len(names) != lay.num_layers:
+            raise ValueError(f"MooncakeCXLConnector: {len(names)} KV cache layers, the model has {lay.num_layers}")
+        num_blocks = self.vllm_config.cache_config.num_gpu_blocks
+        bufs = []
+        for i, name in enumerate(names):
+            t = kv_caches[name]
+            t = t if not isinstance(t, (list, tuple)) else t[0]
+            if not t.is_contiguous():
+                raise ValueError(f"MooncakeCXLConnector: KV cache of {name} is not contiguous")
+            nbytes = t.numel() * t.element_size()
+            per_block = nbytes // num_blocks if num_blocks else 0
+            if per_block != 2 * lay.half_block_bytes or nbytes % num_blocks:
+                raise ValueError(f"MooncakeCXLConnector: KV cache of {name} has {nbytes} bytes for {num_blocks} "
+                                 f"blocks, expected {2 * lay.half_block_bytes} per block ({lay.tag()}, "
+                                 f"shape {tuple(t.shape)})")
+            self._layer[name] = i
+            bufs.append((t.data_ptr(), nbytes))
+        self.cache.register(bufs)
+        if self.s.announces:
+            self.announcer = Announcer(self.store, self.s.channel)  # claim the channel early
+        log.info("MooncakeCXLConnector: %s, %d layers in %d groups, %d blocks of %d tokens, channel %r",
+                 self.s.role, lay.num_layers, self.cache.layer_groups, num_blocks, lay.block_tokens,
+                 self.s.channel)
+
+    # ---------------------------------------------------------------- load
+
+    def _load_all(self, loads):
+        for g in range(self.cache.layer_groups):
+            for block_ids, spec in loads:
+                try:
+                    self.cache.load(Prefix(spec.end, spec.objects), block_ids, start=spec.start, groups=[g])
+                except Exception as e:  # evicted since the lookup: vLLM recomputes these blocks
+                    bad = set(block_ids[spec.start:spec.end])
+                    if not bad <= self._failed:
+                        log.warning("MooncakeCXLConnector: load of blocks %d..%d failed (%s); vLLM recomputes "
+                                    "them", spec.start, spec.end, e)
+                    self._failed |= bad
+            self._events[g].set()
+
+    def start_load_kv(self, meta):
+        self._announce_start(meta)
+        loads = [(r.block_ids, r.load) for r in meta.requests if r.load is not None and r.load.end > r.load.start]
+        if not loads:
+            self._events = None
+            return
+        self._events = [threading.Event() for _ in range(self.cache.layer_groups)]
+        self._thread = threading.Thread(target=self._load_all, args=(loads,), name="mcxl-kv-load", daemon=True)
+        self._thread.start()
+
+    def wait_for_layer_load(self, layer_name):
+        if self._events is None:
+            return
+        i = self._layer.get(layer_name)
+        if i is not None:
+            self._events[self._group[i]].wait()
+
+    def _join_load(self):
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+        self._events = None
+
+    def take_failed_blocks(self):
+        out, self._failed = self._failed, set()
+        return out
+
+    # ---------------------------------------------------------------- save
+
+    def save_kv_layer(self, meta, layer_name):
+        i = self._layer.get(layer_name)
+        if i is None or self.cache.groups[self._group[i]][-1] != i:
+            return  # saved once the group's last layer is written
+        g = self._group[i]
+        for r in meta.requests:
+            sv = r.save
+            if sv is None or sv.end <= sv.start or r.req_id in self._save_failed:
+                continue
+            try:
+                self.cache.save(sv.hashes, r.block_ids, start=sv.start, groups=[g])
+            except Exception as e:  # the pool is full, say: a later request misses, nothing breaks
+                log.warning("MooncakeCXLConnector: save of request %s blocks %d..%d failed: %s",
+                            r.req_id, sv.start, sv.end, e)
+                self._save_failed.add(r.req_id)
+
+    def _announce_start(self, meta):
+        if self.announcer is None:
+            return
+        for key in meta.aborted_keys:
+            self.announcer.request_aborted(key)
+        for r in meta.requests:
+            if r.save is not None and r.save.first and r.save.key is not None:
+                self.announcer.blocks_ready(r.save.key, 0, 0)  # "this request is being prefilled here"
+
+    def wait_for_save(self, meta):
+        self._join_load()
+        if self.announcer is None:
+            self._save_failed.clear()
+            return
+        for r in meta.requests:
+            sv = r.save
+            if sv is None or sv.key is None:
+                continue
+            if r.req_id in self._save_failed:
+                self.announcer.request_aborted(sv.key)
+                continue
+            if sv.end > sv.start:
+                self.announcer.blocks_ready(sv.key, sv.start, sv.end)
+            if sv.done:
+                self.announcer.request_done(sv.key, sv.end)
+        self._save_failed.clear()
+        while self._pause_file and os.path.exists(self._pause_file):
+            time.sleep(0.05)
