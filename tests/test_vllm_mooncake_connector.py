@@ -26,7 +26,7 @@ def test_store_connector_second_process_hits_every_full_block(vllm_python, maste
                                "protocol": "cxl", "device_name": "", "mode": "embedded",
                                "global_segment_size": "64MB", "local_buffer_size": "16MB"}))
     args = ["--model", model, "--tokens", str(TOKENS), "--max-len", str(MAX_LEN), "--connector", "mooncake",
-            "--gen", "8"]
+            "--gen", "8", "--eager"]
     a = run_child(vllm_python, args, vllm_env(MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg),
                   str(tmp_path / "a.log"), timeout=600, argv_prefix=[vllm_python, WORKERS])
     b = run_child(vllm_python, args + ["--reset"], vllm_env(MOONCAKE_CONFIG_PATH=cfg), str(tmp_path / "b.log"),

@@ -124,7 +124,12 @@ def _kv_config(connector, role):
         return {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
     if connector == "ours":
         return {"kv_connector": "MooncakeCXLConnector", "kv_connector_module_path": "mooncake_cxl.vllm",
-                "kv_role": {"store": "kv_producer", "load": "kv_consumer"}.get(role, "kv_both")}
+                "kv_role": {"store": "kv_producer", "load": "kv_consumer"}.get(role, "kv_both"),
+                "kv_load_failure_policy": "recompute",
+                # a consumer may wait for a whole 8k prefill on 2 busy cores
+                "kv_connector_extra_config": {"master_server_address": os.environ.get("MCXL_MASTER", ""),
+                                              "channel": os.environ.get("MCXL_PD_CHANNEL", "mcxl-vllm-pd"),
+                                              "wait_timeout_s": 900}}
     return None
 
 
@@ -140,6 +145,11 @@ def child_main(argv=None):
     p.add_argument("--gen", type=int, default=0, help="also generate this many greedy tokens")
     p.add_argument("--reset", action="store_true",
                    help="then reset_prefix_cache(reset_connector=True) and run each prompt again")
+    p.add_argument("--eager", action="store_true",
+                   help="no torch.compile (tests: a much faster start; the benchmark compiles)")
+    p.add_argument("--serve", action="store_true",
+                   help="after the warm-up print READY, then answer stdin lines {\"tokens\": n, \"seed\": s} "
+                        "with RESULT lines (the parallel-load run drives two processes so)")
     args = p.parse_args(argv)
     timer = _Timer()
     if args.connector == "mooncake":
@@ -157,6 +167,8 @@ def child_main(argv=None):
     kvc = _kv_config(args.connector, args.role)
     if kvc:
         kw["kv_transfer_config"] = kvc
+    if args.eager:
+        kw.update(enforce_eager=True, compilation_config={"mode": 0})
     llm = LLM(model=args.model, dtype="bfloat16", max_model_len=args.max_len, enable_prefix_caching=True,
               max_num_batched_tokens=args.max_len, **kw)
     vocab = json.load(open(os.path.join(args.model, "config.json")))["vocab_size"]
@@ -164,11 +176,13 @@ def child_main(argv=None):
     # Warm-up: one short partial block (never stored), so the timed call pays no first-call costs.
     llm.generate([TokensPrompt(prompt_token_ids=prompt_ids(64, vocab, 7))], one, use_tqdm=False)
 
-    def once(n):
-        ids = prompt_ids(n, vocab, n)
+    def once(n, seed=None, params=None):
+        ids = prompt_ids(n, vocab, n if seed is None else seed)
+        sp = SamplingParams(temperature=0, max_tokens=1,
+                            extra_args={"kv_transfer_params": params} if params else None)
         timer.take()
         t0 = time.perf_counter()
-        out = llm.generate([TokensPrompt(prompt_token_ids=ids)], one, use_tqdm=False)
+        out = llm.generate([TokensPrompt(prompt_token_ids=ids)], sp, use_tqdm=False)
         ttft = time.perf_counter() - t0
         spent = timer.take()
         r = {"ttft_s": ttft, "num_cached_tokens": out[0].num_cached_tokens,
@@ -181,6 +195,14 @@ def child_main(argv=None):
             r["tokens"] = list(many[0].outputs[0].token_ids)
         return r
 
+    if args.serve:
+        print("READY", flush=True)
+        for line in sys.stdin:
+            if line.strip():
+                cmd = json.loads(line)
+                print("RESULT " + json.dumps(once(int(cmd["tokens"]), cmd.get("seed"), cmd.get("params"))),
+                      flush=True)
+        os._exit(0)
     res = {"runs": {}}
     for n in (int(x) for x in args.tokens.split(",")):
         res["runs"][str(n)] = once(n)
@@ -266,20 +288,102 @@ def _pair(python, model, tokens, max_len, connector, env, log_dir, tag):
 ROWS = ("recompute", "vllm-on-ours", "ours", "vllm-on-mooncake")
 
 
-def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None, rows=ROWS):
-    """The TTFT rows; returns a dict for markdown()."""
+class _Served:
+    """A child in --serve mode: READY once warmed up, then one RESULT per request."""
+
+    def __init__(self, python, args, env, log_path):
+        import queue
+        self.lines = queue.Queue()
+        self.log = open(log_path, "w")
+        self.proc = subprocess.Popen([python, "-m", "mooncake_cxl.bench.pd_ttft", "child", *args, "--serve"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                     text=True, env=env, cwd=os.path.dirname(os.path.abspath(log_path)))
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self):
+        for line in self.proc.stdout:
+            self.log.write(line)
+            self.log.flush()
+            if line.startswith(("READY", "RESULT ")):
+                self.lines.put(line)
+        self.lines.put(None)
+
+    def next(self, timeout=1800):
+        line = self.lines.get(timeout=timeout)
+        if line is None:
+            raise RuntimeError(f"vLLM child exited (rc={self.proc.wait()}); see {self.log.name}")
+        return json.loads(line[7:]) if line.startswith("RESULT ") else line.strip()
+
+    def send(self, tokens, seed, params=None):
+        self.proc.stdin.write(json.dumps({"tokens": tokens, "seed": seed, "params": params}) + "\n")
+        self.proc.stdin.flush()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            self.proc.stdin.close()
+            try:
+                self.proc.wait(60)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+def parallel_load(python, model, n, max_len, env, log_dir):
+    """Our connector, a producer (prefill) and a consumer (decode) process, both
+    warmed up. "parallel": the same new prompt goes to both at once, the consumer
+    waiting on the producer's announcements; "after": another new prompt goes to
+    the consumer once the producer has answered it. Decode TTFT counts from the
+    moment the prompt was sent to it."""
+    args = ["--model", model, "--max-len", str(max_len), "--connector", "ours"]
+    prod = _Served(python, args + ["--role", "store"], env, os.path.join(log_dir, "parallel_producer.log"))
+    cons = _Served(python, args + ["--role", "load"], env, os.path.join(log_dir, "parallel_consumer.log"))
+    try:
+        assert prod.next() == "READY" and cons.next() == "READY"
+        t0 = time.perf_counter()
+        prod.send(n, 10_001)
+        cons.send(n, 10_001, {"mcxl_wait_s": 900})  # wait for this request's producer, not yet announced
+        rp, rc = prod.next(), cons.next()
+        par = {"decode_ttft_s": rc["ttft_s"], "end_to_end_s": time.perf_counter() - t0,
+               "prefill_ttft_s": rp["ttft_s"], "cached": rc["num_cached_tokens"], "store_s": rc["store_s"],
+               "same_first": rp["first"] == rc["first"]}
+        t0 = time.perf_counter()
+        prod.send(n, 10_002)
+        rp = prod.next()
+        cons.send(n, 10_002)
+        rc = cons.next()
+        after = {"decode_ttft_s": rc["ttft_s"], "end_to_end_s": time.perf_counter() - t0,
+                 "prefill_ttft_s": rp["ttft_s"], "cached": rc["num_cached_tokens"], "store_s": rc["store_s"],
+                 "same_first": rp["first"] == rc["first"]}
+        return {"tokens": n, "parallel": par, "after": after}
+    finally:
+        prod.stop()
+        cons.stop()
+
+
+def _attempt(res, name, fn):
+    try:
+        fn()
+    except Exception as e:  # a row that fails says why; the others still run
+        res["rows"][name] = {"error": f"{type(e).__name__}: {str(e)[-600:]}"}
+
+
+def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None, rows=ROWS,
+        parallel=True):
+    """The TTFT rows (and the parallel-load pair); returns a dict for markdown()."""
     from mooncake_cxl.launch import MasterProcess
     from . import compare
 
     python = python or os.environ.get("MCXL_VLLM_PYTHON") or sys.executable
     tokens = tuple(tokens or (QUICK_TOKENS if quick else TOKENS))
+    toks = ",".join(map(str, tokens))
     max_len = max(tokens) + 256
     work = tempfile.mkdtemp(prefix="mcxl_pd_ttft_")
     log_dir = log_dir or work
     model = os.path.join(work, "model")
     res = {"tokens": list(tokens), "kv_bytes_per_token": KV_BYTES_PER_TOKEN, "model": {
         "layers": LAYERS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "hidden": 256, "intermediate": 512},
-        "rows": {}, "notes": [], "log_dir": log_dir}
+        "rows": {}, "log_dir": log_dir, "python": python}
     subprocess.run([python, "-c", "import sys; from mooncake_cxl.bench.pd_ttft import build_model; "
                     "build_model(sys.argv[1], max_pos=int(sys.argv[2]))", model, str(max_len)],
                    check=True, env=vllm_env(), cwd=work)
@@ -293,70 +397,71 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                                       "prefill_ttft_s": a["runs"][str(n)]["ttft_s"] if a else None,
                                       "first": b["runs"][str(n)]["first"]} for n in tokens}
 
+    def pair(name, connector, env):
+        common_args = ["--model", model, "--tokens", toks, "--max-len", str(max_len), "--connector", connector]
+        a = run_child(python, common_args + ["--role", "store"], env, os.path.join(log_dir, f"{name}_store.log"))
+        b = run_child(python, common_args + ["--role", "load"], env, os.path.join(log_dir, f"{name}_load.log"))
+        record(name, a, b)
+
     if "recompute" in rows:
-      try:
-        c = run_child(python, ["--model", model, "--tokens", ",".join(map(str, tokens)),
-                               "--max-len", str(max_len)], vllm_env(), os.path.join(log_dir, "recompute.log"))
-        record("recompute", None, c)
-      except Exception as e:
-        res["rows"]["recompute"] = {"error": str(e)[-400:]}
-    # ours and vLLM's connector on our pool
+        _attempt(res, "recompute", lambda: record("recompute", None, run_child(
+            python, ["--model", model, "--tokens", toks, "--max-len", str(max_len)], vllm_env(),
+            os.path.join(log_dir, "recompute.log"))))
+    # vLLM's connector and ours, on our pool
     pool = os.path.join(pool_dir, f"mcxl_pd_ttft_{os.getpid()}.pool")
-    pool_size = (sum(tokens) * KV_BYTES_PER_TOKEN * 2) + (512 << 20)
-    master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"))
-    try:
-        if {"vllm-on-ours", "ours"} & set(rows):
-            master.start()
-        cfg = {"metadata_server": "P2PHANDSHAKE", "master_server_address": master.address,
-               "protocol": "cxl", "device_name": "", "mode": "standalone-store",
-               "global_segment_size": 0, "local_buffer_size": "64MB"}
-        cfg_path = os.path.join(work, "mooncake_cxl.json")
-        json.dump(cfg, open(cfg_path, "w"))
-        env = vllm_env(MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path)
-        if "vllm-on-ours" not in rows:
-            pass
-        else:
-          try:
-            record("vllm-on-ours", *_pair(python, model, tokens, max_len, "mooncake", env, log_dir, "vllm_on_ours"))
-          except Exception as e:
-            res["rows"]["vllm-on-ours"] = {"error": str(e)[-400:]}
-        if "ours" not in rows:
-            pass
-        elif _ours_available(python):
-            try:
-                record("ours", *_pair(python, model, tokens, max_len, "ours", env, log_dir, "ours"))
-            except Exception as e:
-                res["rows"]["ours"] = {"error": str(e)[-400:]}
-        else:
-            res["rows"]["ours"] = {"error": "not available (mooncake_cxl.vllm.MooncakeCXLConnector not importable)"}
-    finally:
-        master.stop()
-        if os.path.exists(pool):
-            os.unlink(pool)
-    # vLLM's connector on Mooncake 0.3.13, standalone-store
-    if "vllm-on-mooncake" not in rows:
-        pass
-    elif not compare.loopback_only():
-        res["rows"]["vllm-on-mooncake"] = {"error": "not run: needs a loopback-only network namespace "
-                                                    "(the section re-executes under `unshare -n`)"}
-    else:
+    pool_size = (sum(tokens) + 2 * max(tokens)) * KV_BYTES_PER_TOKEN * 2 + (512 << 20)
+    ours_ok = _ours_available(python)
+    if {"vllm-on-ours", "ours"} & set(rows) or parallel:
+        master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"))
         try:
-            with compare.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
-                holder = _MooncakeSegmentHolder(python, ref.address, pool_size,
-                                                os.path.join(log_dir, "mooncake_holder.log"))
+            master.start()
+            cfg_path = os.path.join(work, "mooncake_cxl.json")
+            json.dump({"metadata_server": "P2PHANDSHAKE", "master_server_address": master.address,
+                       "protocol": "cxl", "device_name": "", "mode": "standalone-store",
+                       "global_segment_size": 0, "local_buffer_size": "64MB"}, open(cfg_path, "w"))
+            if "vllm-on-ours" in rows:
+                _attempt(res, "vllm-on-ours", lambda: pair("vllm-on-ours", "mooncake", vllm_env(
+                    MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path)))
+            if "ours" in rows:
+                if ours_ok:
+                    _attempt(res, "ours", lambda: pair("ours", "ours", vllm_env(
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="ttft")))
+                else:
+                    res["rows"]["ours"] = {"error": "not available (mooncake_cxl.vllm.MooncakeCXLConnector "
+                                                    "not importable)"}
+            if parallel and ours_ok:
+                n = max(tokens)
                 try:
-                    cfg = {"metadata_server": "P2PHANDSHAKE", "master_server_address": ref.address,
-                           "protocol": "tcp", "device_name": "", "mode": "standalone-store",
-                           "global_segment_size": 0, "local_buffer_size": "64MB"}
-                    cfg_path = os.path.join(work, "mooncake.json")
-                    json.dump(cfg, open(cfg_path, "w"))
-                    env = vllm_env(MOONCAKE_CONFIG_PATH=cfg_path)
-                    record("vllm-on-mooncake",
-                           *_pair(python, model, tokens, max_len, "mooncake", env, log_dir, "vllm_on_mooncake"))
-                finally:
-                    holder.stop()
-        except Exception as e:
-            res["rows"]["vllm-on-mooncake"] = {"error": str(e)[-400:]}
+                    res["parallel"] = parallel_load(python, model, n, max_len, vllm_env(
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel"), log_dir)
+                except Exception as e:
+                    res["parallel"] = {"error": f"{type(e).__name__}: {str(e)[-600:]}"}
+            elif parallel:
+                res["parallel"] = {"error": "not available: our connector (mooncake_cxl.vllm) is not importable"}
+        finally:
+            master.stop()
+            if os.path.exists(pool):
+                os.unlink(pool)
+    # vLLM's connector on Mooncake 0.3.13, standalone-store
+    if "vllm-on-mooncake" in rows:
+        if not compare.loopback_only():
+            res["rows"]["vllm-on-mooncake"] = {"error": "not run: needs a loopback-only network namespace "
+                                                        "(python -m mooncake_cxl.bench --only pd re-executes "
+                                                        "itself under `unshare -n`)"}
+        else:
+            def reference():
+                with compare.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
+                    holder = _MooncakeSegmentHolder(python, ref.address, pool_size,
+                                                    os.path.join(log_dir, "mooncake_holder.log"))
+                    try:
+                        cfg_path = os.path.join(work, "mooncake.json")
+                        json.dump({"metadata_server": "P2PHANDSHAKE", "master_server_address": ref.address,
+                                   "protocol": "tcp", "device_name": "", "mode": "standalone-store",
+                                   "global_segment_size": 0, "local_buffer_size": "64MB"}, open(cfg_path, "w"))
+                        pair("vllm-on-mooncake", "mooncake", vllm_env(MOONCAKE_CONFIG_PATH=cfg_path))
+                    finally:
+                        holder.stop()
+            _attempt(res, "vllm-on-mooncake", reference)
     res["wall_seconds"] = round(time.monotonic() - t_start, 1)
     shutil.rmtree(model, ignore_errors=True)
     return res
@@ -395,9 +500,24 @@ def markdown(res):
                 cells.append(f"{r['ttft_s']:.3f} s ({r['store_s'] * 1e3:.1f} ms = {share:.0f}%, "
                              f"{r['cached']})")
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
-    for note in res.get("notes", []):
-        lines.append("")
-        lines.append(note)
+    par = res.get("parallel")
+    if par is not None:
+        lines += ["", "Parallel load (our connector): decode TTFT when the decode process gets the prompt "
+                  "at the same time as the prefill process (it waits on the prefill's announcements) vs "
+                  "once the prefill has answered it. Both processes warmed up and running.", ""]
+        if "error" in par:
+            lines.append(f"parallel load: {par['error'].splitlines()[0][:200]}")
+        else:
+            lines += [f"| {par['tokens']:,}-token prompt, decode starts | decode TTFT (store) | prompt sent → "
+                      "first decode token | prefill TTFT | decode's external hits | same first token |",
+                      "|---|---|---|---|---|---|"]
+            for key, name in (("parallel", "with the prefill"), ("after", "after the prefill")):
+                r = par[key]
+                lines.append(f"| {name} | {r['decode_ttft_s']:.3f} s ({r['store_s'] * 1e3:.1f} ms) | "
+                             f"{r['end_to_end_s']:.3f} s | {r['prefill_ttft_s']:.3f} s | {r['cached']} | "
+                             f"{'yes' if r['same_first'] else 'NO'} |")
+    lines.append("")
+    lines.append(f"({res.get('wall_seconds', 0):.0f} s; logs in {res.get('log_dir')})")
     return "\n".join(lines)
 
 
