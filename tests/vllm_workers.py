@@ -30,7 +30,8 @@ def main():
             "kv_connector_extra_config": {"master_server_address": a.master, "channel": a.channel,
                                           "wait_timeout_s": 60}}
     llm = LLM(model=a.model, dtype="bfloat16", max_model_len=a.max_model_len, block_size=a.block_size,
-              enable_prefix_caching=True, max_num_batched_tokens=a.max_batched, max_num_seqs=4, **kw)
+              enable_prefix_caching=True, max_num_batched_tokens=a.max_batched, max_num_seqs=4,
+              enforce_eager=True, compilation_config={"mode": 0}, **kw)
     print("READY", flush=True)
     for line in sys.stdin:
         if not line.strip():

@@ -7,14 +7,23 @@
         "kv_load_failure_policy": "recompute",
         "kv_connector_extra_config": {"master_server_address": "127.0.0.1:50051"}})
 
-Roles: a producer (prefill) saves each layer's full blocks as vLLM computes
-them and announces them on a channel in the pool; a consumer (decode) finds
-the longest stored prefix in one lookup, waits on the channel while a live
-producer is still writing the request's blocks (deadline; a dead or silent
-producer => it loads what is there and vLLM recomputes the rest), loads layer
-by layer while the forward pass runs, and writes back its own new full blocks.
-kv_both does both, without waiting. Files: common.py (config, cache shape),
-metadata.py (scheduler -> worker), scheduler.py, worker.py, connector.py.
+Roles: a producer (prefill) saves each layer group's new full blocks as
+soon as vLLM's forward has written them and announces them on a channel in
+the pool after each step; a consumer (decode) finds the longest stored prefix
+in one lookup and loads it layer group by layer group while the forward pass
+runs; while a live producer is still writing the request's blocks it waits:
+with kv_load_failure_policy "recompute", vLLM parks the request and our
+worker loads blocks as they are announced (asynchronous load), otherwise the
+scheduler asks again each step. A deadline, a dead producer (its pid) or an
+abort ends the wait: what is stored loads, the rest is reported as not loaded
+and vLLM recomputes it, with one log line. The consumer writes its own new
+full blocks back. kv_both saves and loads, and waits only for requests whose
+kv_transfer_params carry {"mcxl_wait_s": seconds}; {"mcxl_async": false}
+forces the step-by-step wait. Extra config: master_server_address (required),
+channel, blocks_per_object (16), layer_groups (0: one per layer),
+wait_timeout_s (30), async_load (true), model_tag. Files: common.py (config,
+cache shape), metadata.py (scheduler -> worker), watch.py (channel state),
+scheduler.py, worker.py, connector.py.
 Importing mooncake_cxl never imports this package; this package needs vLLM.
 """
 from .connector import MooncakeCXLConnector

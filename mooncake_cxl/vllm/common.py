@@ -1,13 +1,14 @@
 """What the scheduler and worker halves share: the extra config, the store
 connection, the block cache's shape (derived from vLLM's config the same way
 on both sides, so their keys agree) and a request's announcement key."""
-import logging
 import os
 from dataclasses import dataclass
 
+from vllm.logger import init_logger
+
 from ..kv import BlockKVCache, KVLayout, Namespace, request_key
 
-log = logging.getLogger("mooncake_cxl.vllm")
+log = init_logger("vllm.mooncake_cxl")  # under "vllm": vLLM's handlers print our lines
 
 _TORCH_DTYPES = {"torch.float16": "float16", "torch.bfloat16": "bfloat16", "torch.float32": "float32",
                  "torch.float8_e4m3fn": "float8_e4m3fn", "torch.float8_e5m2": "float8_e5m2",
@@ -24,6 +25,7 @@ class Settings:
     wait_timeout_s: float = 30.0   # longest a consumer waits for a live producer
     model_tag: str = ""            # namespace model name (default: the served model path)
     protocol: str = "cxl"
+    async_load: bool = True        # load while the producer writes (needs kv_load_failure_policy=recompute)
 
     @property
     def saves(self):
@@ -52,7 +54,8 @@ def settings(vllm_config):
                     blocks_per_object=int(extra.get("blocks_per_object", 16)),
                     layer_groups=int(extra.get("layer_groups", 0)),
                     wait_timeout_s=float(extra.get("wait_timeout_s", 30.0)),
-                    model_tag=str(extra.get("model_tag", "")), protocol=str(extra.get("protocol", "cxl")))
+                    model_tag=str(extra.get("model_tag", "")), protocol=str(extra.get("protocol", "cxl")),
+                    async_load=bool(extra.get("async_load", True)))
 
 
 def open_store(s):

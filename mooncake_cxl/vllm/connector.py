@@ -67,5 +67,10 @@ class MooncakeCXLConnector(KVConnectorBase_V1):
         if m is not None:
             self._worker.wait_for_save(m)
 
+    def get_finished(self, finished_req_ids):
+        if self._worker is None:
+            return None, None
+        return None, (self._worker.take_recved() or None)
+
     def get_block_ids_with_load_errors(self):
         return self._worker.take_failed_blocks() if self._worker else set()

@@ -27,6 +27,19 @@ class SaveSpec:
 
 
 @dataclass
+class AsyncLoadSpec:
+    """Load request blocks [start, end) into block_ids as the producer
+    announces them (key), for at most budget_s seconds."""
+    req_id: str
+    block_ids: list
+    start: int
+    end: int
+    hashes: list
+    key: int
+    budget_s: float
+
+
+@dataclass
 class ReqSpec:
     req_id: str
     block_ids: list
@@ -38,3 +51,4 @@ class ReqSpec:
 class MCXLMetadata(KVConnectorMetadata):
     requests: list = field(default_factory=list)
     aborted_keys: list = field(default_factory=list)  # producer: announce these as aborted
+    async_loads: list = field(default_factory=list)   # consumer: AsyncLoadSpecs to start

@@ -1,40 +1,12 @@
 """The scheduler half: which prefix to load (one lookup), whether to wait for
 a producer still writing it (announcements in the pool), and which new full
 blocks the worker saves each step."""
-import os
 import time
 from dataclasses import dataclass, field
 
-from ..kv import Listener
-from ..kv.announce import BLOCKS_READY, REQUEST_ABORTED, REQUEST_DONE
 from .common import announce_key, log, make_cache, open_store
-from .metadata import LoadSpec, MCXLMetadata, ReqSpec, SaveSpec
-
-
-def _alive(pid):
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a killed child nobody reaped yet is a zombie: dead for us
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
-@dataclass
-class _News:
-    """What the channel said about one request key."""
-    started: bool = False
-    end: int = 0
-    done: bool = False
-    aborted: bool = False
-    pid: int = 0
+from .metadata import AsyncLoadSpec, LoadSpec, MCXLMetadata, ReqSpec, SaveSpec
+from .watch import Watch
 
 
 @dataclass
@@ -49,6 +21,7 @@ class _Req:
     done_sent: bool = False
     wait_start: float | None = None
     waited_logged: bool = False
+    budget_left: float = 0.0
 
 
 class SchedulerSide:
@@ -60,11 +33,13 @@ class SchedulerSide:
         self._reqs = {}
         self._plans = {}         # req_id -> Prefix found by get_num_new_matched_tokens
         self._aborted = []
-        self._news = {}
-        self._listener = None
+        self._watch = None
         self._idle = False
-        self._last_lookup = {}   # req_id -> (time, channel records seen)
-        self._records = 0
+        self._async_new = []
+        # Loading while the producer writes (vLLM's asynchronous load) needs a
+        # failed load to mean "recompute" (vLLM's default fails the request).
+        self._async_ok = (settings.async_load and
+                          vllm_config.kv_transfer_config.kv_load_failure_policy == "recompute")
 
     # ------------------------------------------------------------ requests
 
@@ -82,73 +57,62 @@ class SchedulerSide:
     # --------------------------------------------------------- the channel
 
     def _channel(self):
-        if self._listener is None:
-            self._listener = Listener(self.store, self.s.channel, from_start=True)
-        return self._listener
+        if self._watch is None:
+            self._watch = Watch(self.store, self.s.channel)
+        return self._watch
 
-    def _absorb(self, anns):
-        pid = self._listener.producer_pid
-        for a in anns:
-            self._records += 1
-            n = self._news.setdefault(a.request, _News())
-            n.started, n.pid = True, pid or n.pid
-            if a.kind == BLOCKS_READY:
-                n.end = max(n.end, a.end)
-            elif a.kind == REQUEST_DONE:
-                n.done, n.end = True, max(n.end, a.end)
-            elif a.kind == REQUEST_ABORTED:
-                n.aborted = True
-        if len(self._news) > 4096:  # old keys: keep the newest half
-            for k in list(self._news)[:2048]:
-                del self._news[k]
-
-    def _should_wait(self, st, need, have):
-        """True while a producer is still writing blocks [have, need) of the
-        request; False (with one log line saying why) once it is done, gone
-        or past the deadline: vLLM then recomputes what is missing."""
+    def _verdict(self, st, need, have):
+        """'wait' (ask again next step), 'async' (a live producer is writing
+        blocks [have, need): the worker loads them as they are announced) or
+        'stop' (it is done, gone or past the deadline: vLLM recomputes what
+        is missing; one log line says why)."""
         params = st.request.kv_transfer_params or {}
         explicit = params.get("mcxl_wait_s")
-        if st.key is None or not (self.s.waits or explicit):
-            return False
-        lis = self._channel()
-        if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
-            self._absorb(lis.wait(0.02))
-        else:
-            self._absorb(lis.poll())
+        watch = self._channel()
         now = time.monotonic()
         if st.wait_start is None:
             st.wait_start = now
-        news = self._news.get(st.key)
+        news = watch.get(st.key)
         rid, waited = st.request.request_id, now - st.wait_start
         budget = float(explicit) if explicit else self.s.wait_timeout_s
         if news is not None and (news.done or news.aborted):
-            if have < need:
-                log.warning("MooncakeCXLConnector: request %s: the producer %s it with %d of %d blocks in "
-                            "the pool; recomputing blocks %d..%d", rid,
-                            "aborted" if news.aborted else "finished", have, need, have, need)
-            return False
+            log.warning("MooncakeCXLConnector: request %s: the producer %s it with %d of %d blocks in "
+                        "the pool; recomputing blocks %d..%d", rid,
+                        "aborted" if news.aborted else "finished", have, need, have, need)
+            return "stop"
         if waited > budget:
             log.warning("MooncakeCXLConnector: request %s: timed out after %.1f s waiting for the producer "
                         "(%d of %d blocks in the pool); recomputing blocks %d..%d", rid, waited, have, need,
                         have, need)
-            return False
+            return "stop"
         if news is None:
-            return bool(explicit)  # no producer has this request (yet): wait only when asked to
-        pid = lis.producer_pid or news.pid
-        if not _alive(pid):
+            return "wait" if explicit else "stop"  # no producer has this request (yet): wait only when asked
+        if not watch.producer_alive(news):
             log.warning("MooncakeCXLConnector: request %s: producer pid %d is gone with %d of %d blocks in "
-                        "the pool; recomputing blocks %d..%d", rid, pid, have, need, have, need)
-            return False
-        return True
+                        "the pool; recomputing blocks %d..%d", rid, watch.producer_pid(news), have, need,
+                        have, need)
+            return "stop"
+        st.budget_left = budget - waited
+        return "async" if self._async_ok and params.get("mcxl_async", True) else "wait"
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         st = self._state(request)
         need = (request.num_prompt_tokens - 1) // self.bs  # vLLM computes at least the last token
         if need * self.bs <= num_computed_tokens:
             return 0, False
+        explicit = (request.kv_transfer_params or {}).get("mcxl_wait_s")
+        may_wait = st.key is not None and (self.s.waits or explicit)
+        if may_wait:  # news first, then the lookup: a "done" read after it could hide its last blocks
+            self._channel().poll()
         prefix = self.cache.lookup(st.hashes[:need])
-        if prefix.blocks < need and self._should_wait(st, need, prefix.blocks):
+        verdict = self._verdict(st, need, prefix.blocks) if prefix.blocks < need and may_wait else "stop"
+        if verdict == "wait":
+            if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
+                self._watch.wait(0.02)
             return None, False
+        if verdict == "async":
+            self._plans[request.request_id] = need
+            return need * self.bs - num_computed_tokens, True
         if st.wait_start is not None and not st.waited_logged:
             st.waited_logged = True
             log.info("MooncakeCXLConnector: request %s: waited %.3f s for the producer, %d of %d blocks in "
@@ -165,9 +129,20 @@ class SchedulerSide:
         if num_external_tokens <= 0 or prefix is None:
             return
         st = self._state(request)
+        if isinstance(prefix, int):  # asynchronous: blocks [start, need) as the producer announces them
+            need = prefix
+            start = max(0, (need * self.bs - num_external_tokens) // self.bs)
+            self._async_new.append(AsyncLoadSpec(request.request_id, list(blocks.get_block_ids()[0]), start,
+                                                 need, st.hashes[:need], st.key, st.budget_left))
+            st.saved = max(st.saved, need)
+            log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d while the producer writes them",
+                     request.request_id, start, need)
+            return
         start = (prefix.blocks * self.bs - num_external_tokens) // self.bs
         st.load = LoadSpec(start=max(0, start), end=prefix.blocks, objects=list(prefix.objects))
         st.saved = max(st.saved, prefix.blocks)
+        log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d of %d from the pool (%d tokens)",
+                 request.request_id, st.load.start, st.load.end, len(st.hashes), num_external_tokens)
 
     # ---------------------------------------------------------------- steps
 
@@ -198,8 +173,8 @@ class SchedulerSide:
         return ReqSpec(st.request.request_id, list(st.block_ids), load, save)
 
     def build_connector_meta(self, so):
-        meta = MCXLMetadata(aborted_keys=self._aborted)
-        self._aborted = []
+        meta = MCXLMetadata(aborted_keys=self._aborted, async_loads=self._async_new)
+        self._aborted, self._async_new = [], []
         self._idle = so.total_num_scheduled_tokens == 0
         for new in so.scheduled_new_reqs:
             st = self._reqs.get(new.req_id)

@@ -4,11 +4,13 @@ pass (wait_for_layer_load blocks only on its own group), saves each layer
 group's new full blocks as soon as the forward has written them, and
 announces them on the channel after the step (producer)."""
 import os
+import queue
 import threading
 import time
 
 from ..kv import Announcer, Prefix
 from .common import log, make_cache, open_store
+from .watch import Watch
 
 
 def _layer_index(name):
@@ -41,6 +43,10 @@ class WorkerSide:
         self._failed = set()  # engine block ids whose load failed
         self._save_failed = set()
         self._pause_file = os.environ.get("MCXL_VLLM_TEST_PAUSE_FILE", "")  # tests: a stalled producer
+        self._lock = threading.Lock()  # guards _failed and _recved (the asynchronous loader writes them)
+        self._recved = set()
+        self._async_q = None
+        self._async_pending = 0
         for g, layers in enumerate(self.cache.groups):
             for layer in layers:
                 self._group[layer] = g
@@ -89,6 +95,8 @@ class WorkerSide:
 
     def start_load_kv(self, meta):
         self._announce_start(meta)
+        if meta.async_loads:
+            self.start_async(meta.async_loads)
         loads = [(r.block_ids, r.load) for r in meta.requests if r.load is not None and r.load.end > r.load.start]
         if not loads:
             self._events = None
@@ -111,8 +119,78 @@ class WorkerSide:
         self._events = None
 
     def take_failed_blocks(self):
-        out, self._failed = self._failed, set()
+        with self._lock:
+            out, self._failed = self._failed, set()
         return out
+
+    # --------------------------------------------- asynchronous (PD) loads
+
+    def start_async(self, specs):
+        if self._async_q is None:
+            self._async_q = queue.Queue()
+            threading.Thread(target=self._async_loop, name="mcxl-kv-async-load", daemon=True).start()
+        for spec in specs:
+            self._async_pending += 1
+            self._async_q.put((spec, time.monotonic()))
+
+    def _finish(self, spec, loaded, t0, why=None):
+        if why:
+            log.warning("MooncakeCXLConnector: request %s: %s with %d of %d blocks in the pool; vLLM recomputes "
+                        "blocks %d..%d", spec.req_id, why, loaded, spec.end, loaded, spec.end)
+        else:
+            log.info("MooncakeCXLConnector: request %s: waited %.3f s, loaded blocks %d..%d as the producer "
+                     "wrote them", spec.req_id, time.monotonic() - t0, spec.start, spec.end)
+        with self._lock:
+            self._failed |= set(spec.block_ids[loaded:spec.end])
+            self._recved.add(spec.req_id)
+
+    def _async_loop(self):
+        """One thread: every pending request is checked after each channel
+        wake-up; a load copies the blocks found since the last one."""
+        watch = Watch(self.store, self.s.channel)
+        active = []  # [spec, blocks loaded, start time]
+        while True:
+            try:
+                while True:
+                    spec, t0 = self._async_q.get(block=not active)
+                    active.append([spec, spec.start, t0])
+            except queue.Empty:
+                pass
+            watch.wait(0.02)  # news first, then lookups: a "done" read later could hide blocks
+            for job in list(active):
+                spec, loaded, t0 = job
+                why = None
+                try:
+                    prefix = self.cache.lookup(spec.hashes)
+                    if prefix.blocks > loaded:
+                        self.cache.load(prefix, spec.block_ids, start=loaded)
+                        job[1] = loaded = prefix.blocks
+                except Exception as e:  # evicted under us, say
+                    why = f"load failed ({e})"
+                news = watch.get(spec.key)
+                if why is None and loaded < spec.end:
+                    if news is not None and (news.done or news.aborted):
+                        why = "the producer " + ("aborted it" if news.aborted else "finished it")
+                    elif time.monotonic() - t0 > spec.budget_s:
+                        why = f"timed out after {spec.budget_s:.1f} s waiting for the producer"
+                    elif not watch.producer_alive(news):
+                        why = f"producer pid {watch.producer_pid(news)} is gone"
+                    else:
+                        continue
+                active.remove(job)
+                self._finish(spec, loaded, t0, why)
+
+    def take_recved(self):
+        with self._lock:
+            out, self._recved = self._recved, set()
+        self._async_pending -= len(out)
+        return out
+
+    def idle_wait(self, meta):
+        """An empty step while asynchronous loads run: vLLM's engine loop
+        would spin; sleep a little instead."""
+        if self._async_pending and not meta.requests and not meta.async_loads:
+            time.sleep(0.005)
 
     # ---------------------------------------------------------------- save
 
@@ -143,6 +221,7 @@ class WorkerSide:
 
     def wait_for_save(self, meta):
         self._join_load()
+        self.idle_wait(meta)
         if self.announcer is None:
             self._save_failed.clear()
             return
