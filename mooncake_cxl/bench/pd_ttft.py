@@ -20,7 +20,11 @@ during the timed generate (vLLM's connector loads in a thread, so that is the
 share of the TTFT the store holds). One process per role serves every prompt
 length (distinct prompts per length).
 
-The child side (`child_main`) is also what tests/test_vllm_*.py run.
+30k-token prompts are not in the default run: on 2 cores one 30k prefill of
+this model takes many minutes and the section needs four of them; run
+`python -m mooncake_cxl.bench.pd_ttft --tokens 2048,8192,30720` for them (the
+KV cache is sized for the longest prompt). The child side (`child_main`) is
+also what tests/test_vllm_mooncake_connector.py runs.
 """
 import argparse
 import json
@@ -231,10 +235,14 @@ def run_child(python, args, env, log_path, timeout=1800, argv_prefix=None):
 
 
 def vllm_env(**extra):
+    """os.environ with VLLM_ENV, without the compat switch unless `extra` sets it."""
     env = dict(os.environ, **VLLM_ENV)
     env.pop("MOONCAKE_CXL_COMPAT", None)
     env.update({k: str(v) for k, v in extra.items()})
     return env
+
+
+_vllm_env = vllm_env
 
 
 # ---------------------------------------------------------------- the benchmark
@@ -381,6 +389,11 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
     work = tempfile.mkdtemp(prefix="mcxl_pd_ttft_")
     log_dir = log_dir or work
     model = os.path.join(work, "model")
+    # vLLM's CPU KV cache (GiB): room for two prompts of the longest length (1 up to 8k tokens)
+    kv_space = max(1, -(-2 * max_len * KV_BYTES_PER_TOKEN // (1 << 30)))
+
+    def vllm_env(**extra):  # noqa: F811 (this run's KV cache size)
+        return _vllm_env(VLLM_CPU_KVCACHE_SPACE=kv_space, **extra)
     res = {"tokens": list(tokens), "kv_bytes_per_token": KV_BYTES_PER_TOKEN, "model": {
         "layers": LAYERS, "kv_heads": KV_HEADS, "head_dim": HEAD_DIM, "hidden": 256, "intermediate": 512},
         "rows": {}, "log_dir": log_dir, "python": python}
