@@ -8,7 +8,8 @@
 # suite). The reference client listens on 0.0.0.0, so pytest runs inside a
 # private loopback-only network namespace (unshare -n) when that is possible;
 # elsewhere the reference half of the conformance suite is skipped, with the
-# reason.
+# reason. vLLM CPU (the vllm extra) goes into its own venv, .venv-vllm
+# (python3-venv), for the tests that run real vLLM.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 missing=()
@@ -19,6 +20,7 @@ command -v pkg-config >/dev/null || missing+=(pkg-config)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)
+python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
 if [ ${#missing[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then SUDO=""; else SUDO="sudo"; fi
   $SUDO apt-get update -qq
@@ -33,6 +35,19 @@ python3 -m pip install -q "mooncake-transfer-engine-non-cuda==0.3.13.post1" \
 # The tensor methods' optional extra (.[torch]), pinned: an unpinned torch pulls a multi-GB CUDA build.
 python3 -m pip install -q "torch==2.13.0" safetensors \
   || echo "note: torch could not be installed; the tensor tests will be skipped"
+# vLLM CPU (the vllm extra) in a venv of its own on top of this interpreter's packages (torch,
+# mooncake_cxl, ...), so vLLM's dependency pins cannot change the main test environment. The vLLM
+# tests run vLLM in subprocesses of MCXL_VLLM_PYTHON; without it they are skipped, with the reason.
+vllm_venv="$PWD/.venv-vllm"
+vllm_reqs=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["vllm"]))')
+if python3 -m venv --system-site-packages "$vllm_venv" \
+    && "$vllm_venv/bin/pip" install -q $vllm_reqs \
+    && "$vllm_venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec \
+    && "$vllm_venv/bin/python" -c "import vllm, mooncake_cxl"; then
+  export MCXL_VLLM_PYTHON="$vllm_venv/bin/python"
+else
+  echo "note: vLLM ($vllm_reqs) could not be installed; the vLLM tests will be skipped"
+fi
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@"' _ "$@"

@@ -241,3 +241,18 @@ def children():
     yield start
     for c in started:
         c.cleanup()
+
+
+@pytest.fixture(scope="session")
+def vllm_python():
+    """An interpreter with vLLM and this package: scripts/run_tests.sh installs the vllm
+    extra in its own venv and exports MCXL_VLLM_PYTHON; without it, this interpreter if it
+    has vLLM. Tests run vLLM in subprocesses of it, never in the test process."""
+    import subprocess
+    exe = os.environ.get("MCXL_VLLM_PYTHON") or sys.executable
+    probe = subprocess.run([exe, "-c", "import vllm, mooncake_cxl"], capture_output=True, text=True,
+                           cwd="/")  # not the source tree, whose mooncake_cxl/ has no built _core
+    if probe.returncode != 0:
+        pytest.skip(f"vLLM is not importable by {exe} (pip install '.[vllm]', or set MCXL_VLLM_PYTHON): "
+                    f"{probe.stderr.strip().splitlines()[-1:]}")
+    return exe
