@@ -43,7 +43,7 @@ vllm_reqs=$(python3 -c 'import tomllib; print(" ".join(tomllib.load(open("pyproj
 if python3 -m venv --system-site-packages "$vllm_venv" \
     && "$vllm_venv/bin/pip" install -q $vllm_reqs \
     && "$vllm_venv/bin/pip" uninstall -q -y torchvision torchaudio torchcodec \
-    && "$vllm_venv/bin/python" -c "import vllm, mooncake_cxl"; then
+    && (cd / && "$vllm_venv/bin/python" -c "import vllm, mooncake_cxl"); then
   export MCXL_VLLM_PYTHON="$vllm_venv/bin/python"
 else
   echo "note: vLLM ($vllm_reqs) could not be installed; the vLLM tests will be skipped"
