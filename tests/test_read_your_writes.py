@@ -39,6 +39,7 @@ OWNERS = 4
 KEYS_PER_OWNER = 6
 READERS = 2
 LOAD_SECONDS = 6.0
+MIN_WRITES = 200  # per owner, however slow the machine: eviction must run several rounds
 CHILD_TIMEOUT = 120  # hang guard only
 
 
@@ -110,8 +111,9 @@ def owner_body(address, owner, floors, start_at, seed):
     acked = failed = 0
     while time.time() < start_at:
         time.sleep(0.01)
-    end = time.monotonic() + LOAD_SECONDS
-    while time.monotonic() < end:
+    t0 = time.monotonic()
+    end, cap = t0 + LOAD_SECONDS, t0 + CHILD_TIMEOUT / 2
+    while time.monotonic() < end or (acked + failed < MIN_WRITES and time.monotonic() < cap):
         i = rng.randrange(KEYS_PER_OWNER)
         r = rng.random()
         if r < 0.3:
