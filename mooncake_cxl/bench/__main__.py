@@ -40,6 +40,9 @@ def main(argv=None):
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
                          "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
+    ap.add_argument("--pd-parts", default="handoff,ttft",
+                    help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
+                         "vLLM, ~25 min on 2 cores)")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -86,7 +89,10 @@ def main(argv=None):
         import importlib
         import importlib.util
         results["pd"] = {}
+        wanted = {"pd_" + x.strip() for x in args.pd_parts.split(",") if x.strip()}
         for name, title in PD_PARTS:
+            if name not in wanted:
+                continue
             if importlib.util.find_spec(f"{__package__}.{name}") is None:
                 continue
             mod = importlib.import_module(f".{name}", __package__)
