@@ -213,6 +213,9 @@ def test_no_read_goes_back_in_time_under_eviction(master_factory, transport, mon
         acked = sum(r.get("acked", 0) for r in results)
         hits = sum(r["reads"] - r["misses"] for r in results)
         assert acked > 100 and hits > 100, f"too little load to mean anything: {results}"
-        assert _evicted(m) > 20, "eviction did not run under the load"  # keys evicted: several rounds
+        # Keys evicted: several rounds. Over TCP each request Ticks the master,
+        # which frees superseded upserts at once, so eviction has less to do
+        # (35-115 keys in 20 s runs, rings 2,000-4,000).
+        assert _evicted(m) > (5 if transport == "tcp" else 20), "eviction did not run under the load"
     finally:
         s.close()
