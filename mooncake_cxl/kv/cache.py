@@ -19,11 +19,13 @@ Contract:
   one-object-per-block-per-layer baseline. The price: a request that shares
   only part of a stored run hits up to the run boundary before it (the same
   tokens, as in a PD hand-off, always hit every stored block).
-* lookup() finds the longest cached prefix in one batch_is_exist; save()
+* lookup() finds the longest cached prefix in one batch_is_exist (pass
+  every full block: a run's object is keyed by its last block); save()
   copies once from the engine's registered buffers
   (batch_put_from_multi_buffers, one master round trip for the batch);
   load() copies once into them (batch_get_into_multi_buffers, or
-  get_into_ranges when the first blocks are skipped); views() hands out
+  get_into_ranges for part of an object: its first blocks skipped or,
+  with prefix.upto(n), only a prefix of a stored run); views() hands out
   pinned read-only views (get_buffer) instead.
 * A stored object is never rewritten: save() skips objects that exist, and
   "already exists" from a racing writer of the same prefix counts as saved
@@ -138,6 +140,14 @@ class Prefix:
     (run start block, block count, key stem) tiling [0, blocks)."""
     blocks: int
     objects: list = field(default_factory=list)
+
+    def upto(self, n):
+        """The first min(n, blocks) blocks: what a caller may load when it
+        must not take the whole prefix (vLLM recomputes a prompt's last
+        token). Objects keep their full extent; load() copies only the
+        blocks below .blocks out of the last one."""
+        n = max(0, min(int(n), self.blocks))
+        return Prefix(n, [o for o in self.objects if o[0] < n])
 
 
 class BlockKVCache:
@@ -379,7 +389,9 @@ class BlockKVCache:
 
     def load(self, prefix, engine_blocks, start=0, release=False, groups=None):
         """Copies blocks [start, prefix.blocks) of a lookup() result into the
-        engine blocks engine_blocks[i] (indexed by request block). Returns the
+        engine blocks engine_blocks[i] (indexed by request block); an object
+        reaching past prefix.blocks (Prefix.upto) is read only up to it, into
+        no more engine blocks than that, still one copy. Returns the
         number of blocks loaded; raises KVCacheError if an object vanished
         (evicted between lookup and load: the caller recomputes).
         release: end the objects' hold once loaded (see hold()); groups: only
@@ -392,25 +404,26 @@ class BlockKVCache:
         if len(engine_blocks) < prefix.blocks:
             raise ValueError(f"load: {prefix.blocks} blocks but {len(engine_blocks)} engine block ids")
         hb = self.layout.half_block_bytes
+        end = prefix.blocks
         whole_keys, whole_ptrs, whole_sizes = [], [], []
         part_keys, part_dst, part_src, part_sizes = [], [], [], []
         for s, c, stem in prefix.objects:
-            if s + c <= start:
+            if s + c <= start or s >= end:
                 continue
-            skip = max(0, start - s)
+            lo, hi = max(0, start - s), min(c, end - s)  # the object's blocks to copy
             for g in sel:
                 key = self._key(stem, g)
-                if skip == 0:
+                if lo == 0 and hi == c:
                     p, z = self._ranges(g, engine_blocks[s:s + c])
                     whole_keys.append(key)
                     whole_ptrs.append(p)
                     whole_sizes.append(z)
                     continue
-                # Part of the object: blocks [skip, c) of each (layer, K/V) row.
+                # Part of the object: blocks [lo, hi) of each (layer, K/V) row.
                 dst, src = [], []
                 for li, layer in enumerate(self.groups[g]):
                     for kv in (0, 1):
-                        for b in range(skip, c):
+                        for b in range(lo, hi):
                             src.append(((li * 2 + kv) * c + b) * hb)
                             dst.append(self._addr(layer, kv, engine_blocks[s + b]))
                 part_keys.append(key)

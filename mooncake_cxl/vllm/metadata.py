@@ -29,7 +29,8 @@ class SaveSpec:
 @dataclass
 class AsyncLoadSpec:
     """Load request blocks [start, end) into block_ids as the producer
-    announces them (key), for at most budget_s seconds."""
+    announces them (key), for at most budget_s seconds. hashes: every full
+    prompt block (may be one more than end: see Prefix.upto)."""
     req_id: str
     block_ids: list
     start: int

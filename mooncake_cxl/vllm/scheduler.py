@@ -97,14 +97,19 @@ class SchedulerSide:
 
     def get_num_new_matched_tokens(self, request, num_computed_tokens):
         st = self._state(request)
-        need = (request.num_prompt_tokens - 1) // self.bs  # vLLM computes at least the last token
+        # Look up every full block (a run's object is keyed by its last block:
+        # a prompt ending on a run boundary is found only with that block), but
+        # offer at most `need`: vLLM computes at least the prompt's last token,
+        # so the last run may load only its first blocks (Prefix.upto).
+        full = request.num_prompt_tokens // self.bs
+        need = (request.num_prompt_tokens - 1) // self.bs
         if need * self.bs <= num_computed_tokens:
             return 0, False
         explicit = (request.kv_transfer_params or {}).get("mcxl_wait_s")
         may_wait = st.key is not None and (self.s.waits or explicit)
         if may_wait:  # news first, then the lookup: a "done" read after it could hide its last blocks
             self._channel().poll()
-        prefix = self.cache.lookup(st.hashes[:need])
+        prefix = self.cache.lookup(st.hashes[:full]).upto(need)
         verdict = self._verdict(st, need, prefix.blocks) if prefix.blocks < need and may_wait else "stop"
         if verdict == "wait":
             if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
@@ -132,8 +137,9 @@ class SchedulerSide:
         if isinstance(prefix, int):  # asynchronous: blocks [start, need) as the producer announces them
             need = prefix
             start = max(0, (need * self.bs - num_external_tokens) // self.bs)
+            full = request.num_prompt_tokens // self.bs
             self._async_new.append(AsyncLoadSpec(request.request_id, list(blocks.get_block_ids()[0]), start,
-                                                 need, st.hashes[:need], st.key, st.budget_left))
+                                                 need, st.hashes[:full], st.key, st.budget_left))
             st.saved = max(st.saved, need)
             log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d while the producer writes them",
                      request.request_id, start, need)

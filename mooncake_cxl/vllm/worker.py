@@ -161,7 +161,7 @@ class WorkerSide:
                 spec, loaded, t0 = job
                 why = None
                 try:
-                    prefix = self.cache.lookup(spec.hashes)
+                    prefix = self.cache.lookup(spec.hashes).upto(spec.end)  # hashes: every full block
                     if prefix.blocks > loaded:
                         self.cache.load(prefix, spec.block_ids, start=loaded)
                         job[1] = loaded = prefix.blocks
