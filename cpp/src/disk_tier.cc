@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <tuple>
+#include <unordered_set>
 
 #include "disk_tier_internal.h"
 #include "mooncake_cxl/log.h"
@@ -276,6 +277,25 @@ void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Vi
 
 }  // namespace
 
+namespace {
+// The index side of a written value record (under mu).
+void CommitValue(DiskTier::Impl& t, std::string_view key, const RecordLocation& loc, uint64_t seq) {
+  KeyState& st = t.keys[std::string(key)];
+  if (st.live.segment_id != 0) {
+    t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
+    st.dead_values++;
+  } else {
+    t.objects++;
+  }
+  st.live = loc;
+  st.live_seq = seq;
+  t.AddLive(loc.segment_id, int64_t(RecordBytes(loc.key_len, loc.value_len)));
+  t.Reaccount(st, key.size());
+  t.max_gen = std::max(t.max_gen, loc.generation);
+  t.appends++;
+}
+}  // namespace
+
 DiskTier::DiskTier(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 DiskTier::~DiskTier() = default;
 
@@ -459,20 +479,120 @@ Result<RecordLocation> DiskTier::Append(std::string_view key, const void* value,
   }
   RecordLocation loc{seg, 0, off, len, crc, uint32_t(key.size()), generation};
   std::lock_guard<std::mutex> lock(t.mu);
-  KeyState& st = t.keys[std::string(key)];
-  if (st.live.segment_id != 0) {
-    t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
-    st.dead_values++;
-  } else {
-    t.objects++;
-  }
-  st.live = loc;
-  st.live_seq = h.seq;
-  t.AddLive(seg, int64_t(bytes));
-  t.Reaccount(st, key.size());
-  t.max_gen = std::max(t.max_gen, generation);
-  t.appends++;
+  CommitValue(t, key, loc, h.seq);
   return loc;
+}
+
+namespace {
+// Append's checks on one item (under wmu).
+ErrorCode CheckAppend(const DiskTier::Impl& t, const DiskTier::BatchItem& it) {
+  if (it.key.empty() || it.key.size() > kMaxTierKeyLength || it.len > kMaxTierValueLength ||
+      (it.value == nullptr && it.len > 0)) {
+    MCXL_LOG(kWarn, "disk_tier", "append: bad key length %zu or value length %llu", it.key.size(),
+             (unsigned long long)it.len);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  auto k = t.keys.find(std::string(it.key));
+  if (k != t.keys.end()) {
+    const KeyState& st = k->second;
+    if ((st.live.segment_id != 0 && it.generation < st.live.generation) ||
+        (st.tombs > 0 && it.generation <= st.tomb_gen)) {
+      MCXL_LOG(kWarn, "disk_tier", "append: generation %llu is stale for its key",
+               (unsigned long long)it.generation);
+      return ErrorCode::INVALID_VERSION;
+    }
+  }
+  return ErrorCode::OK;
+}
+constexpr uint64_t kBatchItemMax = 1ull << 20;  // larger records: one write each anyway
+}  // namespace
+
+std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<BatchItem>& items) {
+  Impl& t = *impl_;
+  std::vector<Result<RecordLocation>> out(items.size(), Result<RecordLocation>(ErrorCode::INTERNAL_ERROR));
+  std::vector<size_t> single;  // indexes written one by one (after the batches)
+  {
+    std::lock_guard<std::mutex> wlock(t.wmu);
+    uint8_t* buf = ThreadBuffer(1, kChunkBytes);
+    std::unordered_set<std::string_view> seen;
+    std::vector<size_t> group;
+    uint64_t group_bytes = 0;
+    // Writes `group` as one pwrite at a freshly reserved offset.
+    auto flush = [&]() {
+      if (group.empty()) return;
+      uint32_t seg = 0;
+      uint64_t off = 0;
+      Status s = buf == nullptr ? Status(ErrorCode::INTERNAL_ERROR) : t.Reserve(group_bytes, false, &seg, &off);
+      if (!s.ok()) {  // e.g. the capacity holds some but not all: one by one decides
+        single.insert(single.end(), group.begin(), group.end());
+        group.clear();
+        group_bytes = 0;
+        return;
+      }
+      std::vector<std::pair<RecordLocation, uint64_t>> locs;  // (location, seq)
+      uint64_t rel = 0;
+      for (size_t i : group) {
+        const BatchItem& it = items[i];
+        const uint64_t rb = RecordBytes(it.key.size(), it.len);
+        uint32_t crc = 0;
+        FillImage(buf + rel, 0, rb, it.key, static_cast<const uint8_t*>(it.value), it.len, &crc);
+        RecordHeader h{};
+        h.magic = kRecordMagic;
+        h.version = kFormatVersion;
+        h.kind = kKindValue;
+        h.key_len = uint32_t(it.key.size());
+        h.segment_id = seg;
+        h.offset = off + rel;
+        h.value_len = it.len;
+        h.generation = it.generation;
+        h.seq = t.next_seq++;
+        h.key_crc = Crc32c(it.key.data(), it.key.size());
+        h.value_crc = crc;
+        SealRecordHeader(&h);
+        memcpy(buf + rel, &h, sizeof(h));
+        locs.push_back({RecordLocation{seg, 0, off + rel, it.len, crc, uint32_t(it.key.size()), it.generation}, h.seq});
+        rel += rb;
+      }
+      int e = PwriteFull(t.active_fd, buf, group_bytes, off);
+      if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
+      if (e != 0) {
+        MCXL_LOG(kError, "disk_tier", "batch of %zu records to segment %u at %llu: %s", group.size(), seg,
+                 (unsigned long long)off, strerror(e));
+        t.Unreserve(seg, off, group_bytes);
+        for (size_t i : group) out[i] = WriteErrorCode(e);
+      } else {
+        std::lock_guard<std::mutex> lock(t.mu);
+        for (size_t j = 0; j < group.size(); ++j) {
+          CommitValue(t, items[group[j]].key, locs[j].first, locs[j].second);
+          out[group[j]] = locs[j].first;
+        }
+      }
+      group.clear();
+      group_bytes = 0;
+    };
+    for (size_t i = 0; i < items.size(); ++i) {
+      const BatchItem& it = items[i];
+      ErrorCode c = CheckAppend(t, it);
+      if (c != ErrorCode::OK) {
+        out[i] = c;
+        continue;
+      }
+      const uint64_t rb = RecordBytes(it.key.size(), it.len);
+      if (it.len > kBatchItemMax || !seen.insert(it.key).second) {
+        single.push_back(i);  // a repeated key is checked against the first one's result
+        continue;
+      }
+      bool roll = t.active_id == 0 || t.active_fd < 0 ||
+                  (t.segs[t.active_id].end + group_bytes + rb > t.opt.segment_bytes && t.segs[t.active_id].end > kBlockSize);
+      if (group_bytes + rb > kChunkBytes || (roll && !group.empty())) flush();
+      group.push_back(i);
+      group_bytes += rb;
+    }
+    flush();
+  }
+  std::sort(single.begin(), single.end());
+  for (size_t i : single) out[i] = Append(items[i].key, items[i].value, items[i].len, items[i].generation);
+  return out;
 }
 
 Status DiskTier::Remove(std::string_view key, uint64_t generation) {

@@ -149,6 +149,7 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     no_disk_.clear();
     disk_objects_ = 0;
     busy_handle_ = UINT64_MAX;
+    busy_demote_.clear();
     live_entries_ = 0;
     round_blocked_transiently_ = false;
     MasterStats keep = stats_;
@@ -577,7 +578,8 @@ MasterStats Master::stats() const {
   s.tier_segments = tier_stats_.segments;
   s.tier_compactions = tier_stats_.compactions;
   s.disk_objects = disk_objects_;
-  s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX);
+  s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX) +
+                 busy_demote_.size();
   s.tier_checksum_failures += tier_stats_.checksum_failures;
   s.disk_hits = retired_disk_hits_;
   s.disk_checksum_failures = retired_disk_bad_;

@@ -232,7 +232,7 @@ std::string Master::MetricsText() {
     w.Metric("mooncake_cxl_tier_rebuilt_objects", "gauge", "Entries rebuilt from the segment files after --format",
              stats_.tier_rebuilt);
     w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
-             demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0));
+             demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0) + busy_demote_.size());
   }
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
     std::string req = std::string("master_") + kOpNames[t] + "_requests_total";

@@ -76,6 +76,8 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
   if (meta.extent == busy_handle_) {
     busy_freed_ = true;  // the tier thread is reading or filling it: it frees it when done
+  } else if (auto bd = busy_demote_.find(meta.extent); bd != busy_demote_.end()) {
+    bd->second = true;  // in the demotion batch being written: the tier thread frees it
   } else if (free_now && IsPinned(gen)) {
     pinned_.push_back({meta.extent, gen});
   } else if (free_now) {

@@ -9,7 +9,7 @@
 //     (kPromote with stage=1).
 //   * Demotion: eviction (EvictOrDemote) turns an object with a record on
 //     disk kOnDisk at once; one without is queued for the tier thread, which
-//     appends it WITHOUT mu_ (the extent is kept while it reads: busy_handle_)
+//     appends it WITHOUT mu_ (the extent is kept while it reads: busy_demote_)
 //     and then, under mu_, converts it if it is still the same object. Until
 //     then the round counts its bytes as on their way out and a put waiting
 //     for room gets OBJECT_REPLICA_BUSY (the client retries). Write-through
@@ -215,7 +215,8 @@ bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint6
   if (loc.generation != GenOf(sg)) return false;
   EntryMeta& m = entry_meta_[slot];
   Extent ext;
-  if (!alloc_->Lookup(m.extent, &ext) || m.extent == busy_handle_) return false;
+  if (!alloc_->Lookup(m.extent, &ext) || m.extent == busy_handle_ || busy_demote_.count(m.extent))
+    return false;
   if (index_->LeaseUntil(slot) > NowNs()) return false;  // a reader just took it: keep it (clean copy stays)
   const ObjectHeader* h = HeaderOf(slot);
   ObjectHeaderFields f;
@@ -309,81 +310,104 @@ std::string Master::HandlePromote(Decoder* d) {
   return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
 }
 
-bool Master::DemoteOne() {
-  DemoteJob job{};
-  std::string key;
-  const char* src = nullptr;
-  uint64_t len = 0;
+bool Master::DemoteBatch() {
+  // Taken together: up to kBatchBytes of queued jobs under one mu_, one
+  // AppendBatch (one pwrite per ~4 MiB), one mu_ pass converting them.
+  constexpr uint64_t kBatchBytes = 4ull << 20;
+  constexpr size_t kBatchJobs = 512;
+  struct Item {
+    DemoteJob job;
+    std::string key;
+    const char* src;
+    uint64_t len;
+    uint64_t handle;
+  };
+  std::vector<Item> batch;
+  uint64_t batch_bytes = 0;
+  bool more = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (demote_q_.empty() || pool_lost_) return false;
-    job = demote_q_.front();
-    demote_q_.erase(demote_q_.begin());
-    auto q = demote_queued_.find(job.slot);
-    if (q != demote_queued_.end()) {
-      job.evict = job.evict || q->second;
-      demote_queued_.erase(q);
-    }
-    const IndexEntry& e = index_->entry(job.slot);
-    if (e.state_gen.load(std::memory_order_acquire) != job.state_gen ||
-        StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
-      return true;  // gone or changed since it was queued
-    auto have = disk_loc_.find(job.slot);
-    if (have != disk_loc_.end()) {  // copied already (write-through, or promoted)
-      if (job.evict) {
-        uint64_t b = 0;
-        (void)ConvertToDisk(job.slot, have->second, &b);
+    size_t taken = 0;
+    for (; taken < demote_q_.size() && batch_bytes < kBatchBytes && batch.size() < kBatchJobs; ++taken) {
+      DemoteJob job = demote_q_[taken];
+      auto q = demote_queued_.find(job.slot);
+      if (q != demote_queued_.end()) {
+        job.evict = job.evict || q->second;
+        demote_queued_.erase(q);
       }
-      return true;
+      const IndexEntry& e = index_->entry(job.slot);
+      if (e.state_gen.load(std::memory_order_acquire) != job.state_gen ||
+          StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
+        continue;  // gone or changed since it was queued
+      auto have = disk_loc_.find(job.slot);
+      if (have != disk_loc_.end()) {  // copied already (write-through, or promoted)
+        if (job.evict) {
+          uint64_t b = 0;
+          (void)ConvertToDisk(job.slot, have->second, &b);
+        }
+        continue;
+      }
+      if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
+        no_disk_[job.slot] = job.state_gen;
+        continue;
+      }
+      Extent ext;
+      const EntryMeta& m = entry_meta_[job.slot];
+      if (!alloc_->Lookup(m.extent, &ext) || busy_demote_.count(m.extent)) continue;
+      uint64_t len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
+      batch.push_back({job, std::string(KeyOf(job.slot)), pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len),
+                       len, m.extent});
+      busy_demote_[m.extent] = false;
+      batch_bytes += len;
     }
-    if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
-      no_disk_[job.slot] = job.state_gen;
-      return true;
-    }
-    Extent ext;
-    const EntryMeta& m = entry_meta_[job.slot];
-    if (!alloc_->Lookup(m.extent, &ext)) return true;
-    key.assign(KeyOf(job.slot));
-    len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
-    src = pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len);
-    busy_handle_ = m.extent;
-    busy_freed_ = false;
+    demote_q_.erase(demote_q_.begin(), demote_q_.begin() + taken);
+    more = true;  // jobs were taken: the loop comes back for the rest
   }
-  // The bytes are stable: the object is COMPLETE and its extent is kept for us.
-  auto loc = tier_->Append(key, src, len, GenOf(job.state_gen));
+  if (batch.empty()) return more;
+  // The bytes are stable: the objects are COMPLETE and their extents are kept for us.
+  std::vector<tier::DiskTier::BatchItem> items;
+  items.reserve(batch.size());
+  for (const Item& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
+  auto locs = tier_->AppendBatch(items);
   tier::Stats ts = tier_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   tier_stats_ = ts;
-  uint64_t handle = busy_handle_;
-  busy_handle_ = UINT64_MAX;
-  if (busy_freed_) {  // unlinked while we read: the free Unlink left to us
-    busy_freed_ = false;
-    if (IsPinned(GenOf(job.state_gen))) pinned_.push_back({handle, GenOf(job.state_gen)});
-    else (void)alloc_->Free(handle);
-  }
-  bool same = index_->entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
-              entry_meta_[job.slot].live && entry_meta_[job.slot].extent == handle;
-  if (!loc) {
-    ++stats_.demotion_failures;
-    if (same) no_disk_[job.slot] = job.state_gen;
-    uint64_t now = MonoNs();
-    if (now - tier_full_log_mono_ > kNsPerSec) {
-      tier_full_log_mono_ = now;
-      MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); eviction drops it",
-               key.c_str(), (unsigned long long)len, ErrorCodeName(loc.error()));
+  for (size_t i = 0; i < batch.size(); ++i) {
+    const Item& it = batch[i];
+    const DemoteJob& job = it.job;
+    auto bd = busy_demote_.find(it.handle);
+    bool freed = bd != busy_demote_.end() && bd->second;
+    if (bd != busy_demote_.end()) busy_demote_.erase(bd);
+    if (freed) {  // unlinked while we read: the free Unlink left to us
+      if (IsPinned(GenOf(job.state_gen))) pinned_.push_back({it.handle, GenOf(job.state_gen)});
+      else (void)alloc_->Free(it.handle);
     }
-    if (loc.error() == ErrorCode::NO_AVAILABLE_HANDLE) tier_full_ = true;
-    return true;
-  }
-  ++stats_.tier_writes;
-  if (!same) {  // removed or replaced meanwhile: the record must not come back
-    tier_removals_.push_back({key, GenOf(job.state_gen)});
-    return true;
-  }
-  disk_loc_[job.slot] = *loc;
-  if (job.evict) {
-    uint64_t b = 0;
-    (void)ConvertToDisk(job.slot, *loc, &b);
+    bool same = index_->entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
+                entry_meta_[job.slot].live && entry_meta_[job.slot].extent == it.handle;
+    const auto& loc = locs[i];
+    if (!loc) {
+      ++stats_.demotion_failures;
+      if (same) no_disk_[job.slot] = job.state_gen;
+      uint64_t now = MonoNs();
+      if (now - tier_full_log_mono_ > kNsPerSec) {
+        tier_full_log_mono_ = now;
+        MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); eviction drops it",
+                 it.key.c_str(), (unsigned long long)it.len, ErrorCodeName(loc.error()));
+      }
+      if (loc.error() == ErrorCode::NO_AVAILABLE_HANDLE) tier_full_ = true;
+      continue;
+    }
+    ++stats_.tier_writes;
+    if (!same) {  // removed or replaced meanwhile: the record must not come back
+      tier_removals_.push_back({it.key, GenOf(job.state_gen)});
+      continue;
+    }
+    disk_loc_[job.slot] = *loc;
+    if (job.evict) {
+      uint64_t b = 0;
+      (void)ConvertToDisk(job.slot, *loc, &b);
+    }
   }
   return true;
 }
@@ -553,7 +577,7 @@ void Master::TierLoop() {
     }
     for (int round = 0; round < 1000000; ++round) {
       bool more = false;
-      more |= DemoteOne();
+      more |= DemoteBatch();
       more |= PromoteOne();
       more |= TierHousekeeping();
       {

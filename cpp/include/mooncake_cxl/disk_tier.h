@@ -19,7 +19,10 @@
 //     key bytes; value bytes; zero padding to the next block.
 //   Writes are serialized, so a crash can tear only the record being
 //   written: one pwrite for a record of up to 4 MiB, else body first and
-//   block 0 (the header) last.
+//   block 0 (the header) last. AppendBatch writes consecutive records of up
+//   to 4 MiB in all as ONE pwrite (same per-record format): a crash tears
+//   only records of that batch, the ones rebuild then skips (a record cut
+//   short is not followed by a valid header, so its value crc decides).
 // Rebuild: every segment is scanned; a block that is not a valid header
 // (torn write, flipped byte, hole) is skipped block by block. A record found
 // after such a gap, or not directly followed by another valid header (a
@@ -52,6 +55,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "mooncake_cxl/error_code.h"
 
@@ -125,6 +129,19 @@ class DiskTier {
   // counted live); WRITE_FAIL: other I/O errors.
   Result<RecordLocation> Append(std::string_view key, const void* value, uint64_t len,
                                 uint64_t generation);
+  // Appends many records, packed back to back in one aligned write per up to
+  // 4 MiB (the demotion path: one syscall instead of one per 64 KiB record).
+  // Each item gets Append's result (same codes); a record that fails its
+  // checks does not stop the others; an I/O error fails the records of that
+  // write only. Items larger than 1 MiB, repeated keys and a batch that does
+  // not fit the capacity as a whole fall back to Append one by one.
+  struct BatchItem {
+    std::string_view key;
+    const void* value = nullptr;
+    uint64_t len = 0;
+    uint64_t generation = 0;
+  };
+  std::vector<Result<RecordLocation>> AppendBatch(const std::vector<BatchItem>& items);
   // Durable removal: writes a tombstone when the key has a live record with
   // generation <= `generation` (else nothing to hide: OK, no write). A
   // tombstone (one block) may go above capacity_bytes: it turns its record dead.

@@ -459,7 +459,7 @@ class Master {
   std::string HandlePromote(Decoder* d);
   // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
   void RecoverTier(bool fresh);
-  bool DemoteOne();
+  bool DemoteBatch();  // takes up to ~4 MiB of queued demotions, one tier write, one mu_ pass each side
   bool PromoteOne();
   bool TierHousekeeping();
   struct DemoteJob {
@@ -488,6 +488,9 @@ class Master {
   // (promotion): Unlink leaves it to the tier thread (busy_freed_).
   uint64_t busy_handle_ = UINT64_MAX;
   bool busy_freed_ = false;
+  // The same for the extents of the demotion batch being written: handle ->
+  // unlinked meanwhile (the tier thread frees it when the batch is done).
+  std::unordered_map<uint64_t, bool> busy_demote_;
   std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> promote_count_;  // slot -> (state_gen, disk reads)
   uint64_t disk_objects_ = 0;
   uint64_t tier_full_log_mono_ = 0;
