@@ -517,6 +517,16 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
     std::unordered_set<std::string_view> seen;
     std::vector<size_t> group;
     uint64_t group_bytes = 0;
+    bool group_new_seg = false;  // the group starts a new segment (Reserve rolls)
+    // Would Reserve(group_bytes + extra) not roll (Reserve's rule), the group
+    // starting where it will start?
+    auto fits = [&](uint64_t extra) {
+      uint64_t end = 0;
+      if (group_new_seg) end = kBlockSize;
+      else if (t.active_id != 0 && t.active_fd >= 0) end = t.segs[t.active_id].end;
+      else return false;
+      return end + group_bytes + extra <= t.opt.segment_bytes || end + group_bytes <= kBlockSize;
+    };
     // Writes `group` as one pwrite at a freshly reserved offset.
     auto flush = [&]() {
       if (group.empty()) return;
@@ -527,6 +537,7 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
         single.insert(single.end(), group.begin(), group.end());
         group.clear();
         group_bytes = 0;
+        group_new_seg = false;
         return;
       }
       std::vector<std::pair<RecordLocation, uint64_t>> locs;  // (location, seq)
@@ -569,6 +580,7 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
       }
       group.clear();
       group_bytes = 0;
+      group_new_seg = false;
     };
     for (size_t i = 0; i < items.size(); ++i) {
       const BatchItem& it = items[i];
@@ -582,9 +594,8 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
         single.push_back(i);  // a repeated key is checked against the first one's result
         continue;
       }
-      bool roll = t.active_id == 0 || t.active_fd < 0 ||
-                  (t.segs[t.active_id].end + group_bytes + rb > t.opt.segment_bytes && t.segs[t.active_id].end > kBlockSize);
-      if (group_bytes + rb > kChunkBytes || (roll && !group.empty())) flush();
+      if (!group.empty() && (group_bytes + rb > kChunkBytes || !fits(rb))) flush();
+      if (group.empty()) group_new_seg = !fits(rb);  // Reserve will roll for this group
       group.push_back(i);
       group_bytes += rb;
     }
