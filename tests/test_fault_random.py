@@ -72,9 +72,9 @@ WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_worker
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
 DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
 FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
-# Below the ~42 MiB the workers keep live: the tier's LRU drops and its
+# Well below the ~20 MiB the workers keep live: the tier's LRU drops and its
 # segments (capacity / 8 each, master_tier.cc) get compacted.
-TIER_CAPACITY = 24 << 20
+TIER_CAPACITY = 8 << 20
 
 
 def extent_bytes(key_len, value_size):
@@ -467,6 +467,10 @@ def _check_space(run, when):
         run.problems.append(("space", f"{when}: master_key_count {mt['master_key_count']:g} != {len(keys)} keys "
                              f"listed; {state}"))
     print(f"space {when}: allocated {alloc:.0f}, live extents {live} ({stubs} disk stubs); {state}")
+    tier = {k[len("mooncake_cxl_tier_"):]: v for k, v in mt.items() if isinstance(k, str)
+            and k.startswith("mooncake_cxl_tier_") and k.endswith("_total")}
+    if tier:
+        print(f"  tier counters of this master: {tier}")
 
 
 def on_disk(pool_path, offset, stored_key_len):
