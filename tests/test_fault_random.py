@@ -20,7 +20,15 @@ What must hold (each is one "invariant" name in the failure message):
   space             with no client attached (after the workers exit, and again
                     after a clean restart), the master's allocated bytes equal
                     the sum of the live objects' extents (layout.h ExtentBytes),
-                    and its key count equals /get_all_keys
+                    and its key count equals /get_all_keys; with the SSD tier
+                    a disk-resident object counts its stub extent (ObjectHeader
+                    + key + DiskStub, kFlagDiskStub in its header) and the stubs
+                    found equal mooncake_cxl_tier_objects
+  false_corrupt     no entry called corrupt, no tier record failing its checksum
+
+test_random_faults_with_ssd_tier runs the same driver with the master on an
+SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, an 8 MiB tier:
+its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
 
 Environment (all optional):
   MCXL_FAULT_SEED     seed of the driver's schedule and of each worker's choices
