@@ -20,7 +20,15 @@ What must hold (each is one "invariant" name in the failure message):
   space             with no client attached (after the workers exit, and again
                     after a clean restart), the master's allocated bytes equal
                     the sum of the live objects' extents (layout.h ExtentBytes),
-                    and its key count equals /get_all_keys
+                    and its key count equals /get_all_keys; with the SSD tier
+                    a disk-resident object counts its stub extent (ObjectHeader
+                    + key + DiskStub, kFlagDiskStub in its header) and the stubs
+                    found equal mooncake_cxl_tier_objects
+  false_corrupt     no entry called corrupt, no tier record failing its checksum
+
+test_random_faults_with_ssd_tier runs the same driver with the master on an
+SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, an 8 MiB tier:
+its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
 
 Environment (all optional):
   MCXL_FAULT_SEED     seed of the driver's schedule and of each worker's choices
@@ -46,6 +54,7 @@ import json
 import os
 import random
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -69,6 +78,11 @@ MASTER_FLAGS = [f"--client_ttl={CLIENT_TTL}", "--put_start_discard_timeout_sec=2
                 "--default_kv_lease_ttl=" + os.environ.get("MCXL_FAULT_LEASE_MS", "10000")]
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_workers.py")
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
+DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
+FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
+# Well below the ~20 MiB the workers keep live: the tier's LRU drops and its
+# segments (capacity / 8 each, master_tier.cc) get compacted.
+TIER_CAPACITY = 8 << 20
 
 
 def extent_bytes(key_len, value_size):
@@ -92,8 +106,9 @@ def metrics(master):
 class Run:
     """The processes of one run and what went wrong with them."""
 
-    def __init__(self, seed, tmp, pool_path, kinds):
+    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=()):
         self.seed = seed
+        self.extra_flags = list(extra_flags)
         self.kinds = kinds
         self.tmp = str(tmp)
         self.pool_path = pool_path
@@ -113,7 +128,7 @@ class Run:
 
     # -- master -----------------------------------------------------------
     def start_master(self, fmt=False):
-        flags = list(MASTER_FLAGS) + ([f"--rpc_port={self.port}"] if self.port else [])
+        flags = list(MASTER_FLAGS) + self.extra_flags + ([f"--rpc_port={self.port}"] if self.port else [])
         for attempt in range(3):
             m = MasterProcess(self.pool_path, POOL, format=fmt, extra_flags=flags,
                               log_path=os.path.join(self.tmp, f"master{self.masters}.log"))
@@ -273,12 +288,30 @@ def collect_violations(tmp):
 
 
 def test_random_faults(pool_path, tmp_path):
+    drive(pool_path, tmp_path, default_seconds=30)
+
+
+def test_random_faults_with_ssd_tier(pool_path, tmp_path):
+    """The same driver over the SSD tier (issue 13): eviction demotes, reads
+    of disk-resident keys read records or promote them, removes write
+    tombstones, restarts recover kOnDisk entries; the tier's capacity is
+    small so its own LRU drops and compaction run too. The invariants are
+    the same (a disk read must not return older, torn or foreign bytes
+    either); the space check counts a disk-resident object's stub extent."""
+    tier = os.path.join(str(tmp_path), "tier")
+    os.mkdir(tier)
+    drive(pool_path, tmp_path, default_seconds=20, extra_flags=[
+        "--enable_offload", "--offload_on_evict", "--promotion_on_hit", f"--root_fs_dir={tier}",
+        f"--offload_capacity_bytes={TIER_CAPACITY}"])
+
+
+def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
     seed = int(os.environ.get("MCXL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
-    seconds = float(os.environ.get("MCXL_FAULT_SECONDS", "30"))
+    seconds = float(os.environ.get("MCXL_FAULT_SECONDS", str(default_seconds)))
     kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop").split(",")))
     print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SECONDS={seconds:g} "
-          f"MCXL_FAULT_KINDS={','.join(sorted(kinds))}; logs in {tmp_path}")
-    run = Run(seed, tmp_path, pool_path, kinds)
+          f"MCXL_FAULT_KINDS={','.join(sorted(kinds))} flags {list(extra_flags)}; logs in {tmp_path}")
+    run = Run(seed, tmp_path, pool_path, kinds, extra_flags)
     final = {}
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"
@@ -345,7 +378,7 @@ def test_random_faults(pool_path, tmp_path):
     for name in sorted(os.listdir(run.tmp)):
         if name.startswith("master") and name.endswith(".log"):
             with open(os.path.join(run.tmp, name), errors="replace") as f:
-                corrupt = [line for line in f if "is corrupt" in line]
+                corrupt = [line for line in f if "is corrupt" in line or "failed its checksum" in line]
             if corrupt:
                 run.problems.append(("false_corrupt", f"{name}: {len(corrupt)} entries called corrupt, "
                                      f"first: {corrupt[0].strip()}"))
@@ -363,7 +396,8 @@ def test_random_faults(pool_path, tmp_path):
     for path in glob.glob(os.path.join(run.tmp, "master*.log")):
         with open(path, errors="replace") as f:
             for line in f:
-                for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:"):
+                for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:",
+                             "compacting segment", "tier full"):
                     seen[what] += what in line
     summary = (f"seed {seed} ({seconds:g} s of faults): events {dict(run.events)}; master logs {dict(seen)}; "
                f"worker lives {run.lives}; "
@@ -410,14 +444,20 @@ def _check_space(run, when):
             break
         time.sleep(0.5)
     keys = [k for k in http(m, "/get_all_keys?tenant=*").split("\n") if k]  # tenant<TAB>key
-    live = 0
+    live = stubs = 0
     for line in keys:
         tenant, k = line.split("\t", 1)
         info = json.loads(http(m, "/query_key?key=" + urllib.request.quote(k, safe="") + "&tenant=" +
                                urllib.request.quote(tenant, safe="")))
         # Stored keys carry the tenant's prefix (tenant.h) except the default's.
         stored = len(k.encode()) + (0 if tenant == "default" else len(tenant.encode()) + 2)
-        live += extent_bytes(stored, info["data"][0]["size_"])
+        d = info["data"][0]
+        if on_disk(run.pool_path, d["offset_"], stored):
+            # kOnDisk: the pool holds only its stub (ObjectHeader + key + DiskStub)
+            stubs += 1
+            live += extent_bytes(stored, DISK_STUB_BYTES)
+        else:
+            live += extent_bytes(stored, d["size_"])
     alloc = mt["master_allocated_bytes"]
     state = (f"clients {mt['master_client_count']:g}, writing {writing:g}, removed_but_viewed {viewed:g}, "
              f"revoked_quarantined {quarantined:g}, "
@@ -425,7 +465,28 @@ def _check_space(run, when):
     if alloc != live:
         run.problems.append(("space", f"{when}: allocated bytes {alloc:.0f} != sum of live extents {live} "
                              f"(difference {alloc - live:+.0f}); {state}"))
+    if "mooncake_cxl_tier_objects" in mt and mt["mooncake_cxl_tier_objects"] != stubs:
+        run.problems.append(("space", f"{when}: mooncake_cxl_tier_objects {mt['mooncake_cxl_tier_objects']:g} != "
+                             f"{stubs} stub extents found; {state}"))
+    if mt.get("mooncake_cxl_tier_checksum_failures_total", 0):
+        run.problems.append(("false_corrupt", f"{when}: mooncake_cxl_tier_checksum_failures_total "
+                             f"{mt['mooncake_cxl_tier_checksum_failures_total']:g} (nothing corrupts the tier)"))
     if mt["master_key_count"] != len(keys):
         run.problems.append(("space", f"{when}: master_key_count {mt['master_key_count']:g} != {len(keys)} keys "
                              f"listed; {state}"))
-    print(f"space {when}: allocated {alloc:.0f}, live extents {live}; {state}")
+    print(f"space {when}: allocated {alloc:.0f}, live extents {live} ({stubs} disk stubs); {state}")
+    tier = {k[len("mooncake_cxl_tier_"):]: v for k, v in mt.items() if isinstance(k, str)
+            and k.startswith("mooncake_cxl_tier_") and k.endswith("_total")}
+    if tier:
+        print(f"  tier counters of this master: {tier}")
+
+
+def on_disk(pool_path, offset, stored_key_len):
+    """Whether the extent at `offset` (as /query_key reports it) is a stub: its
+    ObjectHeader (layout.h: key_len at 64, flags at 68) carries kFlagDiskStub."""
+    with open(pool_path, "rb") as f:
+        f.seek(offset)
+        head = f.read(HEADER_BYTES)
+    key_len, flags = struct.unpack_from("<II", head, 64)
+    assert key_len == stored_key_len, f"header at {offset}: key_len {key_len} != {stored_key_len}"
+    return bool(flags & FLAG_DISK_STUB)

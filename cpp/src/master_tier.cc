@@ -70,6 +70,10 @@ Status Master::OpenTier() {
   tier::Options o;
   o.root_dir = config_.root_fs_dir;
   o.capacity_bytes = config_.offload_capacity_bytes;
+  // Several segments even in a small tier: only sealed segments are
+  // compacted, so a tier of one segment could never reclaim its dead records
+  // (once full, every append failed). Large tiers keep the default size.
+  o.segment_bytes = std::clamp<uint64_t>(config_.offload_capacity_bytes / 8, 1ull << 20, o.segment_bytes);
   auto t = tier::DiskTier::Open(o);
   if (!t) {
     MCXL_LOG(kError, "master", "SSD tier at %s cannot be opened (%s)", config_.root_fs_dir.c_str(),
