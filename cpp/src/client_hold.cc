@@ -24,37 +24,33 @@
 
 namespace mcxl {
 
-std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns) {
+std::vector<ErrorCode> Client::ForEachLocated(const std::vector<std::string_view>& keys,
+                                              const std::function<ErrorCode(const EntrySnapshot&)>& act) {
   std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
-  const uint64_t now = NowNs();
-  const uint64_t until = std::min(until_ns, now + kMaxHoldNs);
-  if (until_ns > until)
-    MCXL_LOG(kInfo, "client", "hold of %zu key(s): deadline clamped to %llu s ahead", keys.size(),
-             (unsigned long long)(kMaxHoldNs / 1000000000ull));
   for (size_t i = 0; i < keys.size(); ++i) {
     auto snap = Locate(keys[i]);
-    if (!snap) {
-      out[i] = snap.error();
-      continue;
-    }
-    index_->ExtendLease(snap->slot, until);
-    if (!index_->StillValid(*snap)) out[i] = ErrorCode::OBJECT_NOT_FOUND;
+    out[i] = snap ? act(*snap) : snap.error();
   }
   return out;
 }
 
+std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns) {
+  const uint64_t until = std::min(until_ns, NowNs() + kMaxHoldNs);
+  if (until_ns > until)
+    MCXL_LOG(kInfo, "client", "hold of %zu key(s): deadline clamped to %llu s ahead", keys.size(),
+             (unsigned long long)(kMaxHoldNs / 1000000000ull));
+  return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
+    index_->ExtendLease(snap.slot, until);
+    return index_->StillValid(snap) ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND;
+  });
+}
+
 std::vector<ErrorCode> Client::ReleaseLeases(const std::vector<std::string_view>& keys) {
-  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
   const uint64_t to = NowNs() + LeaseTtlNs();
-  for (size_t i = 0; i < keys.size(); ++i) {
-    auto snap = Locate(keys[i]);
-    if (!snap) {
-      out[i] = snap.error();
-      continue;
-    }
-    index_->LowerLease(snap->slot, to);
-  }
-  return out;
+  return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
+    index_->LowerLease(snap.slot, to);
+    return ErrorCode::OK;
+  });
 }
 
 }  // namespace mcxl

@@ -197,6 +197,10 @@ class Client {
   std::shared_ptr<Pool> pool() const { return pool_; }
 
  private:
+  // Locates each key and applies `act` to its entry (HoldLeases, ReleaseLeases):
+  // the per-key result is the lookup's error or act's.
+  std::vector<ErrorCode> ForEachLocated(const std::vector<std::string_view>& keys,
+                                        const std::function<ErrorCode(const EntrySnapshot&)>& act);
   explicit Client(const ClientOptions& options);
   Status Attach(bool initial);
   // One master call; re-attaches after a lost connection or a reclaimed slot
