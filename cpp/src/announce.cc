@@ -1,7 +1,5 @@
 #include "mooncake_cxl/announce.h"
 
-#include <immintrin.h>
-#include <sched.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -202,13 +200,12 @@ AnnounceReader::ReadResult AnnounceReader::Next(AnnounceMessage* m, uint64_t* nu
 
 bool AnnounceReader::Wait(uint64_t spin_ns, uint64_t timeout_ns) {
   const uint64_t start = MonoNs();
+  SpinWait spin;  // the rings' adaptive poll: pause, or yield to a producer on our core
   while (head() <= cursor_) {
     uint64_t now = MonoNs();
     if (now - start >= timeout_ns) return false;
     if (now - start < spin_ns) {
-      // Pure spin first; then yield so a producer on our core can run.
-      if (now - start < 2000) _mm_pause();
-      else sched_yield();
+      spin.Relax(now - start);
       continue;
     }
     uint32_t seen = LowWord(&ch_->head)->load(std::memory_order_relaxed);
@@ -220,7 +217,10 @@ bool AnnounceReader::Wait(uint64_t spin_ns, uint64_t timeout_ns) {
     if (head() <= cursor_)
       FutexWait(LowWord(&ch_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
     ch_->readers_waiting.fetch_sub(1, std::memory_order_seq_cst);
+    PublishRange(&ch_->readers_waiting, sizeof(uint32_t));
+    spin.Slept();
   }
+  spin.Found();
   return true;
 }
 
