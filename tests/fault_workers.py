@@ -209,7 +209,8 @@ def worker(a):
     viol = Violations(os.path.join(a["dir"], f"violations.{slot}.{life}"), f"worker {slot} life {life}")
     stop_path = os.path.join(a["dir"], "stop")
     stop = lambda: os.path.exists(stop_path)
-    stats = {k: 0 for k in ("put", "upsert", "remove", "remove_by_regex", "get", "get_buffer", "ok", "failed",
+    stats = {k: 0 for k in ("put", "upsert", "remove", "remove_by_regex", "hold", "release_hold", "get",
+                            "get_buffer", "ok", "failed",
                             "hit", "miss", "foreign_read", "view_checked", "view_refused")}
     rcs = {}
     s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
@@ -343,6 +344,17 @@ def worker(a):
                 rc = remove(key, force=rnd.random() < 0.5)
                 if rc in (OBJECT_NOT_FOUND, OBJECT_HAS_LEASE):
                     rc = 0  # expected answers (missing; leased or viewed), not failures
+            elif r < 0.58:
+                # A kv-layer hold (client-written lease to a deadline) or its
+                # release: changes what eviction and unforced removes may take,
+                # never a value.
+                held_keys = [key if rnd.random() < 0.7 else key_name(rnd.randrange(a["nslots"]), rnd.randrange(nkeys))]
+                if rnd.random() < 0.6:
+                    s._hold(held_keys, time.time_ns() + int(rnd.uniform(0.5, 3.0) * 1e9))
+                    stats["hold"] += 1
+                else:
+                    s._release_hold(held_keys)
+                    stats["release_hold"] += 1
             elif r < 0.80:
                 if rnd.random() < 0.25:  # another slot's key: integrity and tenant isolation
                     key = key_name(rnd.randrange(a["nslots"]), rnd.randrange(nkeys))
