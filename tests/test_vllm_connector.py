@@ -228,11 +228,11 @@ def test_killed_producer_consumer_recomputes(pd):
     assert not cons.has_result()
     prod.proc.send_signal(signal.SIGKILL)
     prod.stop()
-    t0 = time.monotonic()
     got = cons.result()
-    assert time.monotonic() - t0 < 60  # far below the 120 s wait budget: no hang
     assert len(got["tokens"]) == 16
     log = cons.log()
+    # No hang: the wait ended because the producer died, not at the 120 s deadline.
+    assert "timed out after" not in log
     # The stored blocks loaded; the rest were reported as not loaded and vLLM recomputed them.
     assert f"producer pid {prod.proc.pid} is gone with {first.end} of 9 blocks in the pool" in log
     assert f"Recovered from KV load failure: 1 request(s) rescheduled ({(9 - first.end) * BS} tokens" in log
