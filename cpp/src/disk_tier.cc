@@ -629,6 +629,10 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   SealRecordHeader(&h);
   uint8_t* stage = ThreadBuffer(1, kChunkBytes);
   uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
+  if (stage == nullptr || blk0 == nullptr) {  // as in Append
+    t.Unreserve(seg, off, bytes);
+    return ErrorCode::INTERNAL_ERROR;
+  }
   ImageWriter w{t.active_fd, off, bytes, blk0};
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {
