@@ -278,6 +278,23 @@ void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Vi
 }  // namespace
 
 namespace {
+// A record header with everything but value_crc (the caller sets it, then seals).
+RecordHeader NewRecordHeader(uint16_t kind, std::string_view key, uint32_t seg, uint64_t off,
+                             uint64_t value_len, uint64_t generation, uint64_t seq) {
+  RecordHeader h{};
+  h.magic = kRecordMagic;
+  h.version = kFormatVersion;
+  h.kind = kind;
+  h.key_len = uint32_t(key.size());
+  h.segment_id = seg;
+  h.offset = off;
+  h.value_len = value_len;
+  h.generation = generation;
+  h.seq = seq;
+  h.key_crc = Crc32c(key.data(), key.size());
+  return h;
+}
+
 // The index side of a written value record (under mu).
 void CommitValue(DiskTier::Impl& t, std::string_view key, const RecordLocation& loc, uint64_t seq) {
   KeyState& st = t.keys[std::string(key)];
@@ -443,17 +460,7 @@ Result<RecordLocation> DiskTier::Append(std::string_view key, const void* value,
   Status s = t.Reserve(bytes, false, &seg, &off);
   if (!s.ok()) return s.error();
 
-  RecordHeader h{};
-  h.magic = kRecordMagic;
-  h.version = kFormatVersion;
-  h.kind = kKindValue;
-  h.key_len = uint32_t(key.size());
-  h.segment_id = seg;
-  h.offset = off;
-  h.value_len = len;
-  h.generation = generation;
-  h.seq = t.next_seq++;
-  h.key_crc = Crc32c(key.data(), key.size());
+  RecordHeader h = NewRecordHeader(kKindValue, key, seg, off, len, generation, t.next_seq++);
   uint8_t* stage = ThreadBuffer(1, kChunkBytes);
   uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
   if (stage == nullptr || blk0 == nullptr) {
@@ -547,17 +554,8 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
         const uint64_t rb = RecordBytes(it.key.size(), it.len);
         uint32_t crc = 0;
         FillImage(buf + rel, 0, rb, it.key, static_cast<const uint8_t*>(it.value), it.len, &crc);
-        RecordHeader h{};
-        h.magic = kRecordMagic;
-        h.version = kFormatVersion;
-        h.kind = kKindValue;
-        h.key_len = uint32_t(it.key.size());
-        h.segment_id = seg;
-        h.offset = off + rel;
-        h.value_len = it.len;
-        h.generation = it.generation;
-        h.seq = t.next_seq++;
-        h.key_crc = Crc32c(it.key.data(), it.key.size());
+        RecordHeader h = NewRecordHeader(kKindValue, it.key, seg, off + rel, it.len, it.generation,
+                                         t.next_seq++);
         h.value_crc = crc;
         SealRecordHeader(&h);
         memcpy(buf + rel, &h, sizeof(h));
@@ -626,20 +624,15 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   Status s = t.Reserve(bytes, true, &seg, &off);
   if (!s.ok() && retry(s.error())) continue;
   if (!s.ok()) return s;
-  RecordHeader h{};
-  h.magic = kRecordMagic;
-  h.version = kFormatVersion;
-  h.kind = kKindTombstone;
-  h.key_len = uint32_t(key.size());
-  h.segment_id = seg;
-  h.offset = off;
-  h.generation = generation;
-  h.seq = t.next_seq++;
-  h.key_crc = Crc32c(key.data(), key.size());
+  RecordHeader h = NewRecordHeader(kKindTombstone, key, seg, off, 0, generation, t.next_seq++);
   h.value_crc = Crc32c(nullptr, 0);
   SealRecordHeader(&h);
   uint8_t* stage = ThreadBuffer(1, kChunkBytes);
   uint8_t* blk0 = ThreadBuffer(2, kBlockSize);
+  if (stage == nullptr || blk0 == nullptr) {  // as in Append
+    t.Unreserve(seg, off, bytes);
+    return ErrorCode::INTERNAL_ERROR;
+  }
   ImageWriter w{t.active_fd, off, bytes, blk0};
   uint32_t crc = 0;
   for (uint64_t pos = 0; pos < bytes && w.err == 0; pos += kChunkBytes) {

@@ -116,22 +116,6 @@ uint8_t* ThreadBuffer(int which, uint64_t bytes) {
   return bufs[which].get();
 }
 
-int PreadFull(int fd, void* buf, uint64_t len, uint64_t off) {
-  auto* p = static_cast<uint8_t*>(buf);
-  while (len > 0) {
-    ssize_t n = pread(fd, p, len, off_t(off));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return errno;
-    }
-    if (n == 0) return ENODATA;
-    p += n;
-    len -= uint64_t(n);
-    off += uint64_t(n);
-  }
-  return 0;
-}
-
 int PreadUpTo(int fd, void* buf, uint64_t len, uint64_t off, uint64_t* got) {
   auto* p = static_cast<uint8_t*>(buf);
   *got = 0;
@@ -145,6 +129,13 @@ int PreadUpTo(int fd, void* buf, uint64_t len, uint64_t off, uint64_t* got) {
     *got += uint64_t(n);
   }
   return 0;
+}
+
+int PreadFull(int fd, void* buf, uint64_t len, uint64_t off) {
+  uint64_t got = 0;
+  int e = PreadUpTo(fd, buf, len, off, &got);
+  if (e != 0) return e;
+  return got < len ? ENODATA : 0;
 }
 
 int PwriteFull(int fd, const void* buf, uint64_t len, uint64_t off) {

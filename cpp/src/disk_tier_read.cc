@@ -89,6 +89,7 @@ struct Verifier {
 constexpr uint64_t kUringChunk = 1ull << 20;
 constexpr unsigned kUringDepth = 8;
 constexpr uint64_t kUringMinRecord = 2 * kUringChunk;
+static_assert(kUringChunk <= kChunkBytes, "ReadVerified reads its first chunk into the kChunkBytes buffer");
 
 struct ThreadRing {
   io_uring ring;

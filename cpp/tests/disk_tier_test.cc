@@ -103,6 +103,19 @@ class DiskTierTest : public ::testing::Test {
     EXPECT_TRUE(r.ok()) << key << " " << ErrorCodeName(r.error());
     return r.ok() ? r.value() : RecordLocation{};
   }
+  // Appends prefix0, prefix1, ... (generation 1, len bytes each) until one fails or max
+  // are in; the written ones go to recs. The failed append's code, or OK.
+  ErrorCode FillUntilFull(DiskTier& t, const char* prefix, int max, uint64_t len,
+                          std::vector<std::pair<std::string, RecordLocation>>* recs) {
+    for (int i = 0; i < max; i++) {
+      std::string k = Name(prefix, i);
+      auto v = ValueOf(k, 1, len);
+      auto r = t.Append(k, v.data(), v.size(), 1);
+      if (!r.ok()) return r.error();
+      recs->emplace_back(k, r.value());
+    }
+    return ErrorCode::OK;
+  }
   std::string dir_;
 };
 
@@ -364,17 +377,7 @@ TEST_F(DiskTierTest, CapacityFullThenRemoveAndCompactFreesSpace) {
   auto t = OpenTier(o);
   ASSERT_TRUE(t);
   std::vector<std::pair<std::string, RecordLocation>> recs;
-  ErrorCode last = ErrorCode::OK;
-  for (int i = 0; i < 100; i++) {
-    std::string k = Name("f", i);
-    auto v = ValueOf(k, 1, 60000);
-    auto r = t->Append(k, v.data(), v.size(), 1);
-    if (!r.ok()) {
-      last = r.error();
-      break;
-    }
-    recs.emplace_back(k, r.value());
-  }
+  ErrorCode last = FillUntilFull(*t, "f", 100, 60000, &recs);
   EXPECT_EQ(last, ErrorCode::NO_AVAILABLE_HANDLE);
   ASSERT_GT(recs.size(), 8u);
   Stats s = t->stats();
@@ -887,17 +890,7 @@ TEST_F(DiskTierTest, FullFilesystemGivesNoAvailableHandle) {
   auto t = OpenTier(o);
   ASSERT_TRUE(t);
   std::vector<std::pair<std::string, RecordLocation>> recs;
-  ErrorCode last = ErrorCode::OK;
-  for (int i = 0; i < 200; i++) {
-    std::string k = Name("s", i);
-    auto v = ValueOf(k, 1, 50000);
-    auto r = t->Append(k, v.data(), v.size(), 1);
-    if (!r.ok()) {
-      last = r.error();
-      break;
-    }
-    recs.emplace_back(k, r.value());
-  }
+  ErrorCode last = FillUntilFull(*t, "s", 200, 50000, &recs);
   ASSERT_EQ(last, ErrorCode::NO_AVAILABLE_HANDLE);
   ASSERT_GT(recs.size(), 10u);
   uint64_t disk = 0;
