@@ -8,6 +8,7 @@ import contextlib
 import os
 import platform
 import statistics
+import subprocess
 import tempfile
 import uuid
 
@@ -67,3 +68,12 @@ def temp_pool(prefix, pool_dir=None):
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+def wait_or_kill(proc, timeout):
+    """Wait up to timeout seconds for proc to exit; SIGKILL it (and reap) if it does not."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()

@@ -178,11 +178,7 @@ class ReferenceMaster:
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            common.wait_or_kill(self.proc, 10)
         self._log.close()
 
 

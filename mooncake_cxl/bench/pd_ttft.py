@@ -37,6 +37,8 @@ import tempfile
 import threading
 import time
 
+from .common import wait_or_kill
+
 LAYERS, KV_HEADS, HEAD_DIM = 16, 8, 64
 KV_BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
 TOKENS = (2048, 8192)
@@ -329,11 +331,7 @@ class _Served:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc, 60)
         self.log.close()
 
 
