@@ -7,6 +7,7 @@ the other way round).
 import contextlib
 import os
 import platform
+import socket
 import statistics
 import subprocess
 import tempfile
@@ -77,3 +78,10 @@ def wait_or_kill(proc, timeout):
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
