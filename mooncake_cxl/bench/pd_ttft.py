@@ -286,15 +286,6 @@ if rc == 0:
             self.proc.wait(30)
 
 
-def _pair(python, model, tokens, max_len, connector, env, log_dir, tag):
-    toks = ",".join(map(str, tokens))
-    common_args = ["--model", model, "--tokens", toks, "--max-len", str(max_len),
-                   "--connector", connector]
-    a = run_child(python, common_args + ["--role", "store"], env, os.path.join(log_dir, f"{tag}_store.log"))
-    b = run_child(python, common_args + ["--role", "load"], env, os.path.join(log_dir, f"{tag}_load.log"))
-    return a, b
-
-
 ROWS = ("recompute", "vllm-on-ours", "ours", "vllm-on-mooncake")
 
 
