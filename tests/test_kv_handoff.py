@@ -16,9 +16,9 @@ def test_consumer_of_a_killed_producer_gets_a_clear_result(master, children):
     assert pre.recv() == ("stopped", 8)
     pre.kill()
     d = dec.result()
+    # -1010 "... exited": the death was noticed (the 120 s timeout gives RPC_TIMEOUT "not done after").
     assert d["code"] == -1010 and "exited" in d["reason"] and "'req-5'" in d["error"], d
     assert d["blocks"] == 8 and d["loaded"] == 8 and d["bad"] == 0, d
-    assert d["seconds"] < 100  # the death was noticed, not the 120 s timeout
     # A consumer that starts after the death is told at once, from the records.
     late = children(H.decode, master.address, 5, N, "dead-ch", 120.0).result()
     assert late["code"] == -1010 and late["blocks"] == 8 and late["loaded"] == 8 and late["bad"] == 0, late

@@ -210,6 +210,18 @@ def _spaced(n, spacing=1 << 20):
     return big, base, [base + i * spacing for i in range(n)]
 
 
+def _check_batch_mismatch_empty_cleanup(store, batch_op, keys, ptrs, sizes, base):
+    """Shared tail of the batch_get_into / batch_put_from tests: 2 keys with 3
+    pointers and sizes -> 2 negative results; [] -> []; then unregister the
+    buffer and remove the keys after the lease (0 each)."""
+    bad = batch_op(keys[:2], ptrs[:3], sizes)
+    assert len(bad) == 2 and all(r < 0 for r in bad)
+    assert batch_op([], [], []) == []
+    assert store.unregister_buffer(base) == OK
+    for k in keys:
+        assert _remove_after_lease(store, k) == OK
+
+
 def test_batch_get_into_one_large_buffer_mismatch_empty(store):
     """test_batch_get_into_operations: three values read into 1 MiB-spaced
     views of one registered buffer (results = lengths, bytes match); 2 keys
@@ -223,12 +235,7 @@ def test_batch_get_into_one_large_buffer_mismatch_empty(store):
     assert store.batch_get_into(keys, ptrs, [1 << 20] * 3) == [len(d) for d in data]
     for i, d in enumerate(data):
         assert bytes(big[i << 20:(i << 20) + len(d)]) == d
-    bad = store.batch_get_into(keys[:2], ptrs[:3], [1 << 20] * 3)
-    assert len(bad) == 2 and all(r < 0 for r in bad)
-    assert store.batch_get_into([], [], []) == []
-    assert store.unregister_buffer(base) == OK
-    for k in keys:
-        assert _remove_after_lease(store, k) == OK
+    _check_batch_mismatch_empty_cleanup(store, store.batch_get_into, keys, ptrs, [1 << 20] * 3, base)
 
 
 def test_batch_put_from_one_large_buffer_mismatch_empty(store):
@@ -244,12 +251,7 @@ def test_batch_put_from_one_large_buffer_mismatch_empty(store):
     assert store.batch_put_from(keys, ptrs, [len(d) for d in data]) == [OK] * 3
     for k, d in zip(keys, data):
         assert store.get(k) == d
-    bad = store.batch_put_from(keys[:2], ptrs[:3], [len(d) for d in data])
-    assert len(bad) == 2 and all(r < 0 for r in bad)
-    assert store.batch_put_from([], [], []) == []
-    assert store.unregister_buffer(base) == OK
-    for k in keys:
-        assert _remove_after_lease(store, k) == OK
+    _check_batch_mismatch_empty_cleanup(store, store.batch_put_from, keys, ptrs, [len(d) for d in data], base)
 
 
 def test_concurrent_threads_put_get_remove(store):

@@ -7,7 +7,9 @@ the other way round).
 import contextlib
 import os
 import platform
+import socket
 import statistics
+import subprocess
 import tempfile
 import uuid
 
@@ -67,3 +69,19 @@ def temp_pool(prefix, pool_dir=None):
     finally:
         if os.path.exists(path):
             os.unlink(path)
+
+
+def wait_or_kill(proc, timeout):
+    """Wait up to timeout seconds for proc to exit; SIGKILL it (and reap) if it does not."""
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]

@@ -137,12 +137,6 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ReferenceMaster:
     """Mooncake's mooncake_master on 127.0.0.1 (free RPC and metrics ports)."""
 
@@ -159,11 +153,11 @@ class ReferenceMaster:
         binary = reference_master_binary()
         if binary is None:
             raise RuntimeError("the reference wheel's mooncake_master was not found")
-        self.port = _free_port()
+        self.port = common.free_port()
         self._log = open(self.log_path, "ab")
         self.proc = subprocess.Popen(
             [binary, "--rpc_address=127.0.0.1", f"--rpc_port={self.port}", "--metrics_host=127.0.0.1",
-             f"--metrics_port={_free_port()}", "--logtostderr"],
+             f"--metrics_port={common.free_port()}", "--logtostderr"],
             stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -178,11 +172,7 @@ class ReferenceMaster:
     def __exit__(self, *exc):
         if self.proc and self.proc.poll() is None:
             self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            common.wait_or_kill(self.proc, 10)
         self._log.close()
 
 
@@ -197,7 +187,7 @@ def _connect(store_kind, role, address):
         from mooncake.store import MooncakeDistributedStore
         s = MooncakeDistributedStore()
         segment = REFERENCE_SEGMENT if role == "writer" else 0  # the reader only reads
-        rc = s.setup(f"127.0.0.1:{_free_port()}", "P2PHANDSHAKE", segment, REFERENCE_LOCAL_BUFFER, "tcp", "",
+        rc = s.setup(f"127.0.0.1:{common.free_port()}", "P2PHANDSHAKE", segment, REFERENCE_LOCAL_BUFFER, "tcp", "",
                      address)
     if rc != 0:
         raise RuntimeError(f"{store_kind} {role}: setup failed with {rc}")

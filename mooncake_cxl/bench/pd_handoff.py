@@ -174,16 +174,10 @@ def _ours_consumer(conn, address, tokens, salt, views):
 
 # ---------------------------------------------------------------- Mooncake
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _mooncake_store(address, segment):
     from mooncake.store import MooncakeDistributedStore
     s = MooncakeDistributedStore()
-    rc = s.setup(f"127.0.0.1:{_free_port()}", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", address)
+    rc = s.setup(f"127.0.0.1:{common.free_port()}", "P2PHANDSHAKE", segment, 64 << 20, "tcp", "", address)
     if rc != 0:
         raise RuntimeError(f"Mooncake setup returned {rc}")
     return s

@@ -37,6 +37,8 @@ import tempfile
 import threading
 import time
 
+from .common import wait_or_kill
+
 LAYERS, KV_HEADS, HEAD_DIM = 16, 8, 64
 KV_BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
 TOKENS = (2048, 8192)
@@ -284,15 +286,6 @@ if rc == 0:
             self.proc.wait(30)
 
 
-def _pair(python, model, tokens, max_len, connector, env, log_dir, tag):
-    toks = ",".join(map(str, tokens))
-    common_args = ["--model", model, "--tokens", toks, "--max-len", str(max_len),
-                   "--connector", connector]
-    a = run_child(python, common_args + ["--role", "store"], env, os.path.join(log_dir, f"{tag}_store.log"))
-    b = run_child(python, common_args + ["--role", "load"], env, os.path.join(log_dir, f"{tag}_load.log"))
-    return a, b
-
-
 ROWS = ("recompute", "vllm-on-ours", "ours", "vllm-on-mooncake")
 
 
@@ -329,11 +322,7 @@ class _Served:
     def stop(self):
         if self.proc.poll() is None:
             self.proc.stdin.close()
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            wait_or_kill(self.proc, 60)
         self.log.close()
 
 
