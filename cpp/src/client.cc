@@ -55,6 +55,15 @@ uint64_t TotalSize(const MutSlice* s, size_t n) {
   return t;
 }
 
+void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts) {
+  for (size_t i = 0; i < ndsts && len > 0; ++i) {
+    uint64_t n = dsts[i].size < len ? dsts[i].size : len;
+    memcpy(dsts[i].data, src, n);
+    src += n;
+    len -= n;
+  }
+}
+
 Client::Client(const ClientOptions& options) : options_(options) {
   if (options_.tenant.empty()) options_.tenant = std::string(kDefaultTenant);
   tenant_prefix_ = TenantPrefix(options_.tenant);

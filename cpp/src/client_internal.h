@@ -26,5 +26,8 @@ ErrorCode StatusOfReply(const std::string& reply);
 void PrefaultForWrite(void* p, uint64_t n);
 // Sum of the slices' sizes.
 uint64_t TotalSize(const MutSlice* s, size_t n);
+// Copies the first len bytes of src into the slices, in order (the slices
+// must hold at least len bytes together).
+void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts);
 
 }  // namespace mcxl

@@ -53,13 +53,7 @@ Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key,
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
   ObserveRange(src, snap.value_size);
-  uint64_t left = snap.value_size;
-  for (size_t i = 0; i < ndsts && left > 0; ++i) {
-    uint64_t n = dsts[i].size < left ? dsts[i].size : left;
-    memcpy(dsts[i].data, src, n);
-    src += n;
-    left -= n;
-  }
+  ScatterTo(src, snap.value_size, dsts, ndsts);
   // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (!index_->StillValid(snap)) return false;

@@ -117,7 +117,7 @@ Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view ke
   loc.generation = c.generation;
   std::string tmp;
   void* dst = dsts[0].data;
-  if (ndsts != 1 || dsts[0].size < snap.value_size) {
+  if (ndsts == 0 || dsts[0].size < snap.value_size) {  // spans slices: read whole, then scatter
     tmp.resize(snap.value_size);
     dst = tmp.data();
   }
@@ -137,16 +137,7 @@ Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view ke
     return ErrorCode::OBJECT_NOT_FOUND;
   }
   if (!index_->StillValid(snap)) return false;
-  if (!tmp.empty()) {
-    const char* src = tmp.data();
-    uint64_t left = snap.value_size;
-    for (size_t i = 0; i < ndsts && left > 0; ++i) {
-      uint64_t n = dsts[i].size < left ? dsts[i].size : left;
-      memcpy(dsts[i].data, src, n);
-      src += n;
-      left -= n;
-    }
-  }
+  if (!tmp.empty()) ScatterTo(tmp.data(), snap.value_size, dsts, ndsts);
   index_->ExtendLease(snap.slot, NowNs() + LeaseTtlNs());
   offload_reads_.fetch_add(1, std::memory_order_relaxed);
   ClientSlot* cs = pool_->client_slot(slot_.load(std::memory_order_relaxed));

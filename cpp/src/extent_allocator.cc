@@ -169,16 +169,19 @@ Status ExtentAllocator::Free(uint64_t handle) {
     DropBlock(b);
     b = prev;
   }
-  uint32_t next = blocks_[b].next_phys;
-  if (next != kNone && blocks_[next].free) {  // absorb next into b
-    Unlink(next);
-    blocks_[b].size += blocks_[next].size;
-    blocks_[b].next_phys = blocks_[next].next_phys;
-    if (blocks_[next].next_phys != kNone) blocks_[blocks_[next].next_phys].prev_phys = b;
-    DropBlock(next);
-  }
+  AbsorbNextIfFree(b);
   Insert(b);
   return ErrorCode::OK;
+}
+
+void ExtentAllocator::AbsorbNextIfFree(uint32_t b) {
+  uint32_t next = blocks_[b].next_phys;
+  if (next == kNone || !blocks_[next].free) return;
+  Unlink(next);
+  blocks_[b].size += blocks_[next].size;
+  blocks_[b].next_phys = blocks_[next].next_phys;
+  if (blocks_[next].next_phys != kNone) blocks_[blocks_[next].next_phys].prev_phys = b;
+  DropBlock(next);
 }
 
 Status ExtentAllocator::Shrink(uint64_t handle, uint64_t size) {
@@ -190,14 +193,7 @@ Status ExtentAllocator::Shrink(uint64_t handle, uint64_t size) {
   uint32_t r = SplitOff(b, need);
   if (r == kNone) return ErrorCode::OK;  // out of block slots: keep the slack
   used_ -= blocks_[r].size;
-  uint32_t next = blocks_[r].next_phys;
-  if (next != kNone && blocks_[next].free) {  // absorb next into r
-    Unlink(next);
-    blocks_[r].size += blocks_[next].size;
-    blocks_[r].next_phys = blocks_[next].next_phys;
-    if (blocks_[next].next_phys != kNone) blocks_[blocks_[next].next_phys].prev_phys = r;
-    DropBlock(next);
-  }
+  AbsorbNextIfFree(r);
   Insert(r);
   return ErrorCode::OK;
 }

@@ -540,7 +540,6 @@ bool Master::TierHousekeeping() {
       for (const auto& c : cand) {
         if (dropped >= target) break;
         dropped += index_->entry(c.second).value_size.load(std::memory_order_relaxed);
-        std::string key(KeyOf(c.second));
         (void)UnlinkWithOlder(c.second, nullptr);  // its record goes with it (ForgetDiskCopy)
         ++n;
       }
@@ -595,9 +594,6 @@ void Master::TierLoop() {
 
 void Master::RecoverTier(bool fresh) {
   if (!tier_) return;
-  struct Rec {
-    tier::RecordLocation loc;
-  };
   std::unordered_map<std::string, tier::RecordLocation> live;
   tier_->ForEachLive([&live](std::string_view key, const tier::RecordLocation& loc) { live[std::string(key)] = loc; });
   next_generation_ = std::max(next_generation_, tier_->MaxGeneration() + 1);

@@ -87,6 +87,8 @@ class ExtentAllocator {
   uint32_t FindFit(uint64_t size) const;
   uint32_t FindFreeContaining(uint64_t offset) const;
   uint32_t SplitOff(uint32_t b, uint64_t size);  // b keeps `size`, rest is new
+  // If the block physically after b is free, merges it into b (b not yet in a free list).
+  void AbsorbNextIfFree(uint32_t b);
   static uint64_t RoundUpUnit(uint64_t v) { return (v + kUnit - 1) / kUnit * kUnit; }
 
   uint64_t base_, size_;
