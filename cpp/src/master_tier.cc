@@ -527,14 +527,24 @@ bool Master::TierHousekeeping() {
       uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
       uint64_t now = NowNs();
       std::vector<std::pair<uint64_t, uint64_t>> cand;  // (last access, slot)
-      for (const auto& [s, l] : disk_loc_) {
-        uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-        if (StateOf(sg) != EntryState::kOnDisk) continue;
-        if (index_->entry(s).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
-        if (index_->LeaseUntil(s) > now) continue;
-        cand.emplace_back(LastAccessNs(s, ttl), s);
-        if (cand.size() >= 4096) break;
+      // Bounded under mu_: at most kTierLruVisits entries per turn (skipped
+      // pinned/leased ones count too), from a bucket that rotates between turns.
+      constexpr size_t kTierLruVisits = 16384;
+      const size_t nb = disk_loc_.bucket_count();
+      size_t visited = 0, k = 0;
+      for (; k < nb && visited < kTierLruVisits && cand.size() < 4096; ++k) {
+        size_t b = (tier_lru_bucket_ + k) % nb;
+        for (auto it = disk_loc_.begin(b); it != disk_loc_.end(b); ++it) {
+          ++visited;
+          uint64_t s = it->first;
+          uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+          if (StateOf(sg) != EntryState::kOnDisk) continue;
+          if (index_->entry(s).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+          if (index_->LeaseUntil(s) > now) continue;
+          cand.emplace_back(LastAccessNs(s, ttl), s);
+        }
       }
+      tier_lru_bucket_ = nb == 0 ? 0 : (tier_lru_bucket_ + k) % nb;
       std::sort(cand.begin(), cand.end());
       uint64_t dropped = 0, n = 0;
       for (const auto& c : cand) {

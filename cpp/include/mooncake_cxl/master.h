@@ -478,6 +478,7 @@ class Master {
   // Per index slot with a record in the tier (a clean copy of a pool object,
   // or the value of a kOnDisk entry): where it is. Under mu_.
   std::unordered_map<uint64_t, tier::RecordLocation> disk_loc_;
+  size_t tier_lru_bucket_ = 0;  // where the tier's LRU sample starts next (TierHousekeeping)
   std::vector<DemoteJob> demote_q_;
   std::unordered_map<uint64_t, bool> demote_queued_;  // slot -> evict
   std::vector<PromoteJob> promote_q_;
