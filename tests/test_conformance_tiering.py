@@ -10,7 +10,7 @@ implementation for the module (the reference's fill takes ~20 s): 8 small
 values below the watermark, then 48 values of 1 MiB into a 32 MiB pool
 (segment), so the older ones are evicted to the tier.
 
-What the reference needs on this machine (measured, see tiering_ref.py):
+What the reference needs on this machine (measured; mooncake_cxl/bench/tiering_ref.py says the same):
   * --root_fs_dir on its master: without it its client's FileStorage never
     offloads, memory is never freed and every put past the watermark returns
     -200;
@@ -46,7 +46,6 @@ import numpy as np
 import pytest
 
 import oracle
-from conftest import connect
 
 IMPLS = ["mooncake_cxl", "mooncake"]
 MIB = 1 << 20
@@ -144,7 +143,10 @@ def tiered(request, tmp_path_factory):
             m = MasterProcess(pool, POOL, format=True, extra_flags=master_flags(tier_dir),
                               log_path=str(tmp_path_factory.mktemp("tier_ours") / "master.log")).start()
             try:
-                s = connect(m, hostname=f"127.0.0.1:{oracle.free_port()}", protocol="tcp")
+                s = oracle.ours_module().MooncakeDistributedStore()
+                rc = s.setup(f"127.0.0.1:{oracle.free_port()}", "P2PHANDSHAKE", POOL, 64 * MIB, "tcp", "",
+                             m.address, None, True, tier_dir)
+                assert rc == 0, f"setup with enable_ssd_offload failed: {rc}; {m.log_tail()}"
                 t = Tiered(name, s, settle=0.5)
                 t.fill()
                 yield t
