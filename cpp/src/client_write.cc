@@ -25,6 +25,7 @@
 #include "mooncake_cxl/publish.h"
 #include "mooncake_cxl/ring_server.h"
 #include "client_internal.h"
+#include "pool_copy.h"
 
 namespace mcxl {
 
@@ -44,6 +45,9 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
                               const ClientRef& owner) {
   uint64_t budget = 0;  // bytes left before the next check
   char* p = dst;
+  uint64_t total = 0;
+  for (const ConstSlice& s : parts) total += s.size;
+  const bool stream = total >= kStreamToPoolMin;  // large values: every part streams (pool_copy.h)
   for (const ConstSlice& s : parts) {
     const char* src = static_cast<const char*>(s.data);
     for (uint64_t done = 0; done < s.size;) {
@@ -52,7 +56,8 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
         budget = kPutChunkBytes;
       }
       uint64_t n = std::min<uint64_t>(budget, s.size - done);
-      memcpy(p, src + done, n);
+      if (stream) StreamToPool(p, src + done, n);
+      else memcpy(p, src + done, n);
       PublishRange(p, n);
       p += n;
       done += n;
