@@ -475,6 +475,18 @@ void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
   WakeTier();
 }
 
+bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
+  if (!tier_) return false;
+  for (uint64_t m : members) {
+    if (!entry_meta_[m].live) continue;
+    uint64_t sg = index_->entry(m).state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    auto nd = no_disk_.find(m);
+    if (nd != no_disk_.end() && nd->second == sg) return true;
+  }
+  return false;
+}
+
 uint64_t Master::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes) {
   std::vector<uint64_t> members{slot};
   auto gi = group_of_.find(slot);

@@ -468,6 +468,9 @@ class Master {
   // when a member is protected (lease, hard pin, view, unfinished). Returns
   // objects unlinked; adds their value bytes to *bytes.
   uint64_t DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes);
+  // Eviction of a group one of whose members the tier could not take (its
+  // append failed): the whole group is dropped, not split across the tiers.
+  bool GroupDropsWhole(const std::vector<uint64_t>& members) const;
   bool PromoteOne();
   bool TierHousekeeping();
   struct DemoteJob {
