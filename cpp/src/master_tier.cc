@@ -766,10 +766,10 @@ bool Master::TierHousekeeping() {
   bool compacted = false;
   if (ts.used_bytes > 0 && double(ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes)) > 0.5 * double(ts.used_bytes)) {
     uint64_t before = ts.compactions;
-    // 64 MiB a turn in 8 MiB steps, tombstones written in between: a remove
+    // 64 MiB a turn in 4 MiB steps, tombstones written in between: a remove
     // waits for at most one step's copy, not the whole turn.
-    for (int step = 0; step < 8 && ts.compactions == before; ++step) {
-      if (!tier_->Compact(8ull << 20).ok()) break;
+    for (int step = 0; step < 16 && ts.compactions == before; ++step) {
+      if (!tier_->Compact(4ull << 20).ok()) break;
       ts = tier_->stats();
       wrote |= FlushTombstones();
     }
