@@ -322,10 +322,12 @@ uint64_t Master::PendingTomb(std::string_view key) const {
 
 bool Master::FlushTombstones() {
   std::vector<TierRemoval> batch;
+  uint64_t upto = 0;  // every tombstone queued so far is in `batch` or written before
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (tier_removals_.empty()) return false;
     batch.swap(tier_removals_);
+    upto = tomb_queued_;
   }
   std::vector<std::pair<std::string_view, uint64_t>> items;
   items.reserve(batch.size());
@@ -333,22 +335,20 @@ bool Master::FlushTombstones() {
   std::vector<Status> st = tier_->RemoveBatch(items);  // group commit: one pwrite per ~4 MiB
   std::lock_guard<std::mutex> lock(mu_);
   // Durable up to just before the first failure; failures are retried next
-  // round (in front: tier_removals_ stays in seq order).
-  uint64_t upto = batch.back().seq;
+  // round (in front: older tickets first).
   std::vector<TierRemoval> again;
   for (size_t i = 0; i < batch.size(); ++i) {
     if (st[i].ok() || st[i].error() == ErrorCode::INVALID_PARAMS) continue;
-    if (again.empty()) upto = batch[i].seq - 1;
+    if (batch[i].seq != 0) upto = std::min(upto, batch[i].seq - 1);
     uint64_t now = MonoNs();
     if (now - tomb_fail_log_mono_ > kNsPerSec) {
       tomb_fail_log_mono_ = now;
       MCXL_LOG(kWarn, "tier", "tombstone of '%s' not written (%s); retried (its remove waits)", batch[i].key.c_str(),
                ErrorCodeName(st[i].error()));
     }
-    again.push_back(std::move(batch[i]));
+    again.push_back(batch[i]);
   }
   for (const TierRemoval& r : batch) {
-    if (r.seq > upto) continue;
     auto p = tomb_pending_.find(r.key);
     if (p != tomb_pending_.end() && p->second <= upto) tomb_pending_.erase(p);
   }
