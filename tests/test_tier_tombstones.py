@@ -109,13 +109,19 @@ def test_remove_all_then_sigkill_and_format_leaves_nothing(master_factory, tier_
         s.close()
 
 
-def test_upsert_batch_and_put_after_remove_never_bring_old_values_back(master_factory, tier_dir, children):  # noqa: F811
+def test_upsert_batch_and_put_after_remove_never_bring_old_values_back(master_factory, tier_dir, children,  # noqa: F811
+                                                                        monkeypatch):
     """Puts of keys whose disk record was just removed, then one upsert_batch
     of disk-resident keys as the last acknowledgement, SIGKILL, --format:
     no removed or overwritten value comes back (the new value or nothing is
-    served); a remove of a pool-only key gets no ticket (nothing to wait for)."""
+    served); a remove of a pool-only key gets no ticket (nothing to wait for).
+    The master's tombstone writes are slowed (a test hook: 30 ms before each
+    group), so an acknowledgement sent before its tombstone is written would
+    lose the race every time."""
     flags = tier_flags(tier_dir)
+    monkeypatch.setenv("MCXL_TIER_TEST_TOMB_DELAY_MS", "30")
     m = master_factory(pool_size=POOL, extra_flags=flags)
+    monkeypatch.delenv("MCXL_TIER_TEST_TOMB_DELAY_MS")
     n = 2 * POOL // SIZE
     s = connect(m)
     fill(s, "p", n)

@@ -56,7 +56,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
@@ -329,6 +331,13 @@ bool Master::FlushTombstones() {
     batch.swap(tier_removals_);
     upto = tomb_queued_;
   }
+  // Test hook (tests/test_tier_tombstones.py): a slow tier, so that a reply
+  // sent before its tombstone is written would lose the race for sure.
+  static const uint64_t delay_ms = [] {
+    const char* v = getenv("MCXL_TIER_TEST_TOMB_DELAY_MS");
+    return v != nullptr ? strtoull(v, nullptr, 10) : 0ull;
+  }();
+  if (delay_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
   std::vector<std::pair<std::string_view, uint64_t>> items;
   items.reserve(batch.size());
   for (const TierRemoval& r : batch) items.emplace_back(r.key, r.generation);
