@@ -484,6 +484,19 @@ void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
   WakeTier();
 }
 
+void Master::DropGroupOf(uint64_t slot) {
+  auto gi = group_of_.find(slot);
+  if (gi == group_of_.end()) return;
+  auto it = groups_.find(gi->second);
+  if (it == groups_.end() || it->second.size() < 2) return;
+  std::vector<uint64_t> members = it->second;  // a copy: Unlink edits the group
+  uint64_t n = 0;
+  for (uint64_t m : members)
+    if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+      n += UnlinkWithOlder(m, nullptr);
+  stats_.evicted_keys += n;
+}
+
 bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
   if (!tier_) return false;
   for (uint64_t m : members) {
@@ -564,6 +577,7 @@ bool Master::DemoteBatch() {
       if (NewerWriting(job.slot)) continue;  // an upsert decided its settle without this record
       if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
         no_disk_[job.slot] = job.state_gen;
+        DropGroupOf(job.slot);  // its group was evicted with it: not split across the tiers
         continue;
       }
       Extent ext;
@@ -603,6 +617,7 @@ bool Master::DemoteBatch() {
     if (!loc) {
       ++stats_.demotion_failures;
       if (same) no_disk_[job.slot] = job.state_gen;
+      if (same && job.evict) DropGroupOf(job.slot);  // as above
       uint64_t now = MonoNs();
       if (now - tier_full_log_mono_ > kNsPerSec) {
         tier_full_log_mono_ = now;

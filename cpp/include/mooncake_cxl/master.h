@@ -471,6 +471,9 @@ class Master {
   // Eviction of a group one of whose members the tier could not take (its
   // append failed): the whole group is dropped, not split across the tiers.
   bool GroupDropsWhole(const std::vector<uint64_t>& members) const;
+  // A group member being evicted found no room in the tier (DemoteBatch):
+  // the whole group is dropped now, as eviction without a tier would.
+  void DropGroupOf(uint64_t slot);
   bool PromoteOne();
   bool TierHousekeeping();
   struct DemoteJob {
