@@ -270,8 +270,9 @@ class Store {
     return out;
   }
 
-  int Put(const std::string& key, py::buffer value, const ReplicateConfig& config, bool upsert) {
-    // PutMany for one key and one buffer, without its per-call vectors.
+  int Put(std::string_view key, py::buffer value, const ReplicateConfig& config, bool upsert) {
+    // PutMany for one key and one buffer, without its per-call vectors
+    // (Client::PutOne; the key is a view of the caller's str, alive for the call).
     const char* op = upsert ? "upsert" : "put";
     auto c = Ready(op);
     if (!c) return kNotReady;
@@ -280,11 +281,10 @@ class Store {
       return int(ErrorCode::INVALID_PARAMS);
     }
     HeldBuffer held(value);
-    std::vector<std::string_view> kv{key};
-    std::vector<mcxl::PutParts> parts(1, mcxl::PutParts{held.slice()});
+    ConstSlice part = held.slice();
     PutOptions opts = ToPutOptions(config);
     py::gil_scoped_release nogil;
-    return ToInt(c->Put(kv, parts, opts, upsert)[0]);
+    return ToInt(c->PutOne(key, &part, 1, opts, upsert));
   }
 
   int PutJoined(const std::string& key, py::args parts, const ReplicateConfig& config, bool upsert) {
@@ -843,9 +843,9 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)
-      .def("put", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, false); },
+      .def("put", [](Store& s, std::string_view key, py::buffer value, const C& config) { return s.Put(key, value, config, false); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
-      .def("upsert", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, true); },
+      .def("upsert", [](Store& s, std::string_view key, py::buffer value, const C& config) { return s.Put(key, value, config, true); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
       .def("put_parts", [](Store& s, const std::string& key, py::args parts, const C& config) { return s.PutJoined(key, parts, config, false); },
            py::arg("key"), py::arg("config") = C())
