@@ -176,6 +176,26 @@ bool OneListPerKey(const char* op, const std::vector<std::string>& keys,
   return false;
 }
 
+// A put's key as a view, without pybind11's string_view caster (which
+// registers the str with the call's keep-alive set: an unordered_set insert
+// per call). The argument tuple holds `key` for the whole call; the UTF-8
+// form of a str is cached in the str itself. Other types as the std::string
+// caster would take them, copied into *tmp.
+std::string_view KeyView(const py::handle& key, std::string* tmp) {
+  if (PyUnicode_Check(key.ptr())) {
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(key.ptr(), &n);
+    if (p == nullptr) throw py::error_already_set();
+    return std::string_view(p, size_t(n));
+  }
+  if (PyBytes_Check(key.ptr())) return std::string_view(PyBytes_AS_STRING(key.ptr()), size_t(PyBytes_GET_SIZE(key.ptr())));
+  py::detail::make_caster<std::string> c;
+  if (!c.load(key, true))
+    throw py::type_error(std::string("key must be str or bytes, not '") + Py_TYPE(key.ptr())->tp_name + "'");
+  *tmp = std::move(static_cast<std::string&>(c));
+  return *tmp;
+}
+
 class Store {
  public:
   ~Store() {
@@ -843,9 +863,13 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)
-      .def("put", [](Store& s, std::string_view key, py::buffer value, const C& config) { return s.Put(key, value, config, false); },
+      .def("put", [](Store& s, const py::object& key, py::buffer value, const C& config) {
+             std::string tmp;
+             return s.Put(KeyView(key, &tmp), value, config, false); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
-      .def("upsert", [](Store& s, std::string_view key, py::buffer value, const C& config) { return s.Put(key, value, config, true); },
+      .def("upsert", [](Store& s, const py::object& key, py::buffer value, const C& config) {
+             std::string tmp;
+             return s.Put(KeyView(key, &tmp), value, config, true); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
       .def("put_parts", [](Store& s, const std::string& key, py::args parts, const C& config) { return s.PutJoined(key, parts, config, false); },
            py::arg("key"), py::arg("config") = C())

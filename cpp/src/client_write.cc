@@ -107,12 +107,19 @@ ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size
   req.upsert = upsert;
   req.config.flags = options.flags;
   req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
-  auto build = [&](std::string* out) {
-    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
+  struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
+    Client* self;
+    PutStartRequest* req;
+    std::string_view key, group;
+    uint64_t size;
+  } args{this, &req, key, group, size};
+  auto build = [a = &args](std::string* out) {
+    a->req->client = {a->self->slot_.load(std::memory_order_relaxed),
+                      a->self->slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
     out->clear();
     std::swap(e.mutable_data(), *out);  // encode into the reused buffer
-    EncodePutStartOne(req, key, size, group, &e);
+    EncodePutStartOne(*a->req, a->key, a->size, a->group, &e);
     std::swap(e.mutable_data(), *out);
   };
   Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
