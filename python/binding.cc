@@ -185,7 +185,10 @@ std::string_view KeyView(const py::handle& key, std::string* tmp) {
   if (PyUnicode_Check(key.ptr())) {
     Py_ssize_t n = 0;
     const char* p = PyUnicode_AsUTF8AndSize(key.ptr(), &n);
-    if (p == nullptr) throw py::error_already_set();
+    if (p == nullptr) {  // not encodable (a lone surrogate): refused as the std::string caster does
+      PyErr_Clear();
+      throw py::type_error("key must be a str encodable as UTF-8, or bytes");
+    }
     return std::string_view(p, size_t(n));
   }
   if (PyBytes_Check(key.ptr())) return std::string_view(PyBytes_AS_STRING(key.ptr()), size_t(PyBytes_GET_SIZE(key.ptr())));

@@ -116,7 +116,9 @@ std::string Master::HandlePutStart(Decoder* d) {
   // Per thread and reused: Decode assigns into its elements, so the keys'
   // strings keep their capacity and a small put allocates nothing for them.
   thread_local PutStartRequest req;
-  PutStartReply reply;
+  thread_local PutStartReply reply;  // its items keep their capacity too
+  reply.status = ErrorCode::OK;
+  reply.items.clear();
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
@@ -146,6 +148,7 @@ std::string Master::HandlePutStart(Decoder* d) {
     }
   }
   Encoder e;
+  e.mutable_data().reserve(8 + 28 * reply.items.size());  // its exact size: one allocation
   Encode(reply, &e);
   return std::move(e.mutable_data());  // e ends here: no copy
 }
