@@ -312,9 +312,11 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   std::string& reply = *reply_out;  // the caller's buffer: its capacity is reused
   for (;;) {
     uint64_t now = MonoNs();
-    if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
-    // (WaitForData writes the ring's consumer_waiting hint.)
+    // (WaitForData writes the ring's consumer_waiting hint.) Checked before
+    // the deadline: a client stopped past --client_ttl mid-call resumes late
+    // with its slot reclaimed, which MasterCall re-attaches and retries for.
     if (stale()) return ErrorCode::ILLEGAL_CLIENT;
+    if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
     // Spin ~30 µs (the master answers in a few), then sleep in short slices
     // so that a dead master is noticed.
     if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull), &ring_spin_)) {
