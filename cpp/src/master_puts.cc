@@ -150,6 +150,10 @@ std::string Master::HandlePutStart(Decoder* d) {
   Encoder e;
   e.mutable_data().reserve(8 + 28 * reply.items.size());  // its exact size: one allocation
   Encode(reply, &e);
+  // Keep only a small request's capacity: a big batch (up to kMaxRequestKeys
+  // keys) must not stay allocated per thread.
+  if (req.keys.size() > 64) req = PutStartRequest();
+  if (reply.items.size() > 64) reply = PutStartReply();
   return std::move(e.mutable_data());  // e ends here: no copy
 }
 
