@@ -176,6 +176,29 @@ bool OneListPerKey(const char* op, const std::vector<std::string>& keys,
   return false;
 }
 
+// A put's key as a view, without pybind11's string_view caster (which
+// registers the str with the call's keep-alive set: an unordered_set insert
+// per call). The argument tuple holds `key` for the whole call; the UTF-8
+// form of a str is cached in the str itself. Other types as the std::string
+// caster would take them, copied into *tmp.
+std::string_view KeyView(const py::handle& key, std::string* tmp) {
+  if (PyUnicode_Check(key.ptr())) {
+    Py_ssize_t n = 0;
+    const char* p = PyUnicode_AsUTF8AndSize(key.ptr(), &n);
+    if (p == nullptr) {  // not encodable (a lone surrogate): refused as the std::string caster does
+      PyErr_Clear();
+      throw py::type_error("key must be a str encodable as UTF-8, or bytes");
+    }
+    return std::string_view(p, size_t(n));
+  }
+  if (PyBytes_Check(key.ptr())) return std::string_view(PyBytes_AS_STRING(key.ptr()), size_t(PyBytes_GET_SIZE(key.ptr())));
+  py::detail::make_caster<std::string> c;
+  if (!c.load(key, true))
+    throw py::type_error(std::string("key must be str or bytes, not '") + Py_TYPE(key.ptr())->tp_name + "'");
+  *tmp = std::move(static_cast<std::string&>(c));
+  return *tmp;
+}
+
 class Store {
  public:
   ~Store() {
@@ -270,8 +293,9 @@ class Store {
     return out;
   }
 
-  int Put(const std::string& key, py::buffer value, const ReplicateConfig& config, bool upsert) {
-    // PutMany for one key and one buffer, without its per-call vectors.
+  int Put(std::string_view key, py::buffer value, const ReplicateConfig& config, bool upsert) {
+    // PutMany for one key and one buffer, without its per-call vectors
+    // (Client::PutOne; the key is a view of the caller's str, alive for the call).
     const char* op = upsert ? "upsert" : "put";
     auto c = Ready(op);
     if (!c) return kNotReady;
@@ -280,11 +304,10 @@ class Store {
       return int(ErrorCode::INVALID_PARAMS);
     }
     HeldBuffer held(value);
-    std::vector<std::string_view> kv{key};
-    std::vector<mcxl::PutParts> parts(1, mcxl::PutParts{held.slice()});
+    ConstSlice part = held.slice();
     PutOptions opts = ToPutOptions(config);
     py::gil_scoped_release nogil;
-    return ToInt(c->Put(kv, parts, opts, upsert)[0]);
+    return ToInt(c->PutOne(key, &part, 1, opts, upsert));
   }
 
   int PutJoined(const std::string& key, py::args parts, const ReplicateConfig& config, bool upsert) {
@@ -843,9 +866,13 @@ PYBIND11_MODULE(_core, m) {
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)
-      .def("put", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, false); },
+      .def("put", [](Store& s, const py::object& key, py::buffer value, const C& config) {
+             std::string tmp;
+             return s.Put(KeyView(key, &tmp), value, config, false); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
-      .def("upsert", [](Store& s, const std::string& key, py::buffer value, const C& config) { return s.Put(key, value, config, true); },
+      .def("upsert", [](Store& s, const py::object& key, py::buffer value, const C& config) {
+             std::string tmp;
+             return s.Put(KeyView(key, &tmp), value, config, true); },
            py::arg("key"), py::arg("value"), py::arg("config") = C())
       .def("put_parts", [](Store& s, const std::string& key, py::args parts, const C& config) { return s.PutJoined(key, parts, config, false); },
            py::arg("key"), py::arg("config") = C())

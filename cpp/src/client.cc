@@ -200,9 +200,18 @@ Status Client::Attach(bool initial) {
 
 Result<std::string> Client::MasterCall(MessageType type, const std::function<std::string()>& build,
                                        bool idempotent) {
+  std::string req, reply;
+  Status s = MasterCallInto(type, [&](std::string* p) { *p = build(); }, idempotent, &req, &reply);
+  if (!s.ok()) return s.error();
+  return reply;
+}
+
+Status Client::MasterCallInto(MessageType type, const std::function<void(std::string*)>& build, bool idempotent,
+                              std::string* req, std::string* reply) {
   uint64_t inc_before = incarnation_.load(std::memory_order_relaxed);
-  auto r = CallOnce(type, build());
-  if (r.ok() && StatusOfReply(*r) != ErrorCode::ILLEGAL_CLIENT) return r;
+  build(req);
+  Status r = CallOnceInto(type, *req, reply);
+  if (r.ok() && StatusOfReply(*reply) != ErrorCode::ILLEGAL_CLIENT) return r;
   if (!r.ok() && r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT &&
       r.error() != ErrorCode::ILLEGAL_CLIENT)
     return r;
@@ -217,18 +226,29 @@ Result<std::string> Client::MasterCall(MessageType type, const std::function<std
   if (!a.ok()) return a.error() == ErrorCode::ILLEGAL_CLIENT ? a.error() : r.ok() ? ErrorCode::RPC_FAIL : r.error();
   bool restarted = incarnation_.load(std::memory_order_relaxed) != inc_before;
   if (!idempotent && !lost_slot && !restarted) return r.error();
-  return CallOnce(type, build());
+  build(req);
+  return CallOnceInto(type, *req, reply);
 }
 
 Result<std::string> Client::CallOnce(MessageType type, const std::string& payload) {
+  std::string reply;
+  Status s = CallOnceInto(type, payload, &reply);
+  if (!s.ok()) return s.error();
+  return reply;
+}
+
+Status Client::CallOnceInto(MessageType type, const std::string& payload, std::string* reply) {
   // Attach/Detach bind the TCP connection; whole-index scans would stall
   // every ring client behind them on the master's ring thread.
   if (options_.use_rings && type != MessageType::kAttach && type != MessageType::kDetach &&
       type != MessageType::kRemoveByRegex && type != MessageType::kRemoveAll) {
-    auto r = RingCall(type, payload);
+    Status r = RingCallInto(type, payload, reply);
     if (r.ok() || r.error() != ErrorCode::NOT_SUPPORTED) return r;
   }
-  return rpc_->Call(type, payload);
+  auto r = rpc_->Call(type, payload);
+  if (!r) return r.error();
+  *reply = std::move(*r);
+  return ErrorCode::OK;
 }
 
 bool Client::SlotCurrent(uint32_t slot, uint64_t gen) const {
@@ -240,11 +260,19 @@ bool Client::SlotCurrent(uint32_t slot, uint64_t gen) const {
 }
 
 Result<std::string> Client::RingCall(MessageType type, const std::string& payload) {
+  std::string reply;
+  Status s = RingCallInto(type, payload, &reply);
+  if (!s.ok()) return s.error();
+  return reply;
+}
+
+Status Client::RingCallInto(MessageType type, std::string_view payload, std::string* reply_out) {
   std::lock_guard<std::mutex> lock(ring_mu_);
   if (!ring_requests_.valid()) return ErrorCode::NOT_SUPPORTED;
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);
-  std::string frame = MakeFrame(type, id, payload);
-  if (frame.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
+  // Pushed as header + payload: no joined copy of the frame.
+  FrameHeader fh{kFrameMagic, kProtocolVersion, uint16_t(type), uint32_t(payload.size()), 0, id};
+  if (sizeof(fh) + payload.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   Superblock* sb = pool_->superblock();
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
@@ -279,15 +307,17 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
     ~Release() { ring.ReleaseCaller(gen); }
   } release{ring_requests_, ring_generation_};
   if (stale()) return ErrorCode::ILLEGAL_CLIENT;
-  if (!ring_requests_.Push(frame)) return ErrorCode::RPC_FAIL;
+  if (!ring_requests_.Push(&fh, sizeof(fh), payload)) return ErrorCode::RPC_FAIL;
   RingDoorbell(sb);
   uint64_t deadline = MonoNs() + uint64_t(options_.rpc_timeout_ms) * 1000000ull;
-  std::string reply;
+  std::string& reply = *reply_out;  // the caller's buffer: its capacity is reused
   for (;;) {
     uint64_t now = MonoNs();
-    if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
-    // (WaitForData writes the ring's consumer_waiting hint.)
+    // (WaitForData writes the ring's consumer_waiting hint.) Checked before
+    // the deadline: a client stopped past --client_ttl mid-call resumes late
+    // with its slot reclaimed, which MasterCall re-attaches and retries for.
     if (stale()) return ErrorCode::ILLEGAL_CLIENT;
+    if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
     // Spin ~30 µs (the master answers in a few), then sleep in short slices
     // so that a dead master is noticed.
     if (!ring_replies_.WaitForData(30000, std::min<uint64_t>(deadline - now, 200000000ull), &ring_spin_)) {
@@ -322,7 +352,7 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
       DecodeStatus(&d, &st);
       return st;
     }
-    return reply;
+    return ErrorCode::OK;
   }
 }
 

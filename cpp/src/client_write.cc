@@ -43,14 +43,15 @@ bool Client::PutStillOurs(const PutStartItem& it, const ClientRef& owner) const 
   return cs->generation.load(std::memory_order_relaxed) == owner.generation;
 }
 
-bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartItem& it,
+bool Client::CopyValueChecked(const ConstSlice* parts, size_t nparts, char* dst, const PutStartItem& it,
                               const ClientRef& owner) {
   uint64_t budget = 0;  // bytes left before the next check
   char* p = dst;
   uint64_t total = 0;
-  for (const ConstSlice& s : parts) total += s.size;
+  for (size_t k = 0; k < nparts; ++k) total += parts[k].size;
   const bool stream = total >= kStreamToPoolMin;  // large values: every part streams (pool_copy.h)
-  for (const ConstSlice& s : parts) {
+  for (size_t k = 0; k < nparts; ++k) {
+    const ConstSlice& s = parts[k];
     const char* src = static_cast<const char*>(s.data);
     for (uint64_t done = 0; done < s.size;) {
       if (budget == 0) {
@@ -67,6 +68,127 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
     }
   }
   return true;
+}
+
+ErrorCode Client::PutOne(std::string_view user_key, const ConstSlice* parts, size_t nparts,
+                         const PutOptions& options, bool upsert) {
+  // Put for one key, without its per-key vectors (the common small put).
+  std::string buf;  // the key as stored when scoped (tenant.h)
+  std::string_view key;
+  bool key_ok = ScopeKey(user_key, "put", tenant_prefix_.empty() ? nullptr : &buf, &key);
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_ || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  if (!key_ok) return ErrorCode::INVALID_PARAMS;
+  uint64_t size = 0;
+  for (size_t k = 0; k < nparts; ++k) size += parts[k].size;
+  if (size == 0) {
+    MCXL_LOG(kWarn, "client", "put of '%.*s': empty value", int(key.size()), key.data());
+    return ErrorCode::INVALID_PARAMS;
+  }
+  const auto& g = options.group_ids;
+  std::string_view group = g.empty() ? std::string_view() : std::string_view(g[0]);
+  // Refused for space: retried with backoff as in Put.
+  uint64_t deadline = 0;
+  for (int backoff_us = 500;; backoff_us = std::min(backoff_us * 2, 50000)) {
+    bool no_room = false;
+    ErrorCode rc = PutOnceOne(key, parts, nparts, size, group, options, upsert, &no_room);
+    if (!no_room) return rc;
+    if (deadline == 0) deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
+    if (size >= pool_->geometry().data_size || MonoNs() >= deadline) return ErrorCode::NO_AVAILABLE_HANDLE;
+    std::this_thread::sleep_for(std::chrono::microseconds(backoff_us));
+  }
+}
+
+ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
+  // PutOnce for one key. The request and reply buffers are per thread and
+  // reused: a put allocates nothing here once they have grown.
+  thread_local std::string req_buf, reply_buf;
+  thread_local PutStartReply reply;
+  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartOne)
+  req.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    req.abandoned = abandoned_puts_;
+  }
+  req.upsert = upsert;
+  req.config.flags = options.flags;
+  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
+    Client* self;
+    PutStartRequest* req;
+    std::string_view key, group;
+    uint64_t size;
+  } args{this, &req, key, group, size};
+  auto build = [a = &args](std::string* out) {
+    a->req->client = {a->self->slot_.load(std::memory_order_relaxed),
+                      a->self->slot_generation_.load(std::memory_order_relaxed)};
+    Encoder e;
+    out->clear();
+    std::swap(e.mutable_data(), *out);  // encode into the reused buffer
+    EncodePutStartOne(*a->req, a->key, a->size, a->group, &e);
+    std::swap(e.mutable_data(), *out);
+  };
+  Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
+  ErrorCode whole = r.error();
+  if (r.ok()) {
+    Decoder d(reply_buf);
+    whole = !Decode(&d, &reply)          ? ErrorCode::RPC_FAIL
+            : reply.status != ErrorCode::OK ? reply.status
+            : reply.items.size() != 1       ? ErrorCode::RPC_FAIL
+                                            : ErrorCode::OK;
+  }
+  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  if (whole != ErrorCode::OK) return whole;
+  const PutStartItem& it = reply.items[0];
+  ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room);
+  if (rc != ErrorCode::OK || !it.settle || it.status != ErrorCode::OK) return rc;
+  // An older value of the key has a record on disk: tombstoned durably
+  // before the put returns, as in PutOnce.
+  Status st = Settle({{std::string(key), it.generation}});
+  return st.ok() ? ErrorCode::OK : st.error();
+}
+
+void Client::NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uint64_t put_id) {
+  if (answered && sent.empty()) return;  // the common case: nothing to note
+  std::lock_guard<std::mutex> lock(abandoned_mu_);
+  if (answered) {  // the master has them: stop resending
+    for (uint64_t id : sent)
+      abandoned_puts_.erase(std::remove(abandoned_puts_.begin(), abandoned_puts_.end(), id),
+                            abandoned_puts_.end());
+    return;
+  }
+  // No answer: the master may still process it later. Tell it with the
+  // next PutStart that this one is abandoned.
+  abandoned_puts_.push_back(put_id);
+  if (abandoned_puts_.size() > 64) abandoned_puts_.erase(abandoned_puts_.begin());
+}
+
+ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                                const PutStartItem& it, const ClientRef& owner, bool* no_room) {
+  if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) return ErrorCode::OK;  // first value kept: success
+  if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
+    *no_room = true;
+    return it.status;
+  }
+  if (it.status != ErrorCode::OK) return it.status;
+  if (!pool_->InDataRegion(it.value_offset, size) || it.entry_slot >= index_->capacity()) {
+    MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
+    (void)index_->Abort(it.entry_slot, it.generation);
+    return ErrorCode::INTERNAL_ERROR;
+  }
+  if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
+    MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
+             int(key.size()), key.data());
+    return ErrorCode::TRANSFER_FAIL;
+  }
+  if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;  // the copy may have gone to replacement pages (see PoolFaultAction)
+  if (!index_->PublishComplete(it.entry_slot, it.generation)) {
+    MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
+             int(key.size()), key.data());
+    return ErrorCode::TRANSFER_FAIL;
+  }
+  return ErrorCode::OK;
 }
 
 std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
@@ -174,20 +296,7 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                     : reply.status != ErrorCode::OK ? reply.status
                     : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
                                                         : ErrorCode::OK;
-  {
-    std::lock_guard<std::mutex> lock(abandoned_mu_);
-    if (r.ok() && !req.abandoned.empty()) {  // the master has them: stop resending
-      for (uint64_t id : req.abandoned)
-        abandoned_puts_.erase(std::remove(abandoned_puts_.begin(), abandoned_puts_.end(), id),
-                              abandoned_puts_.end());
-    }
-    if (!r.ok()) {
-      // No answer: the master may still process it later. Tell it with the
-      // next PutStart that this one is abandoned.
-      abandoned_puts_.push_back(req.put_id);
-      if (abandoned_puts_.size() > 64) abandoned_puts_.erase(abandoned_puts_.begin());
-    }
-  }
+  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
     return;
@@ -196,38 +305,13 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   std::vector<size_t> settled;
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
-    const PutStartItem& it = reply.items[j];
-    if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) continue;  // first value kept: success
-    if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
-      no_room->push_back(i);
-      continue;
-    }
-    if (it.status != ErrorCode::OK) {
-      (*out)[i] = it.status;
-      continue;
-    }
-    if (!pool_->InDataRegion(it.value_offset, sizes[i]) || it.entry_slot >= index_->capacity()) {
-      MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
-      (void)index_->Abort(it.entry_slot, it.generation);
-      (*out)[i] = ErrorCode::INTERNAL_ERROR;
-      continue;
-    }
-    if (!CopyValueChecked(values[i], pool_->base() + it.value_offset, it, req.client)) {
-      MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
-               int(keys[i].size()), keys[i].data());
-      (*out)[i] = ErrorCode::TRANSFER_FAIL;
-      continue;
-    }
-    if (pool_->failed()) {  // the copy may have gone to replacement pages (see PoolFaultAction)
-      (*out)[i] = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-      continue;
-    }
-    if (!index_->PublishComplete(it.entry_slot, it.generation)) {
-      MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
-               int(keys[i].size()), keys[i].data());
-      (*out)[i] = ErrorCode::TRANSFER_FAIL;
-    } else if (it.settle) {
-      settle.emplace_back(std::string(keys[i]), it.generation);
+    bool busy = false;
+    ErrorCode rc = FinishPutItem(keys[i], values[i].data(), values[i].size(), sizes[i], reply.items[j], req.client,
+                                 &busy);
+    if (busy) no_room->push_back(i);
+    else if (rc != ErrorCode::OK) (*out)[i] = rc;
+    else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {
+      settle.emplace_back(std::string(keys[i]), reply.items[j].generation);
       settled.push_back(i);
     }
   }

@@ -436,7 +436,9 @@ void Master::ServeRing(uint32_t slot) {
   bool stale_logged = false;
   uint32_t ring_bytes = pool_->geometry().ring_bytes;
   ShmRing requests(pool_->ring(slot, 0), ring_bytes), replies(pool_->ring(slot, 1), ring_bytes);
-  std::string frame;
+  // Per thread and reused (only the ring thread serves rings): its capacity
+  // outlives the call, so a request costs no allocation here.
+  thread_local std::string frame;
   for (int served = 0; served < 64; ++served) {  // bounded: other clients wait
     ShmRing::PopResult r = requests.Pop(&frame);
     if (r == ShmRing::PopResult::kEmpty) break;
@@ -487,7 +489,8 @@ void Master::ServeRing(uint32_t slot) {
     uint32_t conn_slot = slot;
     std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
     CountOp(h.type, reply);
-    if (!replies.Push(MakeFrame(MessageType(h.type), h.request_id, reply)))
+    FrameHeader rh{kFrameMagic, kProtocolVersion, h.type, uint32_t(reply.size()), 0, h.request_id};
+    if (!replies.Push(&rh, sizeof(rh), reply))  // header + body: no joined copy
       MCXL_LOG(kWarn, "ring", "reply ring of client slot %u is full (client stuck?); reply dropped", slot);
     replies.WakeConsumer();
   }

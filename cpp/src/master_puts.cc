@@ -117,8 +117,12 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
 }
 
 std::string Master::HandlePutStart(Decoder* d) {
-  PutStartRequest req;
-  PutStartReply reply;
+  // Per thread and reused: Decode assigns into its elements, so the keys'
+  // strings keep their capacity and a small put allocates nothing for them.
+  thread_local PutStartRequest req;
+  thread_local PutStartReply reply;  // its items keep their capacity too
+  reply.status = ErrorCode::OK;
+  reply.items.clear();
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
@@ -148,7 +152,12 @@ std::string Master::HandlePutStart(Decoder* d) {
     }
   }
   Encoder e;
+  e.mutable_data().reserve(8 + 29 * reply.items.size());  // its exact size: one allocation
   Encode(reply, &e);
+  // Keep only a small request's capacity: a big batch (up to kMaxRequestKeys
+  // keys) must not stay allocated per thread.
+  if (req.keys.size() > 64) req = PutStartRequest();
+  if (reply.items.size() > 64) reply = PutStartReply();
   return std::move(e.mutable_data());  // e ends here: no copy
 }
 

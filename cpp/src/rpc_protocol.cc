@@ -100,6 +100,21 @@ void Encode(const PutStartRequest& m, Encoder* e) {
     e->Str(i < m.groups.size() ? m.groups[i] : std::string());
   }
 }
+void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
+                       Encoder* e) {
+  // Encode(m) with m.keys = {key}, m.sizes = {size}, m.groups = {group}.
+  Encode(m.client, e);
+  e->U64(m.put_id);
+  e->U32(uint32_t(m.abandoned.size()));
+  for (uint64_t id : m.abandoned) e->U64(id);
+  e->U8(m.upsert ? 1 : 0);
+  e->U32(m.config.flags);
+  e->U64(m.config.soft_pin_ttl_ms);
+  e->U32(1);
+  e->Str(key);
+  e->U64(size);
+  e->Str(group);
+}
 bool Decode(Decoder* d, PutStartRequest* m) {
   Decode(d, &m->client);
   m->put_id = d->U64();
@@ -110,13 +125,15 @@ bool Decode(Decoder* d, PutStartRequest* m) {
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();
   uint32_t n = d->Count(4 + 8 + 4);
-  m->keys.reserve(n);
-  m->sizes.reserve(n);
-  m->groups.reserve(n);
+  // Assigned in place: a request reused for the next decode keeps its
+  // strings' capacity (the master's put path allocates nothing here).
+  m->keys.resize(n);
+  m->sizes.resize(n);
+  m->groups.resize(n);
   for (uint32_t i = 0; i < n && !d->failed(); ++i) {
-    m->keys.emplace_back(d->Str());
-    m->sizes.push_back(d->U64());
-    m->groups.emplace_back(d->Str());
+    m->keys[i].assign(d->Str());
+    m->sizes[i] = d->U64();
+    m->groups[i].assign(d->Str());
   }
   return !d->failed() && d->done();
 }

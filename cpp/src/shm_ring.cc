@@ -44,9 +44,14 @@ void ShmRing::Reset(RingHeader* h) {
   PublishRange(h, sizeof(*h));
 }
 
-bool ShmRing::Push(const std::string& frame) {
-  uint64_t rec = RecordBytes(frame.size());
-  if (frame.size() > max_frame()) return false;
+bool ShmRing::Push(const std::string& frame) { return Push(nullptr, 0, frame); }
+
+bool ShmRing::Push(const void* front, size_t front_bytes, std::string_view body) {
+  // The record holds front then body: callers pass a frame header and its
+  // payload without first joining them into one string.
+  uint64_t size = front_bytes + body.size();
+  uint64_t rec = RecordBytes(size);
+  if (size > max_frame()) return false;
   // Relaxed: only this (producer) thread writes head and next_seq.
   uint64_t head = h_->head.load(std::memory_order_relaxed);
   // Acquire: the consumer finished reading the bytes it released.
@@ -66,11 +71,12 @@ bool ShmRing::Push(const std::string& frame) {
     head += to_end;
     pos = 0;
   }
-  uint32_t len = uint32_t(frame.size()), check = ~len;
+  uint32_t len = uint32_t(size), check = ~len;
   memcpy(data_ + pos, &seq, 8);
   memcpy(data_ + pos + 8, &len, 4);
   memcpy(data_ + pos + 12, &check, 4);
-  memcpy(data_ + pos + kRecordHeader, frame.data(), frame.size());
+  if (front_bytes != 0) memcpy(data_ + pos + kRecordHeader, front, front_bytes);
+  memcpy(data_ + pos + kRecordHeader + front_bytes, body.data(), body.size());
   PublishRange(data_ + pos, rec);
   h_->next_seq.store(seq + 1, std::memory_order_relaxed);
   // Release: the record's bytes are visible before the head that covers them.

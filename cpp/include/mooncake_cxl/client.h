@@ -124,6 +124,10 @@ class Client {
   std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys,
                              const std::vector<PutParts>& values, const PutOptions& options,
                              bool upsert);
+  // Put of one key whose value is `parts` (same results), without per-key
+  // vectors: the small-put fast path (issue 14).
+  ErrorCode PutOne(std::string_view key, const ConstSlice* parts, size_t nparts, const PutOptions& options,
+                   bool upsert);
 
   // One-sided reads. Locate finds the newest COMPLETE entry; CopyValidated
   // copies its value (scattered over `dsts`, which must hold value_size bytes
@@ -213,6 +217,13 @@ class Client {
   // the master died or restarted meanwhile, RPC_TIMEOUT.
   Result<std::string> RingCall(MessageType type, const std::string& payload);
   Result<std::string> CallOnce(MessageType type, const std::string& payload);
+  // The same with caller buffers (the put path keeps them per thread, so a
+  // call allocates nothing): `build` writes the request into *req, the
+  // reply payload lands in *reply.
+  Status MasterCallInto(MessageType type, const std::function<void(std::string*)>& build, bool idempotent,
+                        std::string* req, std::string* reply);
+  Status CallOnceInto(MessageType type, const std::string& payload, std::string* reply);
+  Status RingCallInto(MessageType type, std::string_view payload, std::string* reply);
   // Checks a caller's key (not empty, not in another namespace, short enough
   // once scoped) and returns it as stored (tenant.h), in *buf when scoped.
   bool ScopeKey(std::string_view key, const char* op, std::string* buf, std::string_view* stored) const;
@@ -262,7 +273,17 @@ class Client {
   Status Settle(const std::vector<std::pair<std::string, uint64_t>>& items);
   // The value's copy for one granted item, in chunks with PutStillOurs
   // before each; false (copy stopped) once the put is no longer ours.
-  bool CopyValueChecked(const PutParts& parts, char* dst, const PutStartItem& it, const ClientRef& owner);
+  bool CopyValueChecked(const ConstSlice* parts, size_t nparts, char* dst, const PutStartItem& it,
+                        const ClientRef& owner);
+  // PutOnce of one key (PutOne): its result, or *no_room set for a retry.
+  ErrorCode PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                       std::string_view group, const PutOptions& options, bool upsert, bool* no_room);
+  // After a PutStart: forget the abandoned ids it carried (answered), or
+  // remember this put_id as abandoned (no answer).
+  void NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uint64_t put_id);
+  // Copy and publish of one granted item: the key's result, or *no_room.
+  ErrorCode FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                          const PutStartItem& it, const ClientRef& owner, bool* no_room);
   bool PutStillOurs(const PutStartItem& it, const ClientRef& owner) const;
   // True while `slot` in the pool still has generation `gen` (the master has
   // not reclaimed it): a stale client must not touch that slot's rings.

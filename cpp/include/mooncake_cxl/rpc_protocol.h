@@ -170,6 +170,10 @@ void Encode(const ClientRef& m, Encoder* e);
 bool Decode(Decoder* d, ClientRef* m);
 void Encode(const PutStartRequest& m, Encoder* e);
 bool Decode(Decoder* d, PutStartRequest* m);
+// The bytes of Encode(m) for a request of one key (m.keys, m.sizes and
+// m.groups unused), built without the per-key vectors.
+void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
+                       Encoder* e);
 void Encode(const PutStartReply& m, Encoder* e);
 bool Decode(Decoder* d, PutStartReply* m);
 void Encode(const RemoveRequest& m, Encoder* e);

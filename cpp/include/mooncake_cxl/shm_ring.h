@@ -37,6 +37,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "mooncake_cxl/layout.h"
 
@@ -85,6 +86,8 @@ class ShmRing {
 
   // ---- producer ----
   bool Push(const std::string& frame);
+  // The same for a frame given as its header and payload (no joined copy).
+  bool Push(const void* front, size_t front_bytes, std::string_view body);
   // Wakes the consumer if it sleeps (call after Push).
   void WakeConsumer();
 
