@@ -233,8 +233,12 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     evict_ahead_wanted_.store(false, std::memory_order_relaxed);
   };
   // With an SSD tier, objects leave the pool only at the watermark (inline
-  // rounds): nothing reaches the disk below it.
-  if (pool_lost_ || pool_->failed() || tier_) return done(true);
+  // rounds): nothing reaches the disk below it. With pre-demotion on
+  // (--offload_ahead_ratio) objects with a clean copy go here too: a
+  // conversion writes no disk (evict_clean_only_), and spares the put an
+  // inline round.
+  bool tier_ahead = tier_ && config_.offload_on_evict && config_.offload_ahead_ratio > 0;
+  if (pool_lost_ || pool_->failed() || (tier_ && !tier_ahead)) return done(true);
   if (alloc_->used_bytes() <= low) return done(true, true);
   uint64_t cap = index_->capacity();
   uint64_t now = NowNs();
@@ -292,7 +296,9 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     // window may predate a replaced pool device: bounded by this index.
     if (slot < cap && index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
       uint64_t b = 0;
+      evict_clean_only_ = tier_ahead;
       uint64_t n = EvictWithGroup(slot, now, pins, &b);
+      evict_clean_only_ = false;
       ahead_freed_ += n;
       ahead_freed_bytes_ += b;
       stats_.evicted_keys += n;
@@ -330,6 +336,12 @@ Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view ke
         uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
                                   double(cap));
         if (alloc_->used_bytes() > ahead) evict_ahead_wanted_.store(true, std::memory_order_relaxed);
+        // Pre-demotion: the tier thread copies the coldest objects once the
+        // pool's bytes without a copy pass --offload_ahead_ratio (master_tier.cc).
+        if (!pre_kicked_ && AheadWanted()) {
+          pre_kicked_ = true;
+          WakeTier();
+        }
         return ext;
       }
     }

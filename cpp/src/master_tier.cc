@@ -15,6 +15,16 @@
 //     for room gets OBJECT_REPLICA_BUSY (the client retries). Write-through
 //     (--enable_offload without --offload_on_evict) queues a copy after each
 //     completed put; eviction then only converts.
+//   * Pre-demotion (--offload_ahead_ratio R, with --offload_on_evict; 0 =
+//     off): while the pool's bytes without a clean copy exceed R of its
+//     capacity, the tier thread (DemoteAhead, when no demotion is queued)
+//     samples the index as eviction does, and copies the coldest objects
+//     without a record (hard pins never, soft pins last and only when
+//     eviction may take them) in ~4 MiB AppendBatch writes, WITHOUT
+//     evicting them: the same busy_demote_ protocol and generation check as
+//     a demotion, so an object removed or overwritten meanwhile gets a
+//     tombstone, never a clean copy. Eviction then only converts (and the
+//     ring server's idle-time EvictAhead converts clean objects too).
 //   * Promotion: kPromote from a reader (every disk read when
 //     --promotion_on_hit; the master counts and queues at the threshold) or
 //     a stage request; the tier thread allocates an extent, reads the record
@@ -67,6 +77,17 @@ Status Master::OpenTier() {
     MCXL_LOG(kError, "master", "--offload_high_watermark_ratio must be in (0, 1]");
     return ErrorCode::INVALID_PARAMS;
   }
+  if (!(config_.offload_ahead_ratio >= 0 && config_.offload_ahead_ratio < 1)) {
+    MCXL_LOG(kError, "master", "--offload_ahead_ratio must be in [0, 1) (0 = off)");
+    return ErrorCode::INVALID_PARAMS;
+  }
+  if (config_.offload_ahead_ratio > 0 && !config_.offload_on_evict)
+    MCXL_LOG(kInfo, "master", "--offload_ahead_ratio has no effect without --offload_on_evict (write-through "
+             "copies every object already)");
+  else if (config_.offload_ahead_ratio >= config_.eviction_high_watermark_ratio)
+    MCXL_LOG(kWarn, "master", "--offload_ahead_ratio=%.2f is not below --eviction_high_watermark_ratio=%.2f: "
+             "eviction will find few clean copies", config_.offload_ahead_ratio,
+             config_.eviction_high_watermark_ratio);
   tier::Options o;
   o.root_dir = config_.root_fs_dir;
   o.capacity_bytes = config_.offload_capacity_bytes;
@@ -100,6 +121,7 @@ Status Master::OpenTier() {
                        int(key.size()), key.data());
               Unlink(s, true, 0);
             } else {
+              NoteClean(it->second.value_len, false);
               disk_loc_.erase(it);  // a pool object: only its clean copy is gone
             }
             continue;
@@ -117,7 +139,9 @@ Status Master::OpenTier() {
   MCXL_LOG(kInfo, "master", "SSD tier at %s: %llu records, %llu of %llu bytes used; %s, promotion on hit %s "
            "(threshold %llu)", config_.root_fs_dir.c_str(), (unsigned long long)tier_stats_.objects,
            (unsigned long long)tier_stats_.used_bytes, (unsigned long long)config_.offload_capacity_bytes,
-           config_.offload_on_evict ? "offload on eviction" : "write-through after each put",
+           !config_.offload_on_evict ? "write-through after each put"
+           : config_.offload_ahead_ratio > 0 ? "offload on eviction, clean copies ahead of it"
+                                              : "offload on eviction",
            config_.promotion_on_hit ? "on" : "off", (unsigned long long)config_.promotion_admission_threshold);
   return ErrorCode::OK;
 }
@@ -195,7 +219,12 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
         GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) < GenOf(sg))
       return UnlinkWithOlder(slot, bytes);
   auto it = disk_loc_.find(slot);
-  if (it != disk_loc_.end()) return ConvertToDisk(slot, it->second, bytes) ? 1 : 0;
+  if (it != disk_loc_.end()) {
+    if (!ConvertToDisk(slot, it->second, bytes)) return 0;
+    ++stats_.demotions_clean;  // its copy was there: nothing written on the put path
+    return 1;
+  }
+  if (evict_clean_only_) return 0;  // EvictAhead: only what needs no disk write
   auto nd = no_disk_.find(slot);
   if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
   if (config_.offload_force_evict && demote_queued_.count(slot) == 0 &&
@@ -264,6 +293,7 @@ bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint6
     kept = alloc_->Lookup(m.extent, &after) ? after.size : stub_bytes;
   }
   if (bytes != nullptr) *bytes += ext.size > kept ? ext.size - kept : 0;
+  NoteClean(loc.value_len, false);  // no longer a pool object
   ++disk_objects_;
   ++stats_.demotions;
   return true;
@@ -276,6 +306,7 @@ void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
   no_disk_.erase(slot);
   auto it = disk_loc_.find(slot);
   if (it == disk_loc_.end()) return;
+  if (StateOf(sg) != EntryState::kOnDisk) NoteClean(it->second.value_len, false);
   disk_loc_.erase(it);
   tier_removals_.push_back({std::string(KeyOf(slot)), generation});
   WakeTier();
@@ -314,19 +345,39 @@ std::string Master::HandlePromote(Decoder* d) {
   return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
 }
 
+void Master::NoteClean(uint64_t value_len, bool add) {
+  if (add) pool_clean_bytes_ += value_len;
+  else pool_clean_bytes_ -= std::min(pool_clean_bytes_, value_len);
+}
+
+uint64_t Master::PoolDirtyBytes() const {
+  uint64_t used = alloc_->used_bytes();
+  return used - std::min(used, pool_clean_bytes_);
+}
+
+bool Master::AheadWanted() const {
+  if (!tier_ || !config_.offload_on_evict || config_.offload_ahead_ratio <= 0 || pool_lost_) return false;
+  return PoolDirtyBytes() > uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+}
+
+void Master::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes) {
+  const IndexEntry& e = index_->entry(job.slot);
+  const EntryMeta& m = entry_meta_[job.slot];
+  Extent ext;
+  if (!alloc_->Lookup(m.extent, &ext) || busy_demote_.count(m.extent) || m.extent == busy_handle_) return;
+  uint64_t len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
+  batch->push_back({job, std::string(KeyOf(job.slot)), pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len),
+                    len, m.extent});
+  busy_demote_[m.extent] = false;
+  *batch_bytes += len;
+}
+
 bool Master::DemoteBatch() {
   // Taken together: up to kBatchBytes of queued jobs under one mu_, one
   // AppendBatch (one pwrite per ~4 MiB), one mu_ pass converting them.
   constexpr uint64_t kBatchBytes = 4ull << 20;
   constexpr size_t kBatchJobs = 512;
-  struct Item {
-    DemoteJob job;
-    std::string key;
-    const char* src;
-    uint64_t len;
-    uint64_t handle;
-  };
-  std::vector<Item> batch;
+  std::vector<DemoteItem> batch;
   uint64_t batch_bytes = 0;
   bool more = false;
   {
@@ -345,7 +396,7 @@ bool Master::DemoteBatch() {
           StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
         continue;  // gone or changed since it was queued
       auto have = disk_loc_.find(job.slot);
-      if (have != disk_loc_.end()) {  // copied already (write-through, or promoted)
+      if (have != disk_loc_.end()) {  // copied already (write-through, ahead, or promoted)
         if (job.evict) {
           uint64_t b = 0;
           (void)ConvertToDisk(job.slot, have->second, &b);
@@ -356,29 +407,124 @@ bool Master::DemoteBatch() {
         no_disk_[job.slot] = job.state_gen;
         continue;
       }
-      Extent ext;
-      const EntryMeta& m = entry_meta_[job.slot];
-      if (!alloc_->Lookup(m.extent, &ext) || busy_demote_.count(m.extent)) continue;
-      uint64_t len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
-      batch.push_back({job, std::string(KeyOf(job.slot)), pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len),
-                       len, m.extent});
-      busy_demote_[m.extent] = false;
-      batch_bytes += len;
+      AddToDemoteBatch(job, &batch, &batch_bytes);
     }
     demote_q_.erase(demote_q_.begin(), demote_q_.begin() + taken);
     more = true;  // jobs were taken: the loop comes back for the rest
   }
   if (batch.empty()) return more;
+  WriteDemoteBatch(&batch, false);
+  return true;
+}
+
+bool Master::DemoteAhead() {
+  // Per call under mu_: at most kScanSlots index slots scanned, one window
+  // of candidates walked, kBatchBytes / kBatchJobs taken; the write is
+  // WriteDemoteBatch's (without mu_).
+  constexpr uint64_t kBatchBytes = 4ull << 20;
+  constexpr size_t kBatchJobs = 512;
+  constexpr uint64_t kScanSlots = 65536;
+  constexpr uint64_t kWindow = 4096;          // COMPLETE entries per sample, as eviction's
+  constexpr uint64_t kSoftLast = 1ull << 63;  // soft-pinned members sort after all others
+  std::vector<DemoteItem> batch;
+  uint64_t batch_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!AheadWanted() || tier_full_) {
+      pre_kicked_ = false;  // the next put past the threshold wakes us again
+      return false;
+    }
+    uint64_t mono = MonoNs();
+    // Eviction's demotions first; after an empty sample or a failed write,
+    // not before pre_retry_mono_ (TierLoop polls: pre_kicked_ stays set).
+    if (!demote_q_.empty() || mono < pre_retry_mono_) return false;
+    uint64_t cap = index_->capacity();
+    uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+    uint64_t now = NowNs();
+    // A sorted window is used until spent or older than a lease (<= 1 s):
+    // objects put since are newer than all of it; ones read since are
+    // skipped below (their last access moved).
+    if (pre_next_ != SIZE_MAX &&
+        (pre_next_ >= pre_window_.size() || mono - pre_sampled_mono_ > std::min<uint64_t>(ttl, kNsPerSec))) {
+      pre_window_.clear();
+      pre_next_ = SIZE_MAX;
+      pre_scanned_ = pre_complete_ = 0;
+    }
+    if (pre_next_ == SIZE_MAX) {
+      if (pre_scanned_ == 0) {  // a new sample, from a random point (as EvictRound)
+        eviction_rng_ ^= eviction_rng_ << 13;
+        eviction_rng_ ^= eviction_rng_ >> 7;
+        eviction_rng_ ^= eviction_rng_ << 17;
+        pre_start_ = eviction_rng_ & (cap - 1);
+        pre_window_.clear();
+      }
+      for (uint64_t n = 0; n < kScanSlots && pre_scanned_ < cap && pre_complete_ < kWindow; ++n) {
+        uint64_t slot = (pre_start_ + pre_scanned_++) & (cap - 1);
+        uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kComplete || !CheckedLive(slot)) continue;
+        ++pre_complete_;
+        if (disk_loc_.count(slot) != 0) continue;  // clean already
+        // Eviction's rules: hard pins never leave the pool; soft pins only
+        // in its second pass, when allowed.
+        if (index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+        bool soft = SoftPinActive(slot, now);
+        if (soft && !config_.allow_evict_soft_pinned_objects) continue;
+        pre_window_.push_back({(soft ? kSoftLast : 0) | LastAccessNs(slot, ttl), slot, sg});
+      }
+      if (pre_scanned_ < cap && pre_complete_ < kWindow) return true;  // more on the next call
+      std::sort(pre_window_.begin(), pre_window_.end());
+      pre_next_ = 0;
+      pre_sampled_mono_ = mono;
+    }
+    uint64_t threshold = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+    uint64_t dirty = PoolDirtyBytes();
+    while (pre_next_ < pre_window_.size() && batch_bytes < kBatchBytes && batch.size() < kBatchJobs &&
+           dirty > threshold + batch_bytes) {
+      const AheadCandidate c = pre_window_[pre_next_++];
+      uint64_t s = c.slot;
+      // Still the object sampled, still without a record or a demotion in
+      // flight, not read since (then it is not among the coldest), and not
+      // an upsert with an older value of its key still there (eviction
+      // drops those; an older generation would not even append).
+      if (s >= cap || index_->entry(s).state_gen.load(std::memory_order_acquire) != c.state_gen ||
+          !entry_meta_[s].live || !CheckedLive(s))
+        continue;
+      if (disk_loc_.count(s) != 0 || demote_queued_.count(s) != 0 || no_disk_.count(s) != 0) continue;
+      if (LastAccessNs(s, ttl) != (c.last_access & ~kSoftLast)) continue;
+      if (index_->entry(s).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+      std::vector<uint64_t> live;
+      FindLive(KeyOf(s), index_->entry(s).key_hash.load(std::memory_order_relaxed), &live);
+      bool alone = true;
+      for (uint64_t o : live)
+        if (o != s && Readable(StateOf(index_->entry(o).state_gen.load(std::memory_order_acquire)))) alone = false;
+      if (!alone) continue;
+      AddToDemoteBatch({s, c.state_gen, false}, &batch, &batch_bytes);
+    }
+    if (batch.empty() && pre_next_ >= pre_window_.size()) {
+      // A spent window with nothing to copy: the next sample may find some,
+      // unless this one covered the whole index (then wait a little: the
+      // dirty bytes are unfinished puts, pinned or just read objects).
+      if (pre_scanned_ >= cap) pre_retry_mono_ = mono + 5 * 1000000ull;
+      return pre_scanned_ < cap;
+    }
+  }
+  if (batch.empty()) return true;
+  WriteDemoteBatch(&batch, true);
+  return true;
+}
+
+void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
+  std::vector<DemoteItem>& batch = *batch_in;
   // The bytes are stable: the objects are COMPLETE and their extents are kept for us.
   std::vector<tier::DiskTier::BatchItem> items;
   items.reserve(batch.size());
-  for (const Item& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
+  for (const DemoteItem& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
   auto locs = tier_->AppendBatch(items);
   tier::Stats ts = tier_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   tier_stats_ = ts;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const Item& it = batch[i];
+    const DemoteItem& it = batch[i];
     const DemoteJob& job = it.job;
     auto bd = busy_demote_.find(it.handle);
     bool freed = bd != busy_demote_.end() && bd->second;
@@ -392,28 +538,33 @@ bool Master::DemoteBatch() {
     const auto& loc = locs[i];
     if (!loc) {
       ++stats_.demotion_failures;
-      if (same) no_disk_[job.slot] = job.state_gen;
+      // A copy ahead of eviction that failed: eviction tries again itself
+      // (and drops the object when that fails too); meanwhile no more ahead.
+      if (ahead) pre_retry_mono_ = MonoNs() + 100 * 1000000ull;
+      else if (same) no_disk_[job.slot] = job.state_gen;
       uint64_t now = MonoNs();
       if (now - tier_full_log_mono_ > kNsPerSec) {
         tier_full_log_mono_ = now;
-        MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); eviction drops it",
-                 it.key.c_str(), (unsigned long long)it.len, ErrorCodeName(loc.error()));
+        MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); %s", it.key.c_str(),
+                 (unsigned long long)it.len, ErrorCodeName(loc.error()),
+                 ahead ? "eviction will try again" : "eviction drops it");
       }
       if (loc.error() == ErrorCode::NO_AVAILABLE_HANDLE) tier_full_ = true;
       continue;
     }
     ++stats_.tier_writes;
+    if (ahead) ++stats_.tier_ahead_writes;
     if (!same) {  // removed or replaced meanwhile: the record must not come back
       tier_removals_.push_back({it.key, GenOf(job.state_gen)});
       continue;
     }
     disk_loc_[job.slot] = *loc;
+    NoteClean(loc->value_len, true);  // a COMPLETE object (same): a clean copy now
     if (job.evict) {
       uint64_t b = 0;
       (void)ConvertToDisk(job.slot, *loc, &b);
     }
   }
-  return true;
 }
 
 bool Master::PromoteOne() {
@@ -503,6 +654,7 @@ bool Master::PromoteOne() {
   m.extent = ext.handle;
   (void)alloc_->Free(stub);  // after the version bump: stub readers retry
   if (disk_objects_ > 0) --disk_objects_;
+  NoteClean(loc.value_len, true);  // a pool object again, its record a clean copy
   promote_count_.erase(job.slot);
   ++stats_.promotions;
   return true;
@@ -584,7 +736,10 @@ void Master::TierLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(tier_wake_mu_);
-      tier_cv_.wait_for(l, std::chrono::milliseconds(50), [this] { return tier_stop_ || tier_wake_; });
+      // With pre-demotion on, polled more often: a retry it set (DemoteAhead)
+      // does not wait for a put to wake it.
+      auto wait = std::chrono::milliseconds(config_.offload_ahead_ratio > 0 ? 10 : 50);
+      tier_cv_.wait_for(l, wait, [this] { return tier_stop_ || tier_wake_; });
       if (tier_stop_) return;
       tier_wake_ = false;
     }
@@ -593,6 +748,7 @@ void Master::TierLoop() {
       more |= DemoteBatch();
       more |= PromoteOne();
       more |= TierHousekeeping();
+      more |= DemoteAhead();  // last: it yields to eviction's demotions
       {
         std::lock_guard<std::mutex> l(tier_wake_mu_);
         if (tier_stop_) return;
@@ -626,6 +782,8 @@ void Master::RecoverTier(bool fresh) {
           }
           ++disk_objects_;
           ++kept;
+        } else {
+          NoteClean(it->second.value_len, true);  // a pool object with a clean copy
         }
         live.erase(it);
       } else if (StateOf(sg) == EntryState::kOnDisk) {

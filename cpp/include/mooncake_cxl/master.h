@@ -146,6 +146,13 @@ struct MasterConfig {
   // object is lost, and puts go at the tier's write speed.
   bool offload_force_evict = false;
   uint64_t offloading_queue_limit = 50000;
+  // Ours (with --offload_on_evict): while the pool's bytes without a disk
+  // copy exceed this share of its capacity, the tier thread writes clean
+  // copies of the objects eviction would pick next (coldest first) in the
+  // background, without evicting them; eviction at the watermark then only
+  // converts them (no disk write on the put path). 0 = off (Mooncake's
+  // behaviour: nothing reaches the disk below the watermark).
+  double offload_ahead_ratio = 0;
 };
 
 struct MasterStats {
@@ -171,6 +178,9 @@ struct MasterStats {
   uint64_t disk_objects = 0;   // kOnDisk entries
   uint64_t demotions = 0, demotion_failures = 0, promotions = 0, promotion_failures = 0;
   uint64_t tier_writes = 0;    // records appended (demotions and write-through copies)
+  uint64_t tier_ahead_writes = 0;  // of those, clean copies written ahead of eviction (--offload_ahead_ratio)
+  uint64_t demotions_clean = 0;    // evictions that found a clean copy on disk (no write on the put path)
+  uint64_t pool_clean_bytes = 0;   // value bytes of pool objects that have a clean copy on disk
   uint64_t tier_evictions = 0; // objects dropped from the tier for room
   uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
   uint64_t tier_rebuilt = 0;   // entries rebuilt from the segment files after --format
@@ -460,12 +470,33 @@ class Master {
   // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
   void RecoverTier(bool fresh);
   bool DemoteBatch();  // takes up to ~4 MiB of queued demotions, one tier write, one mu_ pass each side
+  // Pre-demotion (--offload_ahead_ratio): with no demotion queued, up to
+  // ~4 MiB of clean copies of the coldest objects without one, written like
+  // a DemoteBatch (evict = false). Bounded under mu_ per call.
+  bool DemoteAhead();
   bool PromoteOne();
   bool TierHousekeeping();
   struct DemoteJob {
     uint64_t slot, state_gen;
     bool evict;
   };
+  struct DemoteItem {
+    DemoteJob job;
+    std::string key;
+    const char* src;
+    uint64_t len;
+    uint64_t handle;
+  };
+  // Under mu_: `slot` (COMPLETE, CheckedLive, no record yet) joins `batch`;
+  // its extent is kept for the tier thread (busy_demote_).
+  void AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes);
+  // Without mu_: one AppendBatch; then under mu_ each copy is kept only if
+  // its object did not change meanwhile (else tombstoned), evict jobs convert.
+  void WriteDemoteBatch(std::vector<DemoteItem>* batch, bool ahead);
+  // disk_loc_ changes of pool (COMPLETE) objects keep pool_clean_bytes_.
+  void NoteClean(uint64_t value_len, bool add);
+  uint64_t PoolDirtyBytes() const;  // pool bytes not covered by a clean copy (estimate)
+  bool AheadWanted() const;         // pre-demotion on and the pool's dirty bytes above its threshold
   struct PromoteJob {
     uint64_t slot, state_gen;
     uint32_t attempts = 0;  // tries that found no room
@@ -497,6 +528,7 @@ class Master {
   uint64_t tier_full_log_mono_ = 0;
   bool tier_full_ = false;   // an append found no room: the tier drops its LRU first
   bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
+  bool evict_clean_only_ = false;  // EvictAhead with a tier: only objects with a clean copy leave (converted)
   tier::Stats tier_stats_{};  // the tier thread's latest snapshot (under mu_)
   std::thread tier_thread_;
   std::mutex tier_wake_mu_;
@@ -582,6 +614,17 @@ class Master {
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
   uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
+  // Pre-demotion (DemoteAhead): value bytes of COMPLETE objects with a
+  // record (a heuristic for how much ahead work is left: drift only changes
+  // how much is copied, never what a reader sees); its sampled window
+  // (eviction's order; soft-pinned members sort last), where its scan got,
+  // and whether a put has woken the tier thread for it.
+  uint64_t pool_clean_bytes_ = 0;
+  std::vector<AheadCandidate> pre_window_;
+  size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
+  uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
+  uint64_t pre_retry_mono_ = 0;  // a whole window had nothing to copy: not before then
+  bool pre_kicked_ = false;
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
   static constexpr uint16_t kMessageTypes = 16;
