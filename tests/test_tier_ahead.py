@@ -54,8 +54,7 @@ def test_copies_reach_the_disk_before_the_watermark(master_factory, tier_dir, ch
     assert mm["mooncake_cxl_tier_records"] == mm["mooncake_cxl_tier_writes_total"]
     # Not more than needed: about (used - 30%) of the pool, never every object.
     assert mm["mooncake_cxl_tier_writes_total"] < n
-    s = connect(m)
-    assert all(s.get_replica_desc(f"a{i}")[0].is_memory_replica() for i in range(n))
+    s = connect(m)  # (no get_replica_desc before the burst: it grants leases, eviction skips those)
     # Burst past the watermark: eviction converts the clean copies.
     before = metrics(m)
     k = int(0.3 * cap) // SIZE
@@ -107,7 +106,7 @@ def churn(conn, address, prefix, nkeys, rounds, size, seed):
                 if s.remove(k, True) == 0:
                     state[k] = None
                 continue
-            rc = s.put(k, value_for(f"{k}#{r}", size))
+            rc = s.upsert(k, value_for(f"{k}#{r}", size))
             if rc == 0:
                 state[k] = r
             # A refused put (-200 at the watermark) changes nothing: the last
@@ -132,12 +131,16 @@ def check_keys(conn, address, expected, size):
     return missing, wrong, resurrected
 
 
-def test_overwrite_and_remove_while_ahead_copy_is_written(master_factory, tier_dir, children):
+def test_overwrite_and_remove_while_ahead_copy_is_written(master_factory, tier_dir, children, monkeypatch):
     size = 64 << 10
-    flags = tier_flags(tier_dir, "--offload_ahead_ratio=0.1")
-    m = master_factory(pool_size=POOL, extra_flags=flags)
+    # A pause before each tier write (test hook): objects change under their copies.
+    monkeypatch.setenv("MCXL_TEST_TIER_WRITE_DELAY_MS", "20")
+    # Short leases: the reads below must not keep the keys in the pool through the fill.
+    flags = tier_flags(tier_dir, "--offload_ahead_ratio=0.1", "--default_kv_lease_ttl=50")
+    pool = 2 * POOL  # room for the upserts' second values: no eviction while they churn
+    m = master_factory(pool_size=pool, extra_flags=flags)
     cap = metrics(m)["master_total_capacity_bytes"]
-    writers, nkeys = 3, int(0.6 * cap) // size // 3  # 60% of the pool live: ahead copies all the time
+    writers, nkeys = 3, int(0.4 * cap) // size // 3  # 40% of the pool live: ahead copies all the time
     ws = [children(churn, m.address, f"w{j}/", nkeys, 12, size, 1000 + j) for j in range(writers)]
     expected = {}
     for w in ws:
@@ -145,19 +148,26 @@ def test_overwrite_and_remove_while_ahead_copy_is_written(master_factory, tier_d
     wait_idle(m)
     mm = metrics(m)
     assert mm["mooncake_cxl_tier_ahead_writes_total"] > 0
+    assert mm["mooncake_cxl_tier_stale_copies_total"] > 0  # the race happened, and was caught
     assert sum(v is not None for v in expected.values()) > 0 and None in expected.values()
-    assert children(check_keys, m.address, expected, size).result() == (0, 0, 0)
+    # A miss only where eviction ran meanwhile (an upsert evicted before the
+    # master settles it goes as without a tier); never old or foreign bytes,
+    # never a removed key back.
+    missing0, wrong, back = children(check_keys, m.address, expected, size).result()
+    assert (wrong, back) == (0, 0)
+    assert missing0 <= mm["master_evicted_key_count"]
     # Everything out to the disk (clean copies convert, others demote), then
     # read from another process: no stale record serves a key.
+    time.sleep(0.1)  # the leases of those reads are over
     assert children(put_many, m.address, "fill", 2 * int(cap) // size, size).result().count(0) > 0
     wait_idle(m)
     missing, wrong, back = children(check_keys, m.address, expected, size).result()
-    assert (wrong, back) == (0, 0)
-    assert missing == 0
-    assert metrics(m)["mooncake_cxl_tier_objects"] > 0
+    assert (missing, wrong, back) == (missing0, 0, 0)
+    mm = metrics(m)
+    assert mm["mooncake_cxl_tier_objects"] > 0 and mm["mooncake_cxl_tier_disk_hits_total"] >= len(expected) // 2
     # A master SIGKILL and restart: entries and records agree again.
     m.kill()
-    m2 = master_factory(pool_size=POOL, format=False, extra_flags=flags)
+    m2 = master_factory(pool_size=pool, format=False, extra_flags=flags)
     missing, wrong, back = children(check_keys, m2.address, expected, size).result()
-    assert (missing, wrong, back) == (0, 0, 0)
+    assert (missing, wrong, back) == (missing0, 0, 0)
     assert metrics(m2)["mooncake_cxl_tier_checksum_failures_total"] == 0

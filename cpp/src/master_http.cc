@@ -219,6 +219,9 @@ std::string Master::MetricsText() {
              stats_.tier_ahead_writes);
     w.Metric("mooncake_cxl_tier_demotions_clean_total", "counter",
              "Demotions that found a clean copy on disk (no disk write on the put path)", stats_.demotions_clean);
+    w.Metric("mooncake_cxl_tier_stale_copies_total", "counter",
+             "Records written for an object removed or replaced meanwhile (tombstoned, never served)",
+             stats_.tier_stale_copies);
     w.Metric("mooncake_cxl_tier_pool_clean_bytes", "gauge",
              "Value bytes of pool objects that also have a clean copy on disk", pool_clean_bytes_);
     w.Metric("mooncake_cxl_tier_promotions_total", "counter", "Objects copied back into the pool",

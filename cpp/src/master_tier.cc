@@ -49,7 +49,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <thread>
 
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
@@ -102,6 +104,9 @@ Status Master::OpenTier() {
     return t.error();
   }
   tier_ = std::move(t.value());
+  // Tests only: a pause before each demotion write (the window in which an
+  // object may change under its copy), at most 1 s.
+  if (const char* d = getenv("MCXL_TEST_TIER_WRITE_DELAY_MS")) test_write_delay_ms_ = std::min(1000ul, strtoul(d, nullptr, 10));
   tier_->SetRelocationCallback(
       [this](std::string_view key, const tier::RecordLocation& from, const tier::RecordLocation& to) {
         // Compaction moved a record (tier thread, without mu_; see Lock order).
@@ -420,8 +425,9 @@ bool Master::DemoteBatch() {
 bool Master::DemoteAhead() {
   // Per call under mu_: at most kScanSlots index slots scanned, one window
   // of candidates walked, kBatchBytes / kBatchJobs taken; the write is
-  // WriteDemoteBatch's (without mu_).
-  constexpr uint64_t kBatchBytes = 4ull << 20;
+  // WriteDemoteBatch's (without mu_). The extents of a batch stay allocated
+  // until it is written, even when their objects go meanwhile: at most
+  // 1/32 of a small pool.
   constexpr size_t kBatchJobs = 512;
   constexpr uint64_t kScanSlots = 65536;
   constexpr uint64_t kWindow = 4096;          // COMPLETE entries per sample, as eviction's
@@ -478,6 +484,7 @@ bool Master::DemoteAhead() {
     }
     uint64_t threshold = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
     uint64_t dirty = PoolDirtyBytes();
+    const uint64_t kBatchBytes = std::clamp<uint64_t>(alloc_->capacity() / 32, 256ull << 10, 4ull << 20);
     while (pre_next_ < pre_window_.size() && batch_bytes < kBatchBytes && batch.size() < kBatchJobs &&
            dirty > threshold + batch_bytes) {
       const AheadCandidate c = pre_window_[pre_next_++];
@@ -519,6 +526,7 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
   std::vector<tier::DiskTier::BatchItem> items;
   items.reserve(batch.size());
   for (const DemoteItem& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
+  if (test_write_delay_ms_ != 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_write_delay_ms_));
   auto locs = tier_->AppendBatch(items);
   tier::Stats ts = tier_->stats();
   std::lock_guard<std::mutex> lock(mu_);
@@ -555,6 +563,7 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
     ++stats_.tier_writes;
     if (ahead) ++stats_.tier_ahead_writes;
     if (!same) {  // removed or replaced meanwhile: the record must not come back
+      ++stats_.tier_stale_copies;
       tier_removals_.push_back({it.key, GenOf(job.state_gen)});
       continue;
     }

@@ -180,6 +180,7 @@ struct MasterStats {
   uint64_t tier_writes = 0;    // records appended (demotions and write-through copies)
   uint64_t tier_ahead_writes = 0;  // of those, clean copies written ahead of eviction (--offload_ahead_ratio)
   uint64_t demotions_clean = 0;    // evictions that found a clean copy on disk (no write on the put path)
+  uint64_t tier_stale_copies = 0;  // copies whose object changed while written (tombstoned, never used)
   uint64_t pool_clean_bytes = 0;   // value bytes of pool objects that have a clean copy on disk
   uint64_t tier_evictions = 0; // objects dropped from the tier for room
   uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
@@ -620,6 +621,7 @@ class Master {
   // (eviction's order; soft-pinned members sort last), where its scan got,
   // and whether a put has woken the tier thread for it.
   uint64_t pool_clean_bytes_ = 0;
+  uint64_t test_write_delay_ms_ = 0;  // MCXL_TEST_TIER_WRITE_DELAY_MS: tests widen the write window
   std::vector<AheadCandidate> pre_window_;
   size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
   uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
