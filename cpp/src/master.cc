@@ -149,6 +149,8 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     no_disk_.clear();
     disk_objects_ = 0;
     pool_clean_bytes_ = 0;
+    evict_pending_.clear();
+    evict_pending_bytes_ = 0;
     pre_window_.clear();
     pre_next_ = SIZE_MAX;
     pre_scanned_ = pre_complete_ = 0;

@@ -23,8 +23,11 @@
 //     eviction may take them) in ~4 MiB AppendBatch writes, WITHOUT
 //     evicting them: the same busy_demote_ protocol and generation check as
 //     a demotion, so an object removed or overwritten meanwhile gets a
-//     tombstone, never a clean copy. Eviction then only converts (and the
-//     ring server's idle-time EvictAhead converts clean objects too).
+//     tombstone, never a clean copy. Eviction then only converts.
+//   * Eviction ahead of the watermark (EvictAhead, the ring server's idle
+//     moments, master_eviction.cc) demotes as an inline round does; bytes
+//     queued for demotion (evict_pending_bytes_) count as leaving, so
+//     neither it nor a put above the watermark runs a round for them again.
 //   * Promotion: kPromote from a reader (every disk read when
 //     --promotion_on_hit; the master counts and queues at the threshold) or
 //     a stage request; the tier thread allocates an extent, reads the record
@@ -229,7 +232,6 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
     ++stats_.demotions_clean;  // its copy was there: nothing written on the put path
     return 1;
   }
-  if (evict_clean_only_) return 0;  // EvictAhead: only what needs no disk write
   auto nd = no_disk_.find(slot);
   if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
   if (config_.offload_force_evict && demote_queued_.count(slot) == 0 &&
@@ -240,7 +242,10 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   // On its way to the disk: its bytes count for this round, so that a round
   // queues about what it needs, not every candidate it sees.
   Extent ext;
-  if (bytes != nullptr && alloc_->Lookup(entry_meta_[slot].extent, &ext)) *bytes += ext.size;
+  if (alloc_->Lookup(entry_meta_[slot].extent, &ext)) {
+    if (bytes != nullptr) *bytes += ext.size;
+    if (evict_pending_.emplace(slot, ext.size).second) evict_pending_bytes_ += ext.size;
+  }
   QueueDemote(slot, true);
   round_blocked_transiently_ = true;
   return 0;
@@ -299,12 +304,21 @@ bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint6
   }
   if (bytes != nullptr) *bytes += ext.size > kept ? ext.size - kept : 0;
   NoteClean(loc.value_len, false);  // no longer a pool object
+  ResolvePending(slot);
   ++disk_objects_;
   ++stats_.demotions;
   return true;
 }
 
+void Master::ResolvePending(uint64_t slot) {
+  auto it = evict_pending_.find(slot);
+  if (it == evict_pending_.end()) return;
+  evict_pending_bytes_ -= std::min(evict_pending_bytes_, it->second);
+  evict_pending_.erase(it);
+}
+
 void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
+  ResolvePending(slot);  // unlinked: its bytes are free now
   uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_relaxed);
   if (StateOf(sg) == EntryState::kOnDisk && disk_objects_ > 0) --disk_objects_;
   promote_count_.erase(slot);
@@ -398,21 +412,27 @@ bool Master::DemoteBatch() {
       }
       const IndexEntry& e = index_->entry(job.slot);
       if (e.state_gen.load(std::memory_order_acquire) != job.state_gen ||
-          StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
+          StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot)) {
+        if (e.state_gen.load(std::memory_order_acquire) == job.state_gen) ResolvePending(job.slot);
         continue;  // gone or changed since it was queued
+      }
       auto have = disk_loc_.find(job.slot);
       if (have != disk_loc_.end()) {  // copied already (write-through, ahead, or promoted)
         if (job.evict) {
           uint64_t b = 0;
           (void)ConvertToDisk(job.slot, have->second, &b);
         }
+        ResolvePending(job.slot);
         continue;
       }
       if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
         no_disk_[job.slot] = job.state_gen;
+        ResolvePending(job.slot);
         continue;
       }
+      size_t had = batch.size();
       AddToDemoteBatch(job, &batch, &batch_bytes);
+      if (batch.size() == had) ResolvePending(job.slot);  // its extent is busy elsewhere: eviction queues it again
     }
     demote_q_.erase(demote_q_.begin(), demote_q_.begin() + taken);
     more = true;  // jobs were taken: the loop comes back for the rest
@@ -543,6 +563,7 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
     }
     bool same = index_->entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
                 entry_meta_[job.slot].live && entry_meta_[job.slot].extent == it.handle;
+    if (!ahead && same) ResolvePending(job.slot);  // converted below, or marked no_disk_
     const auto& loc = locs[i];
     if (!loc) {
       ++stats_.demotion_failures;

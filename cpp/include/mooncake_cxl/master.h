@@ -517,6 +517,13 @@ class Master {
   std::unordered_map<uint64_t, uint64_t> promote_queued_;  // slot -> state_gen
   std::vector<TierRemoval> tier_removals_;
   std::unordered_map<uint64_t, uint64_t> no_disk_;  // slot -> state_gen whose append failed: eviction drops it
+  // Extent bytes of objects eviction queued for demotion, until their job
+  // is done (slot -> bytes): freed soon, so a put above the watermark does
+  // not run another round for them (AllocateForPut). A heuristic, like
+  // pool_clean_bytes_: it decides when a round runs, never what it frees.
+  std::unordered_map<uint64_t, uint64_t> evict_pending_;
+  uint64_t evict_pending_bytes_ = 0;
+  void ResolvePending(uint64_t slot);
   // The extent the tier thread is copying from (demotion) or into
   // (promotion): Unlink leaves it to the tier thread (busy_freed_).
   uint64_t busy_handle_ = UINT64_MAX;
@@ -529,7 +536,6 @@ class Master {
   uint64_t tier_full_log_mono_ = 0;
   bool tier_full_ = false;   // an append found no room: the tier drops its LRU first
   bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
-  bool evict_clean_only_ = false;  // EvictAhead with a tier: only objects with a clean copy leave (converted)
   tier::Stats tier_stats_{};  // the tier thread's latest snapshot (under mu_)
   std::thread tier_thread_;
   std::mutex tier_wake_mu_;
