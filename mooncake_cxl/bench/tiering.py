@@ -11,6 +11,9 @@ dropped from the page cache with posix_fadvise(POSIX_FADV_DONTNEED), so a
 tier read is a device read. Then demotion while puts continue: sustained
 64 KiB puts at the pool's watermark with offload on eviction against the same
 puts on a master without a tier (eviction drops), alternating, same run.
+Then the same rows for Mooncake 0.3.13 with its SSD offload, in the same run
+(tiering_ref.py: its wheel in a child under `unshare -n`; skipped with the
+printed reason when the wheel or the namespace is unavailable).
 """
 import contextlib
 import glob
@@ -240,8 +243,10 @@ def _demotion(quick, pool_dir, tier_root):
 
 def run(quick=False, pool_dir="/dev/shm", tier_root=None):
     tier_root = tier_root or os.environ.get("MC_CXL_BENCH_TIER_DIR", "/var/tmp")
+    from . import tiering_ref
     return {"tier_root": tier_root, "reads": _reads(quick, pool_dir, tier_root),
-            "demotion": _demotion(quick, pool_dir, tier_root)}
+            "demotion": _demotion(quick, pool_dir, tier_root),
+            "mooncake": tiering_ref.run(quick, tier_root)}
 
 
 def markdown(r):
@@ -284,7 +289,7 @@ def markdown(r):
             lines.append(f"| {label} | {x['put_gbps']:.2f} | {pct(x['slowdown'])} | {x['demotion_gbps']:.2f} | "
                          f"{pct(x['clean_share'])} | {x['burst_put_gbps']:.2f} | {pct(x['burst_slowdown'])} | "
                          f"{x['burst_demotion_gbps']:.2f} | {pct(x['burst_clean_share'])} |")
-    lines += [
-              "", "Mooncake 0.3.13 rows: not run (see the report: its SSD offload needs its client-side "
-              "file storage and runs only inside `unshare -n` here)."]
+    lines.append("")
+    from . import tiering_ref
+    lines.append(tiering_ref.markdown(r["mooncake"]) if "mooncake" in r else "Mooncake 0.3.13 rows: not run.")
     return "\n".join(lines)
