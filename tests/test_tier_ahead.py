@@ -111,6 +111,7 @@ def churn(conn, address, prefix, nkeys, rounds, size, seed):
                 state[k] = r
             # A refused put (-200 at the watermark) changes nothing: the last
             # acknowledged version stays the value.
+        time.sleep(0.01)  # a pause: pre-demotion copies while puts pause (then races the next round)
     s.close()
     return state
 

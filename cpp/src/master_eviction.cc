@@ -341,6 +341,7 @@ Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view ke
           evict_ahead_wanted_.store(true, std::memory_order_relaxed);
         // Pre-demotion: the tier thread copies the coldest objects once the
         // pool's bytes without a copy pass --offload_ahead_ratio (master_tier.cc).
+        if (config_.offload_ahead_ratio > 0) last_put_mono_ = MonoNs();
         if (!pre_kicked_ && AheadWanted()) {
           pre_kicked_ = true;
           WakeTier();

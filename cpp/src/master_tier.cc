@@ -464,6 +464,18 @@ bool Master::DemoteAhead() {
     // Eviction's demotions first; after an empty sample or a failed write,
     // not before pre_retry_mono_ (TierLoop polls: pre_kicked_ stays set).
     if (!demote_q_.empty() || mono < pre_retry_mono_) return false;
+    // Background work: while puts arrive (one in the last kQuietNs) the
+    // copies wait for a pause, which leaves the CPU (a copy costs a memcpy
+    // and a crc of every byte) to the puts, unless they fall behind: dirty
+    // bytes past halfway from the threshold to the watermark.
+    constexpr uint64_t kQuietNs = 1000000;
+    uint64_t threshold0 = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+    uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(alloc_->capacity()));
+    uint64_t urgent = threshold0 + (high > threshold0 ? (high - threshold0) / 2 : 0);
+    if (mono - last_put_mono_ < kQuietNs && PoolDirtyBytes() < urgent) {
+      pre_retry_mono_ = last_put_mono_ + kQuietNs;
+      return false;
+    }
     uint64_t cap = index_->capacity();
     uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
     uint64_t now = NowNs();
@@ -768,7 +780,7 @@ void Master::TierLoop() {
       std::unique_lock<std::mutex> l(tier_wake_mu_);
       // With pre-demotion on, polled more often: a retry it set (DemoteAhead)
       // does not wait for a put to wake it.
-      auto wait = std::chrono::milliseconds(config_.offload_ahead_ratio > 0 ? 10 : 50);
+      auto wait = std::chrono::milliseconds(config_.offload_ahead_ratio > 0 ? 2 : 50);
       tier_cv_.wait_for(l, wait, [this] { return tier_stop_ || tier_wake_; });
       if (tier_stop_) return;
       tier_wake_ = false;

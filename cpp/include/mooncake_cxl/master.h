@@ -632,6 +632,7 @@ class Master {
   size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
   uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
   uint64_t pre_retry_mono_ = 0;  // a whole window had nothing to copy: not before then
+  uint64_t last_put_mono_ = 0;   // the latest PutStart that allocated (pre-demotion waits for a pause)
   bool pre_kicked_ = false;
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
