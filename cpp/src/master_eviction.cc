@@ -289,6 +289,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
   }
   PinSet pins;
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
+  evict_drop_ = false;  // bytes wanted, not index slots: an SSD tier demotes (the flag outlives EvictRound)
   while (ahead_next_ < ahead_window_.size() && used_now() > low) {
     const AheadCandidate& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
