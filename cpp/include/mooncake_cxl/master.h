@@ -233,6 +233,8 @@ class Master {
   // the pool past watermark - ratio/2, the RingServer spends its idle
   // moments (no request waiting) in slices of about `budget_ns` evicting
   // down to watermark - ratio, so a PutStart rarely runs a round inline.
+  // With an SSD tier it demotes as an inline round does (bytes queued for
+  // demotion count as gone), so puts with a tier rarely run a round either.
   // Wanted: a relaxed hint (the next put sets it again when still needed).
   // `interrupted` (optional) is polled between candidates: a request waiting
   // ends the slice at once, so a PutStart waits for one candidate, not a slice.
