@@ -24,7 +24,7 @@ from conftest import connect
 from mooncake_cxl import MooncakeDistributedStore
 
 CTX = mp.get_context("spawn")
-MAGIC, VERSION = 0x4D43584C, 3  # 3: Attach carries the tenant
+MAGIC, VERSION = 0x4D43584C, 4  # 3: Attach carries the tenant; 4: tombstone tickets, Settle
 SB_AUTH_TOKEN = 128  # layout.h: Superblock::auth_token
 HEADER = struct.Struct("<IHHIIQ")
 PING, ATTACH, PUT_START, BATCH_REMOVE, REMOVE_BY_REGEX = 1, 2, 4, 6, 7

@@ -29,6 +29,7 @@
 #include "mooncake_cxl/ring_server.h"
 #include "mooncake_cxl/tenant.h"
 #include "client_internal.h"
+#include "pool_copy.h"
 
 namespace mcxl {
 
@@ -58,7 +59,7 @@ uint64_t TotalSize(const MutSlice* s, size_t n) {
 void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts) {
   for (size_t i = 0; i < ndsts && len > 0; ++i) {
     uint64_t n = dsts[i].size < len ? dsts[i].size : len;
-    memcpy(dsts[i].data, src, n);
+    CopyFromPool(dsts[i].data, src, n);  // pool_copy.h: a vector loop for large copies
     src += n;
     len -= n;
   }

@@ -15,7 +15,8 @@
 // (object_index.cc); the entry is found under its seqlock (FindComplete) and
 // re-checked after the write, so a hold landing on a slot the master reused
 // meanwhile is reported as OBJECT_NOT_FOUND (the stray lease it left lapses
-// at the deadline).
+// at the deadline). A release checks before and after its write and undoes
+// it on a reused slot (LowerLeaseOf): it never shortens another object's hold.
 #include <algorithm>
 
 #include "mooncake_cxl/client.h"
@@ -47,9 +48,10 @@ std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& k
 
 std::vector<ErrorCode> Client::ReleaseLeases(const std::vector<std::string_view>& keys) {
   const uint64_t to = NowNs() + LeaseTtlNs();
+  // Only the object located: a slot reused since (removed, put again) keeps
+  // the new object's lease (LowerLeaseOf re-checks around the write).
   return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
-    index_->LowerLease(snap.slot, to);
-    return ErrorCode::OK;
+    return index_->LowerLeaseOf(snap, to) ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND;
   });
 }
 

@@ -16,8 +16,10 @@
 #include "mooncake_cxl/client.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "mooncake_cxl/clock.h"
 #include "mooncake_cxl/key_hash.h"
@@ -25,6 +27,7 @@
 #include "mooncake_cxl/publish.h"
 #include "mooncake_cxl/ring_server.h"
 #include "client_internal.h"
+#include "pool_copy.h"
 
 namespace mcxl {
 
@@ -44,6 +47,9 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
                               const ClientRef& owner) {
   uint64_t budget = 0;  // bytes left before the next check
   char* p = dst;
+  uint64_t total = 0;
+  for (const ConstSlice& s : parts) total += s.size;
+  const bool stream = total >= kStreamToPoolMin;  // large values: every part streams (pool_copy.h)
   for (const ConstSlice& s : parts) {
     const char* src = static_cast<const char*>(s.data);
     for (uint64_t done = 0; done < s.size;) {
@@ -52,7 +58,8 @@ bool Client::CopyValueChecked(const PutParts& parts, char* dst, const PutStartIt
         budget = kPutChunkBytes;
       }
       uint64_t n = std::min<uint64_t>(budget, s.size - done);
-      memcpy(p, src + done, n);
+      if (stream) StreamToPool(p, src + done, n);
+      else memcpy(p, src + done, n);
       PublishRange(p, n);
       p += n;
       done += n;
@@ -185,6 +192,8 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
     for (size_t i : todo) (*out)[i] = whole;
     return;
   }
+  std::vector<std::pair<std::string, uint64_t>> settle;  // published puts the master asked to settle
+  std::vector<size_t> settled;
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     const PutStartItem& it = reply.items[j];
@@ -217,7 +226,66 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
       MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
                int(keys[i].size()), keys[i].data());
       (*out)[i] = ErrorCode::TRANSFER_FAIL;
+    } else if (it.settle) {
+      settle.emplace_back(std::string(keys[i]), it.generation);
+      settled.push_back(i);
     }
+  }
+  if (settle.empty()) return;
+  // An older value of these keys has a record on disk: it is tombstoned
+  // durably before the put returns (a --format rebuild would bring it back).
+  Status s = Settle(settle);
+  if (!s.ok())
+    for (size_t i : settled) (*out)[i] = s.error();
+}
+
+Status Client::Settle(const std::vector<std::pair<std::string, uint64_t>>& items) {
+  for (size_t begin = 0; begin < items.size();) {
+    size_t end = std::min(items.size(), begin + kMaxRequestKeys);
+    SettleRequest req;
+    req.items.assign(items.begin() + begin, items.begin() + end);
+    auto r = MasterCall(MessageType::kSettle, [&] {
+      req.client = Ref();
+      Encoder e;
+      Encode(req, &e);
+      return e.data();
+    }, true);
+    TicketReply reply;
+    if (!r.ok()) return r.error();
+    Decoder d(*r);
+    if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
+    if (reply.status != ErrorCode::OK) return reply.status;
+    Status w = WaitTombstones(reply.tomb_ticket);
+    if (!w.ok()) return w;
+    begin = end;
+  }
+  return ErrorCode::OK;
+}
+
+Status Client::WaitTombstones(uint64_t ticket) {
+  if (ticket == 0) return ErrorCode::OK;
+  const Superblock* sb = pool_->superblock();
+  const uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
+  const uint64_t start = MonoNs();
+  for (uint64_t round = 0;; ++round) {
+    ObserveRange(&sb->tier_tombs_durable, sizeof(uint64_t));
+    // Acquire: pairs with the tier thread's release after its writes.
+    if (sb->tier_tombs_durable.load(std::memory_order_acquire) >= ticket) return ErrorCode::OK;
+    ObserveRange(&sb->master_incarnation, sizeof(uint64_t));
+    if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) {
+      MCXL_LOG(kWarn, "client", "master restarted before the tombstones of a remove/upsert were durable");
+      return ErrorCode::RPC_FAIL;
+    }
+    uint64_t waited = MonoNs() - start;
+    if (waited > kTombWaitNs) {
+      MCXL_LOG(kWarn, "client", "tombstones of a remove/upsert not durable after %llu s (SSD tier stalled?)",
+               (unsigned long long)(kTombWaitNs / 1000000000ull));
+      return ErrorCode::RPC_TIMEOUT;
+    }
+    // A group commit takes a wake-up and one pwrite: yield first, then sleep
+    // in steps of 20 us growing to 1 ms.
+    if (round < 64) std::this_thread::yield();
+    else std::this_thread::sleep_for(std::chrono::microseconds(std::min<uint64_t>(1000, 20ull << std::min<uint64_t>(6, (round - 64) / 16))));
   }
 }
 
@@ -264,6 +332,13 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
     ErrorCode whole = !r.ok() ? r.error()
                       : !Decode(&d, &reply) || reply.results.size() != end - begin ? ErrorCode::RPC_FAIL
                                                                                     : reply.status;
+    if (whole == ErrorCode::OK) {
+      // Tombstones of disk-resident keys: durable before we return (0 = none).
+      Status w = WaitTombstones(reply.tomb_ticket);
+      if (!w.ok())
+        for (int32_t& res : reply.results)
+          if (res == 0) res = ToInt(w.error());
+    }
     for (size_t j = begin; j < end; ++j)
       out[sent[j]] = whole != ErrorCode::OK ? ToInt(whole) : reply.results[j - begin];
     begin = end;
@@ -284,6 +359,8 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   Decoder d(*r);
   if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
   if (reply.status != ErrorCode::OK) return reply.status;
+  Status w = WaitTombstones(reply.tomb_ticket);
+  if (!w.ok()) return w.error();
   return reply.count;
 }
 
@@ -300,6 +377,8 @@ Result<uint64_t> Client::RemoveAll(bool force) {
   Decoder d(*r);
   if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
   if (reply.status != ErrorCode::OK) return reply.status;
+  Status w = WaitTombstones(reply.tomb_ticket);
+  if (!w.ok()) return w.error();
   return reply.count;
 }
 

@@ -111,6 +111,13 @@ Status DiskTier::Impl::CreateSegment() {
     return WriteErrorCode(e);
   }
   AlignedBuf blk = AllocAligned(kBlockSize);
+  if (!blk) {
+    MCXL_LOG(kError, "disk_tier", "create %s: out of memory for a %llu-byte buffer", path.c_str(),
+             (unsigned long long)kBlockSize);
+    close(fd);
+    unlink(path.c_str());
+    return ErrorCode::INTERNAL_ERROR;
+  }
   memset(blk.get(), 0, kBlockSize);
   SegmentHeader sh{};
   sh.magic = kSegmentMagic;
@@ -212,10 +219,15 @@ void FillImage(uint8_t* out, uint64_t pos, uint64_t n, std::string_view key, con
 
 // Scans one segment's records. visit(h, key, off) for each valid record.
 // Blocks that are not valid headers count as garbage; a header found after such
-// a gap must pass its value crc too.
+// a gap must pass its value crc too. INTERNAL_ERROR when no buffer could be
+// allocated (nothing visited: a segment half scanned could miss a tombstone).
 template <typename Visit>
-void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Visit visit) {
+Status ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Visit visit) {
   AlignedBuf blk = AllocAligned(kBlockSize);
+  if (!blk) {
+    MCXL_LOG(kError, "disk_tier", "%s: out of memory for the scan buffer", path.c_str());
+    return ErrorCode::INTERNAL_ERROR;
+  }
   std::string key;
   uint64_t off = kBlockSize;
   bool resync = false;
@@ -273,6 +285,7 @@ void ScanSegment(int fd, uint32_t id, uint64_t size, const std::string& path, Vi
   if (skipped > 0)
     MCXL_LOG(kWarn, "disk_tier", "%s: %llu blocks were not records (torn or corrupt)",
              path.c_str(), (unsigned long long)skipped);
+  return ErrorCode::OK;
 }
 
 }  // namespace
@@ -293,6 +306,26 @@ RecordHeader NewRecordHeader(uint16_t kind, std::string_view key, uint32_t seg, 
   h.seq = seq;
   h.key_crc = Crc32c(key.data(), key.size());
   return h;
+}
+
+// The index side of a written tombstone of `bytes` at (seg, off): the key's
+// live record turns dead (under mu).
+void CommitTombstone(DiskTier::Impl& t, KeyState& st, uint32_t seg, uint64_t off, uint64_t bytes,
+                     uint64_t generation) {
+  if (st.live.segment_id != 0) {
+    t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
+    st.live = RecordLocation{};
+    st.dead_values++;
+    t.objects--;
+  }
+  if (st.tomb_seg != 0 && st.tomb_live) t.AddLive(st.tomb_seg, -int64_t(bytes));
+  st.tomb_seg = seg;
+  st.tomb_off = off;
+  st.tomb_live = st.dead_values > 0;
+  if (st.tomb_live) t.AddLive(seg, int64_t(bytes));
+  st.tombs++;
+  st.tomb_gen = std::max(st.tomb_gen, generation);
+  t.max_gen = std::max(t.max_gen, generation);
 }
 
 // The index side of a written value record (under mu).
@@ -375,7 +408,7 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
     t.segs[id] = SegmentState{AlignUp(size), 0};
     t.used += AlignUp(size);
     bool any = false;
-    ScanSegment(fd, id, size, path, [&](const RecordHeader& h, std::string_view key, uint64_t off) {
+    Status scanned = ScanSegment(fd, id, size, path, [&](const RecordHeader& h, std::string_view key, uint64_t off) {
       any = true;
       KeyState& ks = t.keys[std::string(key)];
       t.max_gen = std::max(t.max_gen, h.generation);
@@ -398,6 +431,9 @@ Result<std::unique_ptr<DiskTier>> DiskTier::Open(const Options& options) {
     });
     posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);  // the scan must not keep the tier cached
     close(fd);
+    // A segment left out could hold a tombstone: better no tier than one
+    // that brings removed keys back.
+    if (!scanned.ok()) return scanned.error();
     if (!any && id == ids.back() && size <= kBlockSize) reuse_id = id;
   }
   for (auto it = t.keys.begin(); it != t.keys.end();) {
@@ -652,20 +688,87 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
   break;
   }
   std::lock_guard<std::mutex> lock(t.mu);
-  KeyState& st = it->second;
-  t.AddLive(st.live.segment_id, -int64_t(RecordBytes(st.live.key_len, st.live.value_len)));
-  st.live = RecordLocation{};
-  st.dead_values++;
-  t.objects--;
-  if (st.tomb_seg != 0 && st.tomb_live) t.AddLive(st.tomb_seg, -int64_t(bytes));
-  st.tomb_seg = seg;
-  st.tomb_off = off;
-  st.tomb_live = true;  // dead_values > 0
-  t.AddLive(seg, int64_t(bytes));
-  st.tombs++;
-  st.tomb_gen = std::max(st.tomb_gen, generation);
-  t.max_gen = std::max(t.max_gen, generation);
+  CommitTombstone(t, it->second, seg, off, bytes, generation);
   return ErrorCode::OK;
+}
+
+std::vector<Status> DiskTier::RemoveBatch(const std::vector<std::pair<std::string_view, uint64_t>>& items) {
+  Impl& t = *impl_;
+  std::vector<Status> out(items.size(), Status(ErrorCode::OK));
+  std::vector<size_t> single;  // written one by one (Remove) after the packed writes
+  {
+    std::lock_guard<std::mutex> wlock(t.wmu);
+    uint8_t* buf = ThreadBuffer(1, kChunkBytes);
+    std::unordered_set<std::string_view> seen;
+    std::vector<size_t> group;
+    uint64_t group_bytes = 0;
+    // One pwrite for the group at a fresh place (tombstones may use the
+    // capacity headroom, as in Remove); any failure: Remove one by one decides.
+    auto flush = [&]() {
+      if (group.empty()) return;
+      uint32_t seg = 0;
+      uint64_t off = 0;
+      Status s = buf == nullptr ? Status(ErrorCode::INTERNAL_ERROR) : t.Reserve(group_bytes, true, &seg, &off);
+      int e = 0;
+      if (s.ok()) {
+        uint64_t rel = 0;
+        for (size_t i : group) {
+          std::string_view key = items[i].first;
+          const uint64_t rb = RecordBytes(key.size(), 0);
+          uint32_t crc = 0;
+          FillImage(buf + rel, 0, rb, key, nullptr, 0, &crc);
+          RecordHeader h = NewRecordHeader(kKindTombstone, key, seg, off + rel, 0, items[i].second, t.next_seq++);
+          h.value_crc = Crc32c(nullptr, 0);
+          SealRecordHeader(&h);
+          memcpy(buf + rel, &h, sizeof(h));
+          rel += rb;
+        }
+        e = PwriteFull(t.active_fd, buf, group_bytes, off);
+        if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
+        if (e != 0) {
+          MCXL_LOG(kError, "disk_tier", "batch of %zu tombstones to segment %u at %llu: %s", group.size(), seg,
+                   (unsigned long long)off, strerror(e));
+          t.Unreserve(seg, off, group_bytes);
+        }
+      }
+      if (!s.ok() || e != 0) {
+        single.insert(single.end(), group.begin(), group.end());
+      } else {
+        std::lock_guard<std::mutex> lock(t.mu);
+        uint64_t rel = 0;
+        for (size_t i : group) {
+          const uint64_t rb = RecordBytes(items[i].first.size(), 0);
+          auto it = t.keys.find(std::string(items[i].first));
+          if (it != t.keys.end()) CommitTombstone(t, it->second, seg, off + rel, rb, items[i].second);
+          rel += rb;
+        }
+      }
+      group.clear();
+      group_bytes = 0;
+    };
+    for (size_t i = 0; i < items.size(); ++i) {
+      std::string_view key = items[i].first;
+      if (key.empty() || key.size() > kMaxTierKeyLength) {
+        out[i] = ErrorCode::INVALID_PARAMS;
+        continue;
+      }
+      if (!seen.insert(key).second) {  // a repeated key: after the first one's write
+        single.push_back(i);
+        continue;
+      }
+      auto it = t.keys.find(std::string(key));
+      if (it == t.keys.end() || it->second.live.segment_id == 0 || it->second.live.generation > items[i].second)
+        continue;  // nothing live that it would hide (as Remove)
+      const uint64_t rb = RecordBytes(key.size(), 0);
+      if (!group.empty() && group_bytes + rb > kChunkBytes) flush();
+      group.push_back(i);
+      group_bytes += rb;
+    }
+    flush();
+  }
+  std::sort(single.begin(), single.end());
+  for (size_t i : single) out[i] = Remove(items[i].first, items[i].second);
+  return out;
 }
 
 void DiskTier::ForEachLive(

@@ -70,6 +70,10 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       MCXL_LOG(kInfo, "disk_tier", "compacting segment %u (%.0f%% garbage)", victim, best * 100);
     }
     AlignedBuf blk = AllocAligned(kBlockSize);
+    if (!blk) {  // the cursor stays: the next call resumes
+      MCXL_LOG(kError, "disk_tier", "compact: out of memory for a %llu-byte buffer", (unsigned long long)kBlockSize);
+      return ErrorCode::INTERNAL_ERROR;
+    }
     std::string key;
     uint64_t copied = 0;
     while (cc.cursor + kHeaderBytes <= cc.file_size && (budget_bytes == 0 || copied < budget_bytes)) {
@@ -91,6 +95,12 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
           // A long key: read the rest (aligned reads for an O_DIRECT fd).
           uint64_t span = AlignUp(kHeaderBytes + h.key_len);
           AlignedBuf kb = AllocAligned(span);
+          if (!kb) {  // not garbage: stop here, the next call retries this record
+            MCXL_LOG(kError, "disk_tier", "compact: out of memory for a %llu-byte key buffer",
+                     (unsigned long long)span);
+            result = ErrorCode::INTERNAL_ERROR;
+            break;
+          }
           if (PreadUpTo(cc.fd, kb.get(), span, off, &got) != 0 || got < kHeaderBytes + h.key_len)
             bad = "key read";
           else

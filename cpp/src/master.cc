@@ -522,6 +522,7 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
     case MessageType::kRemove: return HandleRemove(&d, false);
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
     case MessageType::kPromote: return HandlePromote(&d);
+    case MessageType::kSettle: return HandleSettle(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

@@ -95,6 +95,7 @@ bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, 
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll:
     case MessageType::kPromote:
+    case MessageType::kSettle:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -126,6 +127,7 @@ bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, 
     case MessageType::kBatchRemove: Encode(RemoveReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: Encode(CountReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
+    case MessageType::kSettle: Encode(TicketReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
   }
   *refusal = e.data();

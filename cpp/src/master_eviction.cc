@@ -130,6 +130,14 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   // has not settled yet): evicting only the newest would bring an older
   // value back. A member already taken that way returns 0.
   uint64_t evicted = 0;
+  // A member the tier cannot take (its append failed): the group goes whole,
+  // its disk-resident members too, rather than split across the tiers.
+  if (members.size() > 1 && GroupDropsWhole(members)) {
+    for (uint64_t m : members)
+      if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+        evicted += UnlinkWithOlder(m, bytes);
+    return evicted;
+  }
   for (uint64_t m : members) {
     if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
     evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one (master_tier.cc)

@@ -78,7 +78,7 @@ std::string LabelEscape(std::string_view s) {
 }
 
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
-                          "remove_by_regex", "remove_all", "heartbeat", "promote"};
+                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle"};
 
 }  // namespace
 
@@ -241,6 +241,11 @@ std::string Master::MetricsText() {
     w.Metric("mooncake_cxl_tier_compactions_total", "counter", "Segments compacted", tier_stats_.compactions);
     w.Metric("mooncake_cxl_tier_rebuilt_objects", "gauge", "Entries rebuilt from the segment files after --format",
              stats_.tier_rebuilt);
+    w.Metric("mooncake_cxl_tier_group_promotions_total", "counter",
+             "Group members queued for promotion along with another member", stats_.group_promotions);
+    w.Metric("mooncake_cxl_tier_tombstones_durable", "gauge",
+             "Sequence number of the last tombstone written (removes of disk-resident keys wait for theirs)",
+             pool_->superblock()->tier_tombs_durable.load(std::memory_order_relaxed));
     w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
              demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0) + busy_demote_.size());
   }

@@ -103,6 +103,10 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
+  // An older value with a record on disk, or a tombstone of the key not yet
+  // written: the client settles after its CAS, so that the old record is
+  // tombstoned durably before the put returns (master_tier.cc).
+  if (tier_) item.settle = (req.upsert && OlderHasRecord(key, hash, gen)) || PendingTomb(key) != 0;
   AddToGroup(*slot, f.group_hash);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});

@@ -150,6 +150,9 @@ std::string Master::HandleRemove(Decoder* d, bool batch) {
       ErrorCode r = RemoveKey(k, req.force);
       if (r != ErrorCode::OK) ++stats_.remove_failures;
       reply.results.push_back(ToInt(r));
+      // Its tombstone (or an earlier one of the key) not yet written: the
+      // client waits for it. 0 for pool-only keys: no wait.
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, PendingTomb(k));
     }
     if (!batch) reply.status = ErrorCode(reply.results[0]);
   }
@@ -159,9 +162,9 @@ std::string Master::HandleRemove(Decoder* d, bool batch) {
 }
 
 namespace {
-std::string CountReplyBytes(ErrorCode status, uint64_t count) {
+std::string CountReplyBytes(ErrorCode status, uint64_t count, uint64_t tomb_ticket = 0) {
   Encoder e;
-  Encode(CountReply{status, count}, &e);
+  Encode(CountReply{status, count, tomb_ticket}, &e);
   return e.data();
 }
 }  // namespace
@@ -209,11 +212,12 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
   // and unlinks, then released so that other requests run. Entries put
   // meanwhile behind the scan are not removed (as if put after the request);
   // each entry is judged on one look at its state, under one hold.
-  uint64_t count = 0;
+  uint64_t count = 0, ticket = 0;
   for (uint64_t s = 0; s < cap;) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
+      const uint64_t tombs_before = tomb_queued_;
       uint64_t now = NowNs();
       for (uint64_t budget = 0; s < cap && budget < kScanSliceSlots; ++s) {
         ++budget;
@@ -229,14 +233,16 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
           budget += k.size() / 256;
           if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
         }
+        if (tier_) ticket = std::max(ticket, PendingTomb(KeyOf(s)));  // an earlier tombstone of the key
         (void)UnlinkWithOlder(s, nullptr);  // with the older values of its key
         budget += 8;  // the pin check of Unlink reads every client's pin table
         ++count;
       }
+      ticket = std::max(ticket, TombTicketSince(tombs_before));  // this slice's tombstones
     }
     if (s < cap) SlicePause();
   }
-  return CountReplyBytes(ErrorCode::OK, count);
+  return CountReplyBytes(ErrorCode::OK, count, ticket);
 }
 
 }  // namespace mcxl

@@ -36,10 +36,27 @@
 //     The record stays as a clean copy: a later eviction only converts.
 //   * Removal: Unlink drops the slot's record with a tombstone (queued; the
 //     tier thread writes it), so a rebuild does not resurrect the key.
+//     Durable before acknowledged: every tombstone has a sequence number;
+//     the tier thread writes the queued ones in groups (one pwrite each,
+//     RemoveBatch) first thing in every round and between its other steps,
+//     then publishes the highest written in Superblock::tier_tombs_durable.
+//     A remove (batch, remove_all, remove_by_regex) whose key has a
+//     tombstone pending gets its seq as a ticket in the reply and the client
+//     returns once the pool word reaches it (Client::WaitTombstones; the
+//     master thread never waits on the disk). A put or upsert whose key has
+//     an older value with a record (or a pending tombstone) is told to
+//     settle: after its CAS the client sends kSettle, the master unlinks the
+//     older values now and answers with their ticket. Pool-only keys get
+//     no ticket and pay nothing. While a newer put of a key is WRITING, its
+//     older values are not demoted (the settle flag was decided at PutStart).
 //   * Capacity: above --offload_high_watermark_ratio of
 //     --offload_capacity_bytes the least recently used kOnDisk objects are
 //     dropped (entry and record); an append that still fails marks the
 //     object "no disk" and eviction drops it as without a tier.
+//   * Groups (ReplicateConfig.group_ids) move together: eviction demotes
+//     every member (EvictWithGroup), the tier drops a group whole or not at
+//     all, and a promotion (threshold crossed, or a stage request) queues
+//     the group's other disk-resident members too (at most kGroupPromoteMax).
 //   * Restart: recovery keeps kOnDisk entries whose record the tier still
 //     holds (same key and generation); after --format every live record gets
 //     a kOnDisk entry again and generations start above MaxGeneration().
@@ -234,6 +251,10 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   }
   auto nd = no_disk_.find(slot);
   if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
+  if (NewerWriting(slot)) {  // an upsert in flight decided without a record of this value: later
+    round_blocked_transiently_ = true;
+    return 0;
+  }
   if (config_.offload_force_evict && demote_queued_.count(slot) == 0 &&
       demote_q_.size() >= config_.offloading_queue_limit) {
     ++stats_.offload_skipped;  // the disk is behind: evicted as without a tier
@@ -324,11 +345,135 @@ void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
   promote_count_.erase(slot);
   no_disk_.erase(slot);
   auto it = disk_loc_.find(slot);
-  if (it == disk_loc_.end()) return;
+  if (it == disk_loc_.end()) {
+    // Being appended right now (a demotion batch): its record lands before
+    // the tier thread's next tombstone flush, which then hides it.
+    if (entry_meta_[slot].live && busy_demote_.count(entry_meta_[slot].extent))
+      QueueTombstone(std::string(KeyOf(slot)), generation);
+    return;
+  }
   if (StateOf(sg) != EntryState::kOnDisk) NoteClean(it->second.value_len, false);
   disk_loc_.erase(it);
-  tier_removals_.push_back({std::string(KeyOf(slot)), generation});
+  QueueTombstone(std::string(KeyOf(slot)), generation);
+}
+
+void Master::QueueTombstone(std::string key, uint64_t generation) {
+  uint64_t seq = ++tomb_queued_;
+  tomb_pending_[key] = seq;
+  tier_removals_.push_back({std::move(key), generation, seq});
   WakeTier();
+}
+
+uint64_t Master::PendingTomb(std::string_view key) const {
+  if (tomb_pending_.empty()) return 0;
+  auto it = tomb_pending_.find(std::string(key));
+  return it == tomb_pending_.end() ? 0 : it->second;
+}
+
+bool Master::FlushTombstones() {
+  std::vector<TierRemoval> batch;
+  uint64_t upto = 0;  // every tombstone queued so far is in `batch` or written before
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (tier_removals_.empty()) return false;
+    batch.swap(tier_removals_);
+    upto = tomb_queued_;
+  }
+  // Test hook (tests/test_tier_tombstones.py): a slow tier, so that a reply
+  // sent before its tombstone is written would lose the race for sure.
+  static const uint64_t delay_ms = [] {
+    const char* v = getenv("MCXL_TIER_TEST_TOMB_DELAY_MS");
+    return v != nullptr ? strtoull(v, nullptr, 10) : 0ull;
+  }();
+  if (delay_ms != 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+  std::vector<std::pair<std::string_view, uint64_t>> items;
+  items.reserve(batch.size());
+  for (const TierRemoval& r : batch) items.emplace_back(r.key, r.generation);
+  std::vector<Status> st = tier_->RemoveBatch(items);  // group commit: one pwrite per ~4 MiB
+  std::lock_guard<std::mutex> lock(mu_);
+  // Durable up to just before the first failure; failures are retried next
+  // round (in front: older tickets first).
+  std::vector<TierRemoval> again;
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (st[i].ok() || st[i].error() == ErrorCode::INVALID_PARAMS) continue;
+    if (batch[i].seq != 0) upto = std::min(upto, batch[i].seq - 1);
+    uint64_t now = MonoNs();
+    if (now - tomb_fail_log_mono_ > kNsPerSec) {
+      tomb_fail_log_mono_ = now;
+      MCXL_LOG(kWarn, "tier", "tombstone of '%s' not written (%s); retried (its remove waits)", batch[i].key.c_str(),
+               ErrorCodeName(st[i].error()));
+    }
+    again.push_back(batch[i]);
+  }
+  for (const TierRemoval& r : batch) {
+    auto p = tomb_pending_.find(r.key);
+    if (p != tomb_pending_.end() && p->second <= upto) tomb_pending_.erase(p);
+  }
+  if (!again.empty()) tier_removals_.insert(tier_removals_.begin(), again.begin(), again.end());
+  Superblock* sb = pool_->superblock();
+  if (upto > sb->tier_tombs_durable.load(std::memory_order_relaxed)) {
+    // Release: a client that reads it (acquire) and returns orders its later
+    // operations after the writes above (which a SIGKILL does not undo).
+    sb->tier_tombs_durable.store(upto, std::memory_order_release);
+    PublishRange(&sb->tier_tombs_durable, sizeof(uint64_t));
+  }
+  return again.size() < batch.size();
+}
+
+bool Master::OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const {
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (GenOf(sg) >= generation) continue;
+    if (disk_loc_.count(s) || demote_queued_.count(s) || busy_demote_.count(entry_meta_[s].extent)) return true;
+  }
+  return false;
+}
+
+bool Master::NewerWriting(uint64_t slot) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
+  std::vector<uint64_t> live;
+  FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (s != slot && StateOf(sg) == EntryState::kWriting && GenOf(sg) > gen) return true;
+  }
+  return false;
+}
+
+std::string Master::HandleSettle(Decoder* d) {
+  SettleRequest req;
+  TicketReply reply;
+  if (!Decode(d, &req) || req.items.size() > kMaxRequestKeys) {
+    MCXL_LOG(kWarn, "master", "malformed Settle request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else {
+    for (const auto& [key, gen] : req.items) {
+      if (key.empty() || key.size() > kMaxKeyLength) {
+        reply.status = ErrorCode::INVALID_PARAMS;
+        continue;
+      }
+      // What Tick does when it notices the completion, now: the older
+      // values go (their records get tombstones) once this one is published.
+      uint64_t hash = KeyHash(key);
+      std::vector<uint64_t> live;
+      FindLive(key, hash, &live);
+      bool published = false;
+      for (uint64_t s : live) {
+        uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+        if (GenOf(sg) == gen && Readable(StateOf(sg))) published = true;
+      }
+      if (published) ClearSupersededIfSettled(key, hash);
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, PendingTomb(key));
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
 }
 
 std::string Master::HandlePromote(Decoder* d) {
@@ -354,11 +499,7 @@ std::string Master::HandlePromote(Decoder* d) {
       if (c.first != sg) c = {sg, 0};
       if (++c.second < config_.promotion_admission_threshold) return StatusReply(ErrorCode::OK);
     }
-    if (promote_queued_.count(s) == 0) {
-      promote_queued_[s] = sg;
-      promote_q_.push_back({s, sg});
-      WakeTier();
-    }
+    QueuePromoteWithGroup(s, sg);
     return StatusReply(ErrorCode::OK);
   }
   return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
@@ -389,6 +530,85 @@ void Master::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* bat
                     len, m.extent});
   busy_demote_[m.extent] = false;
   *batch_bytes += len;
+}
+
+void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
+  auto queue = [this](uint64_t s, uint64_t sg) {
+    if (promote_queued_.count(s) != 0) return;
+    promote_queued_[s] = sg;
+    promote_q_.push_back({s, sg});
+  };
+  queue(slot, state_gen);
+  // Its group (K and V, TP shards: put with one group id) comes back with
+  // it, as eviction takes them out together: the members still on disk,
+  // at most kGroupPromoteMax of them (a huge group must not flood the queue).
+  auto gi = group_of_.find(slot);
+  if (gi != group_of_.end()) {
+    auto it = groups_.find(gi->second);
+    size_t n = 0;
+    if (it != groups_.end())
+      for (uint64_t m : it->second) {
+        if (m == slot || !entry_meta_[m].live || disk_loc_.count(m) == 0) continue;
+        uint64_t msg = index_->entry(m).state_gen.load(std::memory_order_acquire);
+        if (StateOf(msg) != EntryState::kOnDisk) continue;
+        if (++n > kGroupPromoteMax) break;
+        queue(m, msg);
+        ++stats_.group_promotions;
+      }
+  }
+  WakeTier();
+}
+
+void Master::DropGroupOf(uint64_t slot) {
+  auto gi = group_of_.find(slot);
+  if (gi == group_of_.end()) return;
+  auto it = groups_.find(gi->second);
+  if (it == groups_.end() || it->second.size() < 2) return;
+  std::vector<uint64_t> members = it->second;  // a copy: Unlink edits the group
+  uint64_t n = 0;
+  for (uint64_t m : members)
+    if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+      n += UnlinkWithOlder(m, nullptr);
+  stats_.evicted_keys += n;
+}
+
+bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
+  if (!tier_) return false;
+  for (uint64_t m : members) {
+    if (!entry_meta_[m].live) continue;
+    uint64_t sg = index_->entry(m).state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    auto nd = no_disk_.find(m);
+    if (nd != no_disk_.end() && nd->second == sg) return true;
+  }
+  return false;
+}
+
+uint64_t Master::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes) {
+  std::vector<uint64_t> members{slot};
+  auto gi = group_of_.find(slot);
+  if (gi != group_of_.end()) {
+    auto it = groups_.find(gi->second);
+    if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
+  }
+  // Together or not at all (as EvictWithGroup): a member a reader holds,
+  // hard-pinned or unfinished keeps the whole group.
+  for (uint64_t m : members) {
+    if (!entry_meta_[m].live) continue;
+    const IndexEntry& e = index_->entry(m);
+    EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
+    if (!Readable(st)) return 0;
+    if ((e.flags.load(std::memory_order_relaxed) & kFlagHardPin) || index_->LeaseUntil(m) > now) return 0;
+    if (st == EntryState::kComplete && IsPinned(GenOf(e.state_gen.load(std::memory_order_relaxed)))) return 0;
+  }
+  uint64_t n = 0;
+  for (uint64_t m : members) {
+    if (!entry_meta_[m].live || !Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+      continue;
+    if (bytes != nullptr) *bytes += index_->entry(m).value_size.load(std::memory_order_relaxed);
+    n += UnlinkWithOlder(m, nullptr);  // its record goes with it (ForgetDiskCopy)
+  }
+  return n;
 }
 
 bool Master::DemoteBatch() {
@@ -425,9 +645,11 @@ bool Master::DemoteBatch() {
         ResolvePending(job.slot);
         continue;
       }
+      if (NewerWriting(job.slot)) continue;  // an upsert decided its settle without this record
       if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
         no_disk_[job.slot] = job.state_gen;
         ResolvePending(job.slot);
+        DropGroupOf(job.slot);  // its group was evicted with it: not split across the tiers
         continue;
       }
       size_t had = batch.size();
@@ -536,7 +758,7 @@ bool Master::DemoteAhead() {
       bool alone = true;
       for (uint64_t o : live)
         if (o != s && Readable(StateOf(index_->entry(o).state_gen.load(std::memory_order_acquire)))) alone = false;
-      if (!alone) continue;
+      if (!alone || NewerWriting(s)) continue;  // (an upsert being written decides its settle without a record)
       AddToDemoteBatch({s, c.state_gen, false}, &batch, &batch_bytes);
     }
     if (batch.empty() && pre_next_ >= pre_window_.size()) {
@@ -581,8 +803,12 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
       ++stats_.demotion_failures;
       // A copy ahead of eviction that failed: eviction tries again itself
       // (and drops the object when that fails too); meanwhile no more ahead.
-      if (ahead) pre_retry_mono_ = MonoNs() + 100 * 1000000ull;
-      else if (same) no_disk_[job.slot] = job.state_gen;
+      if (ahead) {
+        pre_retry_mono_ = MonoNs() + 100 * 1000000ull;
+      } else {
+        if (same) no_disk_[job.slot] = job.state_gen;
+        if (same && job.evict) DropGroupOf(job.slot);  // as above
+      }
       uint64_t now = MonoNs();
       if (now - tier_full_log_mono_ > kNsPerSec) {
         tier_full_log_mono_ = now;
@@ -597,7 +823,7 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
     if (ahead) ++stats_.tier_ahead_writes;
     if (!same) {  // removed or replaced meanwhile: the record must not come back
       ++stats_.tier_stale_copies;
-      tier_removals_.push_back({it.key, GenOf(job.state_gen)});
+      QueueTombstone(it.key, GenOf(job.state_gen));
       continue;
     }
     disk_loc_[job.slot] = *loc;
@@ -703,12 +929,10 @@ bool Master::PromoteOne() {
 }
 
 bool Master::TierHousekeeping() {
-  std::vector<TierRemoval> removals;
   bool over = false;
   uint64_t target = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    removals.swap(tier_removals_);
     uint64_t cap = config_.offload_capacity_bytes;
     uint64_t high = uint64_t(config_.offload_high_watermark_ratio * double(cap));
     over = tier_stats_.live_bytes > high || tier_full_;
@@ -743,35 +967,37 @@ bool Master::TierHousekeeping() {
       uint64_t dropped = 0, n = 0;
       for (const auto& c : cand) {
         if (dropped >= target) break;
-        dropped += index_->entry(c.second).value_size.load(std::memory_order_relaxed);
-        (void)UnlinkWithOlder(c.second, nullptr);  // its record goes with it (ForgetDiskCopy)
-        ++n;
+        // Taken already with a group member dropped before it?
+        if (!entry_meta_[c.second].live ||
+            StateOf(index_->entry(c.second).state_gen.load(std::memory_order_acquire)) != EntryState::kOnDisk)
+          continue;
+        n += DropFromTierWithGroup(c.second, now, &dropped);  // with its group; records go too
       }
       stats_.tier_evictions += n;
       if (n > 0)
         MCXL_LOG(kInfo, "tier", "SSD tier over its watermark (%llu of %llu bytes live): dropped %llu objects",
                  (unsigned long long)tier_stats_.live_bytes, (unsigned long long)cap, (unsigned long long)n);
-      removals.insert(removals.end(), tier_removals_.begin(), tier_removals_.end());
-      tier_removals_.clear();
       tier_full_ = false;
     }
   }
-  for (const auto& r : removals) {
-    Status s = tier_->Remove(r.key, r.generation);
-    if (!s.ok())
-      MCXL_LOG(kWarn, "tier", "tombstone of '%s' not written (%s)", r.key.c_str(), ErrorCodeName(s.error()));
-  }
+  bool wrote = FlushTombstones();
   tier::Stats ts = tier_->stats();
   bool compacted = false;
   if (ts.used_bytes > 0 && double(ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes)) > 0.5 * double(ts.used_bytes)) {
     uint64_t before = ts.compactions;
-    (void)tier_->Compact(64ull << 20);
+    // 64 MiB a turn in 4 MiB steps, tombstones written in between: a remove
+    // waits for at most one step's copy, not the whole turn.
+    for (int step = 0; step < 16 && ts.compactions == before; ++step) {
+      if (!tier_->Compact(4ull << 20).ok()) break;
+      ts = tier_->stats();
+      wrote |= FlushTombstones();
+    }
     ts = tier_->stats();
     compacted = ts.compactions != before;
   }
   std::lock_guard<std::mutex> lock(mu_);
   tier_stats_ = ts;
-  return !removals.empty() || compacted;
+  return wrote || compacted;
 }
 
 void Master::TierLoop() {
@@ -787,7 +1013,10 @@ void Master::TierLoop() {
     }
     for (int round = 0; round < 1000000; ++round) {
       bool more = false;
+      // Tombstones first and between the steps: removes wait for them.
+      more |= FlushTombstones();
       more |= DemoteBatch();
+      more |= FlushTombstones();
       more |= PromoteOne();
       more |= TierHousekeeping();
       more |= DemoteAhead();  // last: it yields to eviction's demotions
@@ -805,6 +1034,8 @@ void Master::RecoverTier(bool fresh) {
   std::unordered_map<std::string, tier::RecordLocation> live;
   tier_->ForEachLive([&live](std::string_view key, const tier::RecordLocation& loc) { live[std::string(key)] = loc; });
   next_generation_ = std::max(next_generation_, tier_->MaxGeneration() + 1);
+  // Tickets continue above the last incarnation's (0 in a formatted pool).
+  tomb_queued_ = pool_->superblock()->tier_tombs_durable.load(std::memory_order_relaxed);
   uint64_t kept = 0, dropped = 0, rebuilt = 0, orphans = 0;
   if (!fresh) {
     for (uint64_t s = 0; s < index_->capacity(); ++s) {
@@ -837,7 +1068,7 @@ void Master::RecoverTier(bool fresh) {
     // Records no entry names (a demotion caught by a crash, a removal whose
     // tombstone was not written): tombstoned, so a rebuild never brings them back.
     for (const auto& [k, loc] : live) {
-      tier_removals_.push_back({k, loc.generation});
+      QueueTombstone(k, loc.generation);
       ++orphans;
     }
   } else {

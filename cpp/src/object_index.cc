@@ -175,6 +175,27 @@ void ObjectIndex::LowerLease(uint64_t slot, uint64_t to_ns) const {
   if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
 }
 
+bool ObjectIndex::LowerLeaseOf(const EntrySnapshot& s, uint64_t to_ns) const {
+  if (!StillValid(s)) return false;
+  IndexEntry& e = entries_[s.slot];
+  uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);  // relaxed: as LowerLease
+  bool wrote = false;
+  while (cur > to_ns && !(wrote = e.lease_until_ns.compare_exchange_weak(cur, to_ns, std::memory_order_relaxed))) {
+  }
+  if (!wrote) return true;
+  PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+  // seq_cst: our lease write is ordered before the version re-load, so a
+  // rewrite (tombstone, reinsert) that came first is seen here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (StillValid(s)) return true;
+  // The slot was reused between the checks: give the new object its lease
+  // back (only if nobody wrote the word since; a reader's raise wins).
+  uint64_t mine = to_ns;
+  if (e.lease_until_ns.compare_exchange_strong(mine, cur, std::memory_order_relaxed))
+    PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+  return false;
+}
+
 uint64_t ObjectIndex::LeaseUntil(uint64_t slot) const {
   // Relaxed: a hint compared with the clock, as above.
   return entries_[slot].lease_until_ns.load(std::memory_order_relaxed);

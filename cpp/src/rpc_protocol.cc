@@ -18,6 +18,7 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kRemoveAll: return "RemoveAll";
     case MessageType::kHeartbeat: return "Heartbeat";
     case MessageType::kPromote: return "Promote";
+    case MessageType::kSettle: return "Settle";
   }
   return "Unknown";
 }
@@ -128,17 +129,19 @@ void Encode(const PutStartReply& m, Encoder* e) {
     e->U64(it.entry_slot);
     e->U64(it.generation);
     e->U64(it.value_offset);
+    e->U8(it.settle ? 1 : 0);
   }
 }
 bool Decode(Decoder* d, PutStartReply* m) {
   m->status = ReadStatus(d);
-  uint32_t n = d->Count(4 + 24);
+  uint32_t n = d->Count(4 + 24 + 1);
   m->items.resize(n);
   for (auto& it : m->items) {
     it.status = ReadStatus(d);
     it.entry_slot = d->U64();
     it.generation = d->U64();
     it.value_offset = d->U64();
+    it.settle = d->U8() != 0;
   }
   return !d->failed();
 }
@@ -162,12 +165,14 @@ void Encode(const RemoveReply& m, Encoder* e) {
   e->I32(ToInt(m.status));
   e->U32(uint32_t(m.results.size()));
   for (int32_t r : m.results) e->I32(r);
+  e->U64(m.tomb_ticket);
 }
 bool Decode(Decoder* d, RemoveReply* m) {
   m->status = ReadStatus(d);
   uint32_t n = d->Count(4);
   m->results.resize(n);
   for (auto& r : m->results) r = d->I32();
+  m->tomb_ticket = d->U64();
   return !d->failed();
 }
 
@@ -186,10 +191,42 @@ bool Decode(Decoder* d, RemoveByRegexRequest* m) {
 void Encode(const CountReply& m, Encoder* e) {
   e->I32(ToInt(m.status));
   e->U64(m.count);
+  e->U64(m.tomb_ticket);
 }
 bool Decode(Decoder* d, CountReply* m) {
   m->status = ReadStatus(d);
   m->count = d->U64();
+  m->tomb_ticket = d->U64();
+  return !d->failed();
+}
+
+void Encode(const SettleRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U32(uint32_t(m.items.size()));
+  for (const auto& [k, g] : m.items) {
+    e->Str(k);
+    e->U64(g);
+  }
+}
+bool Decode(Decoder* d, SettleRequest* m) {
+  Decode(d, &m->client);
+  uint32_t n = d->Count(4 + 8);
+  m->items.reserve(n);
+  for (uint32_t i = 0; i < n && !d->failed(); ++i) {
+    std::string k(d->Str());
+    uint64_t g = d->U64();
+    m->items.emplace_back(std::move(k), g);
+  }
+  return !d->failed() && d->done();
+}
+
+void Encode(const TicketReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U64(m.tomb_ticket);
+}
+bool Decode(Decoder* d, TicketReply* m) {
+  m->status = ReadStatus(d);
+  m->tomb_ticket = d->U64();
   return !d->failed();
 }
 

@@ -1082,5 +1082,44 @@ TEST_F(DiskTierTest, TornBatchAtAnyByteKeepsIntactRecords) {
   }
 }
 
+TEST_F(DiskTierTest, RemoveBatchIsOneWriteAndSurvivesReopen) {
+  Options o = Opts(256 * kKiB);
+  std::map<std::string, RecordLocation> expect;
+  uint64_t segments_before = 0;
+  {
+    auto t = OpenTier(o);
+    ASSERT_TRUE(t);
+    for (int i = 0; i < 40; i++) expect[Name("k", i)] = Put(*t, Name("k", i), 10, 3000);
+    const std::string big(20000, 'L');  // a long key: a multi-block tombstone
+    expect[big] = Put(*t, big, 10, 100);
+    segments_before = t->stats().segments;
+    std::vector<std::pair<std::string_view, uint64_t>> items;
+    std::vector<std::string> names;
+    for (int i = 0; i < 40; i += 2) names.push_back(Name("k", i));
+    for (const auto& n : names) items.emplace_back(n, 10);
+    items.emplace_back(big, 11);
+    items.emplace_back("k1", 9);        // older than the live record: nothing to hide
+    items.emplace_back("nope", 5);      // no record at all
+    items.emplace_back(names[0], 12);   // repeated: after the first one
+    items.emplace_back("", 1);          // bad key
+    auto st = t->RemoveBatch(items);
+    ASSERT_EQ(st.size(), items.size());
+    for (size_t i = 0; i + 1 < items.size(); ++i) EXPECT_TRUE(st[i].ok()) << i;
+    EXPECT_EQ(st.back().error(), ErrorCode::INVALID_PARAMS);
+    for (const auto& n : names) expect.erase(n);
+    expect.erase(big);
+    EXPECT_EQ(Live(*t), expect);
+    // Tombstones fence the generations they hide: no append at or below them.
+    auto v = ValueOf(big, 11, 10);
+    EXPECT_EQ(t->Append(big, v.data(), 10, 11).error(), ErrorCode::INVALID_VERSION);
+    EXPECT_EQ(t->MaxGeneration(), 11u);  // the repeated key had nothing left to hide: not written
+  }
+  auto t = OpenTier(o);  // rebuild from the files: the batch's tombstones count
+  ASSERT_TRUE(t);
+  EXPECT_EQ(Live(*t), expect);
+  EXPECT_GE(t->stats().segments, segments_before);
+  for (auto& [k, l] : expect) EXPECT_TRUE(ReadsBack(o.root_dir, k, l));
+}
+
 }  // namespace
 }  // namespace mcxl::tier

@@ -287,6 +287,28 @@ TEST_F(ObjectIndexTest, LeaseOnlyGrows) {
   EXPECT_EQ(idx().LeaseUntil(slot), t + 2000000000ull);
 }
 
+TEST_F(ObjectIndexTest, ReleaseOfAStaleSnapshotKeepsTheReusedSlotsLease) {
+  uint64_t slot = w_->Put("key", "v", 1);
+  auto old = Find("key");
+  ASSERT_TRUE(old.ok());
+  uint64_t hold = NowNs() + 60 * 1000000000ull;
+  idx().ExtendLease(slot, hold);
+  uint64_t to = NowNs() + 1000000000ull;
+  EXPECT_TRUE(idx().LowerLeaseOf(*old, to));  // its own object: lowered
+  EXPECT_EQ(idx().LeaseUntil(slot), to);
+  // Removed and the slot reused by another object, which a producer holds.
+  idx().Tombstone(slot);
+  uint64_t again = w_->Put("key", "w", 2);  // a re-put: the freed slot
+  ASSERT_EQ(again, slot);
+  idx().ExtendLease(slot, hold);
+  EXPECT_FALSE(idx().LowerLeaseOf(*old, to));  // the release names the old object
+  EXPECT_EQ(idx().LeaseUntil(slot), hold);     // the new object's hold stays
+  auto cur = Find("key");
+  ASSERT_TRUE(cur.ok());
+  EXPECT_TRUE(idx().LowerLeaseOf(*cur, to));
+  EXPECT_EQ(idx().LeaseUntil(slot), to);
+}
+
 TEST_F(ObjectIndexTest, StuckWriterIsSkippedAndRepaired) {
   auto keys = CollidingKeys(2);
   uint64_t s0 = w_->Put(keys[0], "zero", 1);

@@ -250,6 +250,16 @@ class Client {
                const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
                const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
+  // SSD tier: waits until Superblock::tier_tombs_durable reaches `ticket`
+  // (0: at once): the tombstones of a remove / settled put are written, so a
+  // master SIGKILL and a --format rebuild cannot bring the old value back.
+  // Spins briefly, then sleeps in short steps; at most kTombWaitNs (then
+  // RPC_TIMEOUT, logged); RPC_FAIL when the master restarted meanwhile.
+  static constexpr uint64_t kTombWaitNs = 10ull * 1000000000ull;
+  Status WaitTombstones(uint64_t ticket);
+  // kSettle for the puts (key, generation) just published whose PutStart
+  // asked for it, then WaitTombstones.
+  Status Settle(const std::vector<std::pair<std::string, uint64_t>>& items);
   // The value's copy for one granted item, in chunks with PutStillOurs
   // before each; false (copy stopped) once the put is no longer ours.
   bool CopyValueChecked(const PutParts& parts, char* dst, const PutStartItem& it, const ClientRef& owner);

@@ -55,6 +55,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "mooncake_cxl/error_code.h"
@@ -146,6 +147,11 @@ class DiskTier {
   // generation <= `generation` (else nothing to hide: OK, no write). A
   // tombstone (one block) may go above capacity_bytes: it turns its record dead.
   Status Remove(std::string_view key, uint64_t generation);
+  // Many Removes, their tombstones packed back to back in one write per up
+  // to 4 MiB (group commit: the master's removes wait for their tombstone).
+  // Each item gets Remove's result; a repeated key or a failed packed write
+  // falls back to Remove one by one.
+  std::vector<Status> RemoveBatch(const std::vector<std::pair<std::string_view, uint64_t>>& items);
   // The live records. Called under the tier's state lock: the callback must
   // not call back into this DiskTier.
   void ForEachLive(const std::function<void(std::string_view key, const RecordLocation&)>& fn) const;

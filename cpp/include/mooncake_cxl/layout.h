@@ -95,6 +95,12 @@ struct Superblock {
   // reads records itself; else it asks the master to stage them).
   alignas(kCacheLine) std::atomic<uint64_t> tier_config;
   char tier_root[1024];
+  // The SSD tier's durable tombstones (master_tier.cc): every tombstone the
+  // master queued with a sequence number <= this one is written (survives a
+  // SIGKILL). A remove or upsert whose reply carries a ticket returns once it
+  // reaches the ticket. Written by the master's tier thread only; never
+  // decreases within a master incarnation.
+  alignas(kCacheLine) std::atomic<uint64_t> tier_tombs_durable;
 };
 static_assert(sizeof(Superblock) <= kSuperblockSize);
 constexpr uint64_t kTierEnabled = 1ull << 0;

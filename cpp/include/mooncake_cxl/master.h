@@ -185,6 +185,7 @@ struct MasterStats {
   uint64_t tier_evictions = 0; // objects dropped from the tier for room
   uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
   uint64_t tier_rebuilt = 0;   // entries rebuilt from the segment files after --format
+  uint64_t group_promotions = 0;  // group members queued for promotion with another member
   uint64_t tier_checksum_failures = 0, tier_compactions = 0, tier_queue = 0;
   uint64_t disk_hits = 0;      // reads served from the tier, summed over clients
   uint64_t disk_hits_reported = 0;  // of those, reported to the master (promotion on hit)
@@ -477,6 +478,19 @@ class Master {
   // ~4 MiB of clean copies of the coldest objects without one, written like
   // a DemoteBatch (evict = false). Bounded under mu_ per call.
   bool DemoteAhead();
+  // Queues `slot` for promotion with its group's other kOnDisk members (bounded).
+  static constexpr size_t kGroupPromoteMax = 256;
+  void QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen);
+  // The tier over its watermark drops `slot` with its whole group, or nothing
+  // when a member is protected (lease, hard pin, view, unfinished). Returns
+  // objects unlinked; adds their value bytes to *bytes.
+  uint64_t DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes);
+  // Eviction of a group one of whose members the tier could not take (its
+  // append failed): the whole group is dropped, not split across the tiers.
+  bool GroupDropsWhole(const std::vector<uint64_t>& members) const;
+  // A group member being evicted found no room in the tier (DemoteBatch):
+  // the whole group is dropped now, as eviction without a tier would.
+  void DropGroupOf(uint64_t slot);
   bool PromoteOne();
   bool TierHousekeeping();
   struct DemoteJob {
@@ -507,7 +521,31 @@ class Master {
   struct TierRemoval {
     std::string key;
     uint64_t generation;
+    uint64_t seq = 0;  // its ticket (QueueTombstone): tier_removals_ is in seq order
   };
+  // ---- durable tombstones (master_tier.cc) ----
+  // Every tombstone gets the next sequence number; the tier thread writes
+  // them in groups (RemoveBatch) and then publishes the highest one written
+  // in Superblock::tier_tombs_durable. A reply whose request queued some
+  // carries the ticket tomb_queued_ (clients wait for it).
+  void QueueTombstone(std::string key, uint64_t generation);
+  bool FlushTombstones();  // tier thread, without mu_ (takes it briefly)
+  // The ticket for a request that saw tomb_queued_ == `before` when it began:
+  // 0 when it queued nothing.
+  uint64_t TombTicketSince(uint64_t before) const { return tomb_queued_ != before ? tomb_queued_ : 0; }
+  std::string HandleSettle(Decoder* d);
+  // An upsert of `key`: does an older value have (or is it getting) a record?
+  bool OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const;
+  // A newer put of slot's key is still WRITING: demoting slot now would leave
+  // a record that an acknowledged upsert cannot tombstone (it asked at PutStart).
+  bool NewerWriting(uint64_t slot) const;
+  uint64_t tomb_queued_ = 0;  // under mu_
+  // Stored key -> seq of its newest tombstone not yet written: a remove, put
+  // or upsert of the key waits for it too (an older record of the key must
+  // not come back behind an acknowledged operation). Under mu_.
+  std::unordered_map<std::string, uint64_t> tomb_pending_;
+  uint64_t PendingTomb(std::string_view key) const;
+  uint64_t tomb_fail_log_mono_ = 0;
   std::unique_ptr<tier::DiskTier> tier_;
   // Per index slot with a record in the tier (a clean copy of a pool object,
   // or the value of a kOnDisk entry): where it is. Under mu_.

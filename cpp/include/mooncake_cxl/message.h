@@ -17,7 +17,8 @@
 namespace mcxl {
 
 constexpr uint32_t kFrameMagic = 0x4D43584Cu;  // "LXCM"
-constexpr uint16_t kProtocolVersion = 3;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant
+constexpr uint16_t kProtocolVersion = 4;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant;
+                                          // 4: tombstone tickets, PutStartItem.settle, Settle
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
 
 struct FrameHeader {

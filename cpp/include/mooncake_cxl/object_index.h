@@ -86,6 +86,11 @@ class ObjectIndex {
   uint64_t LeaseUntil(uint64_t slot) const;
   // Lowers the entry's lease to `to_ns` when it reaches past it (a released hold).
   void LowerLease(uint64_t slot, uint64_t to_ns) const;
+  // LowerLease for the object of snapshot `s` only: false (and the lease word
+  // left as it was) when the slot no longer holds that object, checked before
+  // the write and again after it (a slot reused in between gets its lease
+  // back, unless a reader raised it meanwhile: then the reader's value stays).
+  bool LowerLeaseOf(const EntrySnapshot& s, uint64_t to_ns) const;
 
   // ---- putting client ----
   // CAS WRITING->COMPLETE (resp. ABORTED) for the generation the master gave.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "mooncake_cxl/error_code.h"
@@ -31,6 +32,7 @@ enum class MessageType : uint16_t {
   kRemoveAll = 8,
   kHeartbeat = 9,
   kPromote = 10,  // SSD tier: a disk read (promotion on hit) or a stage request
+  kSettle = 11,   // SSD tier: an upsert is published; its older values go now (durably)
 };
 const char* MessageTypeName(uint16_t type);
 
@@ -93,6 +95,11 @@ struct PutStartItem {
   uint64_t entry_slot = 0;
   uint64_t generation = 0;
   uint64_t value_offset = 0;
+  // SSD tier: an older value of the key has a record on disk. After its
+  // publishing CAS the client sends kSettle, so that the old record is
+  // tombstoned before the upsert returns (else a --format rebuild could
+  // bring the old value back).
+  bool settle = false;
 };
 struct PutStartReply {
   ErrorCode status = ErrorCode::OK;  // of the request as a whole
@@ -107,6 +114,9 @@ struct RemoveRequest {
 struct RemoveReply {
   ErrorCode status = ErrorCode::OK;
   std::vector<int32_t> results;  // kBatchRemove: per key
+  // SSD tier: nonzero when the removal queued tombstones; the client returns
+  // once Superblock::tier_tombs_durable reaches it (Client::WaitTombstones).
+  uint64_t tomb_ticket = 0;
 };
 struct RemoveByRegexRequest {
   ClientRef client;
@@ -116,6 +126,18 @@ struct RemoveByRegexRequest {
 struct CountReply {
   ErrorCode status = ErrorCode::OK;
   uint64_t count = 0;
+  uint64_t tomb_ticket = 0;  // as RemoveReply's (RemoveAll, RemoveByRegex)
+};
+// kSettle: the upserts (key, generation) the client just published. The
+// master unlinks their older values now (as Tick would) and answers with the
+// ticket of their tombstones.
+struct SettleRequest {
+  ClientRef client;
+  std::vector<std::pair<std::string, uint64_t>> items;
+};
+struct TicketReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t tomb_ticket = 0;
 };
 // Ping is also the bootstrap: where the pool is, so that a client can map it
 // and read the token before it attaches.
@@ -158,6 +180,10 @@ void Encode(const RemoveByRegexRequest& m, Encoder* e);
 bool Decode(Decoder* d, RemoveByRegexRequest* m);
 void Encode(const CountReply& m, Encoder* e);
 bool Decode(Decoder* d, CountReply* m);
+void Encode(const SettleRequest& m, Encoder* e);
+bool Decode(Decoder* d, SettleRequest* m);
+void Encode(const TicketReply& m, Encoder* e);
+bool Decode(Decoder* d, TicketReply* m);
 void Encode(const PromoteRequest& m, Encoder* e);
 bool Decode(Decoder* d, PromoteRequest* m);
 void Encode(const PingReply& m, Encoder* e);
