@@ -27,7 +27,8 @@ What must hold (each is one "invariant" name in the failure message):
   false_corrupt     no entry called corrupt, no tier record failing its checksum
 
 test_random_faults_with_ssd_tier runs the same driver with the master on an
-SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, an 8 MiB tier:
+SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
+--offload_ahead_ratio=0.5 (clean copies written ahead of eviction), an 8 MiB tier:
 its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
 
 Environment (all optional):
@@ -302,7 +303,7 @@ def test_random_faults_with_ssd_tier(pool_path, tmp_path):
     os.mkdir(tier)
     drive(pool_path, tmp_path, default_seconds=20, extra_flags=[
         "--enable_offload", "--offload_on_evict", "--promotion_on_hit", f"--root_fs_dir={tier}",
-        f"--offload_capacity_bytes={TIER_CAPACITY}"])
+        f"--offload_capacity_bytes={TIER_CAPACITY}", "--offload_ahead_ratio=0.5"])
 
 
 def drive(pool_path, tmp_path, default_seconds, extra_flags=()):

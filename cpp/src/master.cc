@@ -148,6 +148,12 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     promote_count_.clear();
     no_disk_.clear();
     disk_objects_ = 0;
+    pool_clean_bytes_ = 0;
+    evict_pending_.clear();
+    evict_pending_bytes_ = 0;
+    pre_window_.clear();
+    pre_next_ = SIZE_MAX;
+    pre_scanned_ = pre_complete_ = 0;
     busy_handle_ = UINT64_MAX;
     busy_demote_.clear();
     live_entries_ = 0;
@@ -582,6 +588,7 @@ MasterStats Master::stats() const {
   s.tier_segments = tier_stats_.segments;
   s.tier_compactions = tier_stats_.compactions;
   s.disk_objects = disk_objects_;
+  s.pool_clean_bytes = pool_clean_bytes_;
   s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX) +
                  busy_demote_.size();
   s.tier_checksum_failures += tier_stats_.checksum_failures;

@@ -214,6 +214,16 @@ std::string Master::MetricsText() {
              stats_.demotion_failures);
     w.Metric("mooncake_cxl_tier_writes_total", "counter", "Records appended (demotions and write-through)",
              stats_.tier_writes);
+    w.Metric("mooncake_cxl_tier_ahead_writes_total", "counter",
+             "Clean copies written ahead of eviction (--offload_ahead_ratio), also in writes_total",
+             stats_.tier_ahead_writes);
+    w.Metric("mooncake_cxl_tier_demotions_clean_total", "counter",
+             "Demotions that found a clean copy on disk (no disk write on the put path)", stats_.demotions_clean);
+    w.Metric("mooncake_cxl_tier_stale_copies_total", "counter",
+             "Records written for an object removed or replaced meanwhile (tombstoned, never served)",
+             stats_.tier_stale_copies);
+    w.Metric("mooncake_cxl_tier_pool_clean_bytes", "gauge",
+             "Value bytes of pool objects that also have a clean copy on disk", pool_clean_bytes_);
     w.Metric("mooncake_cxl_tier_promotions_total", "counter", "Objects copied back into the pool",
              stats_.promotions);
     w.Metric("mooncake_cxl_tier_promotion_failures_total", "counter", "Promotions given up (no room, bad record)",

@@ -15,6 +15,19 @@
 //     for room gets OBJECT_REPLICA_BUSY (the client retries). Write-through
 //     (--enable_offload without --offload_on_evict) queues a copy after each
 //     completed put; eviction then only converts.
+//   * Pre-demotion (--offload_ahead_ratio R, with --offload_on_evict; 0 =
+//     off): while the pool's bytes without a clean copy exceed R of its
+//     capacity, the tier thread (DemoteAhead, when no demotion is queued)
+//     samples the index as eviction does, and copies the coldest objects
+//     without a record (hard pins never, soft pins last and only when
+//     eviction may take them) in ~4 MiB AppendBatch writes, WITHOUT
+//     evicting them: the same busy_demote_ protocol and generation check as
+//     a demotion, so an object removed or overwritten meanwhile gets a
+//     tombstone, never a clean copy. Eviction then only converts.
+//   * Eviction ahead of the watermark (EvictAhead, the ring server's idle
+//     moments, master_eviction.cc) demotes as an inline round does; bytes
+//     queued for demotion (evict_pending_bytes_) count as leaving, so
+//     neither it nor a put above the watermark runs a round for them again.
 //   * Promotion: kPromote from a reader (every disk read when
 //     --promotion_on_hit; the master counts and queues at the threshold) or
 //     a stage request; the tier thread allocates an extent, reads the record
@@ -86,6 +99,17 @@ Status Master::OpenTier() {
     MCXL_LOG(kError, "master", "--offload_high_watermark_ratio must be in (0, 1]");
     return ErrorCode::INVALID_PARAMS;
   }
+  if (!(config_.offload_ahead_ratio >= 0 && config_.offload_ahead_ratio < 1)) {
+    MCXL_LOG(kError, "master", "--offload_ahead_ratio must be in [0, 1) (0 = off)");
+    return ErrorCode::INVALID_PARAMS;
+  }
+  if (config_.offload_ahead_ratio > 0 && !config_.offload_on_evict)
+    MCXL_LOG(kInfo, "master", "--offload_ahead_ratio has no effect without --offload_on_evict (write-through "
+             "copies every object already)");
+  else if (config_.offload_ahead_ratio >= config_.eviction_high_watermark_ratio)
+    MCXL_LOG(kWarn, "master", "--offload_ahead_ratio=%.2f is not below --eviction_high_watermark_ratio=%.2f: "
+             "eviction will find few clean copies", config_.offload_ahead_ratio,
+             config_.eviction_high_watermark_ratio);
   tier::Options o;
   o.root_dir = config_.root_fs_dir;
   o.capacity_bytes = config_.offload_capacity_bytes;
@@ -100,6 +124,9 @@ Status Master::OpenTier() {
     return t.error();
   }
   tier_ = std::move(t.value());
+  // Tests only: a pause before each demotion write (the window in which an
+  // object may change under its copy), at most 1 s.
+  if (const char* d = getenv("MCXL_TEST_TIER_WRITE_DELAY_MS")) test_write_delay_ms_ = std::min(1000ul, strtoul(d, nullptr, 10));
   tier_->SetRelocationCallback(
       [this](std::string_view key, const tier::RecordLocation& from, const tier::RecordLocation& to) {
         // Compaction moved a record (tier thread, without mu_; see Lock order).
@@ -119,6 +146,7 @@ Status Master::OpenTier() {
                        int(key.size()), key.data());
               Unlink(s, true, 0);
             } else {
+              NoteClean(it->second.value_len, false);
               disk_loc_.erase(it);  // a pool object: only its clean copy is gone
             }
             continue;
@@ -136,7 +164,9 @@ Status Master::OpenTier() {
   MCXL_LOG(kInfo, "master", "SSD tier at %s: %llu records, %llu of %llu bytes used; %s, promotion on hit %s "
            "(threshold %llu)", config_.root_fs_dir.c_str(), (unsigned long long)tier_stats_.objects,
            (unsigned long long)tier_stats_.used_bytes, (unsigned long long)config_.offload_capacity_bytes,
-           config_.offload_on_evict ? "offload on eviction" : "write-through after each put",
+           !config_.offload_on_evict ? "write-through after each put"
+           : config_.offload_ahead_ratio > 0 ? "offload on eviction, clean copies ahead of it"
+                                              : "offload on eviction",
            config_.promotion_on_hit ? "on" : "off", (unsigned long long)config_.promotion_admission_threshold);
   return ErrorCode::OK;
 }
@@ -214,7 +244,11 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
         GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)) < GenOf(sg))
       return UnlinkWithOlder(slot, bytes);
   auto it = disk_loc_.find(slot);
-  if (it != disk_loc_.end()) return ConvertToDisk(slot, it->second, bytes) ? 1 : 0;
+  if (it != disk_loc_.end()) {
+    if (!ConvertToDisk(slot, it->second, bytes)) return 0;
+    ++stats_.demotions_clean;  // its copy was there: nothing written on the put path
+    return 1;
+  }
   auto nd = no_disk_.find(slot);
   if (nd != no_disk_.end() && nd->second == sg) return UnlinkWithOlder(slot, bytes);
   if (NewerWriting(slot)) {  // an upsert in flight decided without a record of this value: later
@@ -229,7 +263,10 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   // On its way to the disk: its bytes count for this round, so that a round
   // queues about what it needs, not every candidate it sees.
   Extent ext;
-  if (bytes != nullptr && alloc_->Lookup(entry_meta_[slot].extent, &ext)) *bytes += ext.size;
+  if (alloc_->Lookup(entry_meta_[slot].extent, &ext)) {
+    if (bytes != nullptr) *bytes += ext.size;
+    if (evict_pending_.emplace(slot, ext.size).second) evict_pending_bytes_ += ext.size;
+  }
   QueueDemote(slot, true);
   round_blocked_transiently_ = true;
   return 0;
@@ -287,12 +324,22 @@ bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint6
     kept = alloc_->Lookup(m.extent, &after) ? after.size : stub_bytes;
   }
   if (bytes != nullptr) *bytes += ext.size > kept ? ext.size - kept : 0;
+  NoteClean(loc.value_len, false);  // no longer a pool object
+  ResolvePending(slot);
   ++disk_objects_;
   ++stats_.demotions;
   return true;
 }
 
+void Master::ResolvePending(uint64_t slot) {
+  auto it = evict_pending_.find(slot);
+  if (it == evict_pending_.end()) return;
+  evict_pending_bytes_ -= std::min(evict_pending_bytes_, it->second);
+  evict_pending_.erase(it);
+}
+
 void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
+  ResolvePending(slot);  // unlinked: its bytes are free now
   uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_relaxed);
   if (StateOf(sg) == EntryState::kOnDisk && disk_objects_ > 0) --disk_objects_;
   promote_count_.erase(slot);
@@ -305,6 +352,7 @@ void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
       QueueTombstone(std::string(KeyOf(slot)), generation);
     return;
   }
+  if (StateOf(sg) != EntryState::kOnDisk) NoteClean(it->second.value_len, false);
   disk_loc_.erase(it);
   QueueTombstone(std::string(KeyOf(slot)), generation);
 }
@@ -457,6 +505,33 @@ std::string Master::HandlePromote(Decoder* d) {
   return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
 }
 
+void Master::NoteClean(uint64_t value_len, bool add) {
+  if (add) pool_clean_bytes_ += value_len;
+  else pool_clean_bytes_ -= std::min(pool_clean_bytes_, value_len);
+}
+
+uint64_t Master::PoolDirtyBytes() const {
+  uint64_t used = alloc_->used_bytes();
+  return used - std::min(used, pool_clean_bytes_);
+}
+
+bool Master::AheadWanted() const {
+  if (!tier_ || !config_.offload_on_evict || config_.offload_ahead_ratio <= 0 || pool_lost_) return false;
+  return PoolDirtyBytes() > uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+}
+
+void Master::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes) {
+  const IndexEntry& e = index_->entry(job.slot);
+  const EntryMeta& m = entry_meta_[job.slot];
+  Extent ext;
+  if (!alloc_->Lookup(m.extent, &ext) || busy_demote_.count(m.extent) || m.extent == busy_handle_) return;
+  uint64_t len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
+  batch->push_back({job, std::string(KeyOf(job.slot)), pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len),
+                    len, m.extent});
+  busy_demote_[m.extent] = false;
+  *batch_bytes += len;
+}
+
 void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
   auto queue = [this](uint64_t s, uint64_t sg) {
     if (promote_queued_.count(s) != 0) return;
@@ -541,14 +616,7 @@ bool Master::DemoteBatch() {
   // AppendBatch (one pwrite per ~4 MiB), one mu_ pass converting them.
   constexpr uint64_t kBatchBytes = 4ull << 20;
   constexpr size_t kBatchJobs = 512;
-  struct Item {
-    DemoteJob job;
-    std::string key;
-    const char* src;
-    uint64_t len;
-    uint64_t handle;
-  };
-  std::vector<Item> batch;
+  std::vector<DemoteItem> batch;
   uint64_t batch_bytes = 0;
   bool more = false;
   {
@@ -564,45 +632,161 @@ bool Master::DemoteBatch() {
       }
       const IndexEntry& e = index_->entry(job.slot);
       if (e.state_gen.load(std::memory_order_acquire) != job.state_gen ||
-          StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot))
+          StateOf(job.state_gen) != EntryState::kComplete || !entry_meta_[job.slot].live || !CheckedLive(job.slot)) {
+        if (e.state_gen.load(std::memory_order_acquire) == job.state_gen) ResolvePending(job.slot);
         continue;  // gone or changed since it was queued
+      }
       auto have = disk_loc_.find(job.slot);
-      if (have != disk_loc_.end()) {  // copied already (write-through, or promoted)
+      if (have != disk_loc_.end()) {  // copied already (write-through, ahead, or promoted)
         if (job.evict) {
           uint64_t b = 0;
           (void)ConvertToDisk(job.slot, have->second, &b);
         }
+        ResolvePending(job.slot);
         continue;
       }
       if (NewerWriting(job.slot)) continue;  // an upsert decided its settle without this record
       if (tier_full_ && job.evict) {  // no room even after dropping the tier's LRU: evict as without a tier
         no_disk_[job.slot] = job.state_gen;
+        ResolvePending(job.slot);
         DropGroupOf(job.slot);  // its group was evicted with it: not split across the tiers
         continue;
       }
-      Extent ext;
-      const EntryMeta& m = entry_meta_[job.slot];
-      if (!alloc_->Lookup(m.extent, &ext) || busy_demote_.count(m.extent)) continue;
-      uint64_t len = e.value_size.load(std::memory_order_relaxed);  // CheckedLive: fits the extent
-      batch.push_back({job, std::string(KeyOf(job.slot)), pool_->base() + ext.offset + ObjectHeaderBytes(m.key_len),
-                       len, m.extent});
-      busy_demote_[m.extent] = false;
-      batch_bytes += len;
+      size_t had = batch.size();
+      AddToDemoteBatch(job, &batch, &batch_bytes);
+      if (batch.size() == had) ResolvePending(job.slot);  // its extent is busy elsewhere: eviction queues it again
     }
     demote_q_.erase(demote_q_.begin(), demote_q_.begin() + taken);
     more = true;  // jobs were taken: the loop comes back for the rest
   }
   if (batch.empty()) return more;
+  WriteDemoteBatch(&batch, false);
+  return true;
+}
+
+bool Master::DemoteAhead() {
+  // Per call under mu_: at most kScanSlots index slots scanned, one window
+  // of candidates walked, kBatchBytes / kBatchJobs taken; the write is
+  // WriteDemoteBatch's (without mu_). The extents of a batch stay allocated
+  // until it is written, even when their objects go meanwhile: at most
+  // 1/32 of a small pool.
+  constexpr size_t kBatchJobs = 512;
+  constexpr uint64_t kScanSlots = 65536;
+  constexpr uint64_t kWindow = 4096;          // COMPLETE entries per sample, as eviction's
+  constexpr uint64_t kSoftLast = 1ull << 63;  // soft-pinned members sort after all others
+  std::vector<DemoteItem> batch;
+  uint64_t batch_bytes = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!AheadWanted() || tier_full_) {
+      pre_kicked_ = false;  // the next put past the threshold wakes us again
+      return false;
+    }
+    uint64_t mono = MonoNs();
+    // Eviction's demotions first; after an empty sample or a failed write,
+    // not before pre_retry_mono_ (TierLoop polls: pre_kicked_ stays set).
+    if (!demote_q_.empty() || mono < pre_retry_mono_) return false;
+    // Background work: while puts arrive (one in the last kQuietNs) the
+    // copies wait for a pause, which leaves the CPU (a copy costs a memcpy
+    // and a crc of every byte) to the puts, unless they fall behind: dirty
+    // bytes past halfway from the threshold to the watermark.
+    constexpr uint64_t kQuietNs = 1000000;
+    uint64_t threshold0 = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+    uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(alloc_->capacity()));
+    uint64_t urgent = threshold0 + (high > threshold0 ? (high - threshold0) / 2 : 0);
+    if (mono - last_put_mono_ < kQuietNs && PoolDirtyBytes() < urgent) {
+      pre_retry_mono_ = last_put_mono_ + kQuietNs;
+      return false;
+    }
+    uint64_t cap = index_->capacity();
+    uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+    uint64_t now = NowNs();
+    // A sorted window is used until spent or older than a lease (<= 1 s):
+    // objects put since are newer than all of it; ones read since are
+    // skipped below (their last access moved).
+    if (pre_next_ != SIZE_MAX &&
+        (pre_next_ >= pre_window_.size() || mono - pre_sampled_mono_ > std::min<uint64_t>(ttl, kNsPerSec))) {
+      pre_window_.clear();
+      pre_next_ = SIZE_MAX;
+      pre_scanned_ = pre_complete_ = 0;
+    }
+    if (pre_next_ == SIZE_MAX) {
+      if (pre_scanned_ == 0) {  // a new sample, from a random point (as EvictRound)
+        eviction_rng_ ^= eviction_rng_ << 13;
+        eviction_rng_ ^= eviction_rng_ >> 7;
+        eviction_rng_ ^= eviction_rng_ << 17;
+        pre_start_ = eviction_rng_ & (cap - 1);
+        pre_window_.clear();
+      }
+      for (uint64_t n = 0; n < kScanSlots && pre_scanned_ < cap && pre_complete_ < kWindow; ++n) {
+        uint64_t slot = (pre_start_ + pre_scanned_++) & (cap - 1);
+        uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kComplete || !CheckedLive(slot)) continue;
+        ++pre_complete_;
+        if (disk_loc_.count(slot) != 0) continue;  // clean already
+        // Eviction's rules: hard pins never leave the pool; soft pins only
+        // in its second pass, when allowed.
+        if (index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+        bool soft = SoftPinActive(slot, now);
+        if (soft && !config_.allow_evict_soft_pinned_objects) continue;
+        pre_window_.push_back({(soft ? kSoftLast : 0) | LastAccessNs(slot, ttl), slot, sg});
+      }
+      if (pre_scanned_ < cap && pre_complete_ < kWindow) return true;  // more on the next call
+      std::sort(pre_window_.begin(), pre_window_.end());
+      pre_next_ = 0;
+      pre_sampled_mono_ = mono;
+    }
+    uint64_t threshold = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+    uint64_t dirty = PoolDirtyBytes();
+    const uint64_t kBatchBytes = std::clamp<uint64_t>(alloc_->capacity() / 32, 256ull << 10, 4ull << 20);
+    while (pre_next_ < pre_window_.size() && batch_bytes < kBatchBytes && batch.size() < kBatchJobs &&
+           dirty > threshold + batch_bytes) {
+      const AheadCandidate c = pre_window_[pre_next_++];
+      uint64_t s = c.slot;
+      // Still the object sampled, still without a record or a demotion in
+      // flight, not read since (then it is not among the coldest), and not
+      // an upsert with an older value of its key still there (eviction
+      // drops those; an older generation would not even append).
+      if (s >= cap || index_->entry(s).state_gen.load(std::memory_order_acquire) != c.state_gen ||
+          !entry_meta_[s].live || !CheckedLive(s))
+        continue;
+      if (disk_loc_.count(s) != 0 || demote_queued_.count(s) != 0 || no_disk_.count(s) != 0) continue;
+      if (LastAccessNs(s, ttl) != (c.last_access & ~kSoftLast)) continue;
+      if (index_->entry(s).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+      std::vector<uint64_t> live;
+      FindLive(KeyOf(s), index_->entry(s).key_hash.load(std::memory_order_relaxed), &live);
+      bool alone = true;
+      for (uint64_t o : live)
+        if (o != s && Readable(StateOf(index_->entry(o).state_gen.load(std::memory_order_acquire)))) alone = false;
+      if (!alone || NewerWriting(s)) continue;  // (an upsert being written decides its settle without a record)
+      AddToDemoteBatch({s, c.state_gen, false}, &batch, &batch_bytes);
+    }
+    if (batch.empty() && pre_next_ >= pre_window_.size()) {
+      // A spent window with nothing to copy: the next sample may find some,
+      // unless this one covered the whole index (then wait a little: the
+      // dirty bytes are unfinished puts, pinned or just read objects).
+      if (pre_scanned_ >= cap) pre_retry_mono_ = mono + 5 * 1000000ull;
+      return pre_scanned_ < cap;
+    }
+  }
+  if (batch.empty()) return true;
+  WriteDemoteBatch(&batch, true);
+  return true;
+}
+
+void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
+  std::vector<DemoteItem>& batch = *batch_in;
   // The bytes are stable: the objects are COMPLETE and their extents are kept for us.
   std::vector<tier::DiskTier::BatchItem> items;
   items.reserve(batch.size());
-  for (const Item& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
+  for (const DemoteItem& it : batch) items.push_back({it.key, it.src, it.len, GenOf(it.job.state_gen)});
+  if (test_write_delay_ms_ != 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_write_delay_ms_));
   auto locs = tier_->AppendBatch(items);
   tier::Stats ts = tier_->stats();
   std::lock_guard<std::mutex> lock(mu_);
   tier_stats_ = ts;
   for (size_t i = 0; i < batch.size(); ++i) {
-    const Item& it = batch[i];
+    const DemoteItem& it = batch[i];
     const DemoteJob& job = it.job;
     auto bd = busy_demote_.find(it.handle);
     bool freed = bd != busy_demote_.end() && bd->second;
@@ -613,32 +797,42 @@ bool Master::DemoteBatch() {
     }
     bool same = index_->entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
                 entry_meta_[job.slot].live && entry_meta_[job.slot].extent == it.handle;
+    if (!ahead && same) ResolvePending(job.slot);  // converted below, or marked no_disk_
     const auto& loc = locs[i];
     if (!loc) {
       ++stats_.demotion_failures;
-      if (same) no_disk_[job.slot] = job.state_gen;
-      if (same && job.evict) DropGroupOf(job.slot);  // as above
+      // A copy ahead of eviction that failed: eviction tries again itself
+      // (and drops the object when that fails too); meanwhile no more ahead.
+      if (ahead) {
+        pre_retry_mono_ = MonoNs() + 100 * 1000000ull;
+      } else {
+        if (same) no_disk_[job.slot] = job.state_gen;
+        if (same && job.evict) DropGroupOf(job.slot);  // as above
+      }
       uint64_t now = MonoNs();
       if (now - tier_full_log_mono_ > kNsPerSec) {
         tier_full_log_mono_ = now;
-        MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); eviction drops it",
-                 it.key.c_str(), (unsigned long long)it.len, ErrorCodeName(loc.error()));
+        MCXL_LOG(kWarn, "tier", "append of '%s' (%llu bytes) to the SSD tier failed (%s); %s", it.key.c_str(),
+                 (unsigned long long)it.len, ErrorCodeName(loc.error()),
+                 ahead ? "eviction will try again" : "eviction drops it");
       }
       if (loc.error() == ErrorCode::NO_AVAILABLE_HANDLE) tier_full_ = true;
       continue;
     }
     ++stats_.tier_writes;
+    if (ahead) ++stats_.tier_ahead_writes;
     if (!same) {  // removed or replaced meanwhile: the record must not come back
+      ++stats_.tier_stale_copies;
       QueueTombstone(it.key, GenOf(job.state_gen));
       continue;
     }
     disk_loc_[job.slot] = *loc;
+    NoteClean(loc->value_len, true);  // a COMPLETE object (same): a clean copy now
     if (job.evict) {
       uint64_t b = 0;
       (void)ConvertToDisk(job.slot, *loc, &b);
     }
   }
-  return true;
 }
 
 bool Master::PromoteOne() {
@@ -728,6 +922,7 @@ bool Master::PromoteOne() {
   m.extent = ext.handle;
   (void)alloc_->Free(stub);  // after the version bump: stub readers retry
   if (disk_objects_ > 0) --disk_objects_;
+  NoteClean(loc.value_len, true);  // a pool object again, its record a clean copy
   promote_count_.erase(job.slot);
   ++stats_.promotions;
   return true;
@@ -809,7 +1004,10 @@ void Master::TierLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(tier_wake_mu_);
-      tier_cv_.wait_for(l, std::chrono::milliseconds(50), [this] { return tier_stop_ || tier_wake_; });
+      // With pre-demotion on, polled more often: a retry it set (DemoteAhead)
+      // does not wait for a put to wake it.
+      auto wait = std::chrono::milliseconds(config_.offload_ahead_ratio > 0 ? 2 : 50);
+      tier_cv_.wait_for(l, wait, [this] { return tier_stop_ || tier_wake_; });
       if (tier_stop_) return;
       tier_wake_ = false;
     }
@@ -821,6 +1019,7 @@ void Master::TierLoop() {
       more |= FlushTombstones();
       more |= PromoteOne();
       more |= TierHousekeeping();
+      more |= DemoteAhead();  // last: it yields to eviction's demotions
       {
         std::lock_guard<std::mutex> l(tier_wake_mu_);
         if (tier_stop_) return;
@@ -856,6 +1055,8 @@ void Master::RecoverTier(bool fresh) {
           }
           ++disk_objects_;
           ++kept;
+        } else {
+          NoteClean(it->second.value_len, true);  // a pool object with a clean copy
         }
         live.erase(it);
       } else if (StateOf(sg) == EntryState::kOnDisk) {

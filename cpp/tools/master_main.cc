@@ -166,6 +166,11 @@ int main(int argc, char** argv) {
             "demotions waiting for the tier before --offload_force_evict drops instead");
   flags.Add("offload_high_watermark_ratio", &cfg.offload_high_watermark_ratio,
             "above this share of the tier's capacity its least recently used objects are dropped");
+  flags.Add("offload_ahead_ratio", &cfg.offload_ahead_ratio,
+            "with --offload_on_evict: while more than this share of the pool has no disk copy, write clean "
+            "copies of the coldest objects in the background (kept in the pool), so eviction at the "
+            "watermark needs no disk write; e.g. 0.7 (eviction_high_watermark_ratio - 0.2); 0 = off "
+            "(nothing reaches the disk below the watermark)");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",

@@ -15,6 +15,7 @@ Then the same rows for Mooncake 0.3.13 with its SSD offload, in the same run
 (tiering_ref.py: its wheel in a child under `unshare -n`; skipped with the
 printed reason when the wheel or the namespace is unavailable).
 """
+import contextlib
 import glob
 import os
 import shutil
@@ -136,41 +137,108 @@ def _put_phase(m, prefix, n, value):
 
 
 def _demotion(quick, pool_dir, tier_root):
+    """64 KiB puts writing 2x a 128 MiB pool, on four masters in the same run,
+    alternating, median of rounds: no tier (eviction drops), offload on
+    eviction, the same with --offload_force_evict, and offload on eviction
+    with pre-demotion (--offload_ahead_ratio=0.7: clean copies written in the
+    background, eviction only converts). Sustained: back to back, so the
+    disk bounds the rate once the pool is full; bursts: 16 MiB of puts, then
+    a pause (BURST_PAUSE_S) in which background demotion can catch up; the
+    rate counts the time inside bursts only."""
     from ..launch import MasterProcess
     pool_bytes = 128 * MIB
     value = os.urandom(64 * KIB)
     n = int(2 * pool_bytes // len(value))  # every put past the first half evicts
     rounds = 1 if quick else 3
-    with_tier, without, demote, forced, forced_demote = [], [], [], [], []
+    burst_n, burst_pause = 16 * MIB // len(value), 0.05
+    ahead_ratio = 0.7
+    keys = ("mooncake_cxl_tier_writes_total", "mooncake_cxl_tier_demotions_total",
+            "mooncake_cxl_tier_demotions_clean_total", "mooncake_cxl_tier_ahead_writes_total")
+
+    def counters(m):
+        return {k: _metric(m, k) for k in keys}
+
+    def phase(m, prefix, burst):
+        """(put bytes/s, tier-write bytes/s over the phase, share of demotions that found a clean copy)."""
+        s = common.connect(m.address)
+        c0 = counters(m)
+        busy = 0.0
+        t_start = time.perf_counter()
+        for b0 in range(0, n, burst_n if burst else n):
+            t0 = time.perf_counter()
+            for i in range(b0, min(n, b0 + (burst_n if burst else n))):
+                assert s.put(f"{prefix}/{i}", value) == 0
+            busy += time.perf_counter() - t0
+            if burst:
+                time.sleep(burst_pause)
+        wall = time.perf_counter() - t_start
+        c1 = counters(m)
+        s.close()
+        d = {k: c1[k] - c0[k] for k in keys}
+        dem = d["mooncake_cxl_tier_demotions_total"]
+        clean = d["mooncake_cxl_tier_demotions_clean_total"] / dem if dem else None
+        return n * len(value) / busy, d["mooncake_cxl_tier_writes_total"] * len(value) / wall, clean
+
+    def settle(m):
+        # The tier's queue drained, and (pre-demotion) its copies caught up.
+        _wait_idle(m)
+        time.sleep(0.5)
+        _wait_idle(m)
+
+    res = {name: {"put": [], "demote": [], "clean": [], "burst": [], "burst_demote": [], "burst_clean": []}
+           for name in ("without", "offload", "forced", "ahead")}
     tier_dir = tempfile.mkdtemp(prefix="mcxl_bench_tier_", dir=tier_root)
+    offload = ["--enable_offload", "--offload_on_evict"]
     try:
-        with common.temp_pool("mcxl_bench_t1", pool_dir) as p1, common.temp_pool("mcxl_bench_t2", pool_dir) as p2, \
-                MasterProcess(p1, pool_bytes, format=True, extra_flags=[
-                    "--enable_offload", "--offload_on_evict", f"--root_fs_dir={tier_dir}"]) as mt, \
-                MasterProcess(p2, pool_bytes, format=True) as mp_, \
-                common.temp_pool("mcxl_bench_t3", pool_dir) as p3, MasterProcess(p3, pool_bytes, format=True, extra_flags=[
-                    "--enable_offload", "--offload_on_evict", f"--root_fs_dir={tier_dir}/forced",
-                    "--offload_force_evict", "--offloading_queue_limit=64"]) as mf:
+        with contextlib.ExitStack() as st:
+            masters = {}
+            for name, flags in (("offload", offload + [f"--root_fs_dir={tier_dir}/offload"]),
+                                ("without", []),
+                                ("forced", offload + [f"--root_fs_dir={tier_dir}/forced", "--offload_force_evict",
+                                                      "--offloading_queue_limit=64"]),
+                                ("ahead", offload + [f"--root_fs_dir={tier_dir}/ahead",
+                                                     f"--offload_ahead_ratio={ahead_ratio}"])):
+                p = st.enter_context(common.temp_pool(f"mcxl_bench_t_{name}", pool_dir))
+                masters[name] = st.enter_context(MasterProcess(p, pool_bytes, format=True, extra_flags=flags))
             for r in range(rounds):
-                gbps, dgbps = _put_phase(mt, f"r{r}", n, value)
-                with_tier.append(gbps)
-                demote.append(dgbps)
-                without.append(_put_phase(mp_, f"r{r}", n, value)[0])
-                gbps, dgbps = _put_phase(mf, f"r{r}", n, value)
-                forced.append(gbps)
-                forced_demote.append(dgbps)
-                _wait_idle(mt)
-                _wait_idle(mf)
-            skipped = _metric(mf, "mooncake_cxl_tier_offload_skipped_total")
-            written = _metric(mf, "mooncake_cxl_tier_writes_total")
+                for burst in (False, True):
+                    for name, m in masters.items():
+                        gbps, dgbps, clean = phase(m, f"{'b' if burst else 's'}{r}", burst)
+                        pre = "burst_" if burst else ""
+                        res[name][("burst" if burst else "put")].append(gbps)
+                        res[name][pre + "demote"].append(dgbps)
+                        if clean is not None:
+                            res[name][pre + "clean"].append(clean)
+                        if name != "without":
+                            settle(m)
+            skipped = _metric(masters["forced"], "mooncake_cxl_tier_offload_skipped_total")
+            written = _metric(masters["forced"], "mooncake_cxl_tier_writes_total")
     finally:
         shutil.rmtree(tier_dir, ignore_errors=True)
-    med = statistics.median
-    return {"put_with_offload_gbps": med(with_tier) / 1e9, "put_without_tier_gbps": med(without) / 1e9,
-            "demotion_gbps": med(demote) / 1e9, "slowdown": 1 - med(with_tier) / med(without),
-            "forced_put_gbps": med(forced) / 1e9, "forced_demotion_gbps": med(forced_demote) / 1e9,
-            "forced_slowdown": 1 - med(forced) / med(without),
-            "forced_offloaded_share": written / (written + skipped) if written + skipped else None}
+
+    def med(xs):
+        return statistics.median(xs) if xs else None
+
+    def slow(name, key):
+        return 1 - med(res[name][key]) / med(res["without"][key])
+
+    out = {"put_with_offload_gbps": med(res["offload"]["put"]) / 1e9,
+           "put_without_tier_gbps": med(res["without"]["put"]) / 1e9,
+           "demotion_gbps": med(res["offload"]["demote"]) / 1e9, "slowdown": slow("offload", "put"),
+           "forced_put_gbps": med(res["forced"]["put"]) / 1e9,
+           "forced_demotion_gbps": med(res["forced"]["demote"]) / 1e9,
+           "forced_slowdown": slow("forced", "put"),
+           "forced_offloaded_share": written / (written + skipped) if written + skipped else None,
+           "ahead_ratio": ahead_ratio, "burst_bytes": burst_n * len(value), "burst_pause_s": burst_pause,
+           "rounds": rounds}
+    for name in ("without", "offload", "forced", "ahead"):
+        x = res[name]
+        out[name] = {"put_gbps": med(x["put"]) / 1e9, "demotion_gbps": med(x["demote"]) / 1e9,
+                     "clean_share": med(x["clean"]), "burst_put_gbps": med(x["burst"]) / 1e9,
+                     "burst_demotion_gbps": med(x["burst_demote"]) / 1e9, "burst_clean_share": med(x["burst_clean"]),
+                     "slowdown": slow(name, "put"), "burst_slowdown": slow(name, "burst"),
+                     "runs": {k: list(v) for k, v in x.items()}}
+    return out
 
 
 def run(quick=False, pool_dir="/dev/shm", tier_root=None):
@@ -203,7 +271,25 @@ def markdown(r):
               f"| its demotion throughput meanwhile | {d['forced_demotion_gbps']:.2f} |",
               f"| its put slowdown | {d['forced_slowdown'] * 100:.0f}% |",
               f"| its evicted objects that reached the tier | {share} |",
-              ""]
+              ]
+    if "ahead" in d:
+        a, o, w = d["ahead"], d["offload"], d["without"]
+
+        def pct(x):
+            return "n/a" if x is None else f"{100 * x:.0f}%"
+        lines += ["", f"Pre-demotion (`--offload_ahead_ratio={d['ahead_ratio']}`): clean copies of the coldest "
+                  "objects written in the background, eviction only converts. Sustained = 2x the pool back to "
+                  f"back; bursts = {d['burst_bytes'] // MIB} MiB of puts then {d['burst_pause_s'] * 1000:.0f} ms "
+                  f"idle (rate over the time inside bursts); median of {d['rounds']} alternating rounds.", "",
+                  "| 64 KiB puts, 2x the pool | sustained GB/s | slowdown | demotion GB/s | evictions already clean "
+                  "| burst GB/s | burst slowdown | burst demotion GB/s | burst evictions already clean |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for label, x in (("no tier", w), ("offload on eviction", o), ("--offload_force_evict", d["forced"]),
+                         ("offload on eviction + pre-demotion", a)):
+            lines.append(f"| {label} | {x['put_gbps']:.2f} | {pct(x['slowdown'])} | {x['demotion_gbps']:.2f} | "
+                         f"{pct(x['clean_share'])} | {x['burst_put_gbps']:.2f} | {pct(x['burst_slowdown'])} | "
+                         f"{x['burst_demotion_gbps']:.2f} | {pct(x['burst_clean_share'])} |")
+    lines.append("")
     from . import tiering_ref
     lines.append(tiering_ref.markdown(r["mooncake"]) if "mooncake" in r else "Mooncake 0.3.13 rows: not run.")
     return "\n".join(lines)

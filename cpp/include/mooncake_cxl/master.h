@@ -146,6 +146,13 @@ struct MasterConfig {
   // object is lost, and puts go at the tier's write speed.
   bool offload_force_evict = false;
   uint64_t offloading_queue_limit = 50000;
+  // Ours (with --offload_on_evict): while the pool's bytes without a disk
+  // copy exceed this share of its capacity, the tier thread writes clean
+  // copies of the objects eviction would pick next (coldest first) in the
+  // background, without evicting them; eviction at the watermark then only
+  // converts them (no disk write on the put path). 0 = off (Mooncake's
+  // behaviour: nothing reaches the disk below the watermark).
+  double offload_ahead_ratio = 0;
 };
 
 struct MasterStats {
@@ -171,6 +178,10 @@ struct MasterStats {
   uint64_t disk_objects = 0;   // kOnDisk entries
   uint64_t demotions = 0, demotion_failures = 0, promotions = 0, promotion_failures = 0;
   uint64_t tier_writes = 0;    // records appended (demotions and write-through copies)
+  uint64_t tier_ahead_writes = 0;  // of those, clean copies written ahead of eviction (--offload_ahead_ratio)
+  uint64_t demotions_clean = 0;    // evictions that found a clean copy on disk (no write on the put path)
+  uint64_t tier_stale_copies = 0;  // copies whose object changed while written (tombstoned, never used)
+  uint64_t pool_clean_bytes = 0;   // value bytes of pool objects that have a clean copy on disk
   uint64_t tier_evictions = 0; // objects dropped from the tier for room
   uint64_t offload_skipped = 0;  // evicted without offload (--offload_force_evict, queue full)
   uint64_t tier_rebuilt = 0;   // entries rebuilt from the segment files after --format
@@ -223,6 +234,8 @@ class Master {
   // the pool past watermark - ratio/2, the RingServer spends its idle
   // moments (no request waiting) in slices of about `budget_ns` evicting
   // down to watermark - ratio, so a PutStart rarely runs a round inline.
+  // With an SSD tier it demotes as an inline round does (bytes queued for
+  // demotion count as gone), so puts with a tier rarely run a round either.
   // Wanted: a relaxed hint (the next put sets it again when still needed).
   // `interrupted` (optional) is polled between candidates: a request waiting
   // ends the slice at once, so a PutStart waits for one candidate, not a slice.
@@ -461,6 +474,10 @@ class Master {
   // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
   void RecoverTier(bool fresh);
   bool DemoteBatch();  // takes up to ~4 MiB of queued demotions, one tier write, one mu_ pass each side
+  // Pre-demotion (--offload_ahead_ratio): with no demotion queued, up to
+  // ~4 MiB of clean copies of the coldest objects without one, written like
+  // a DemoteBatch (evict = false). Bounded under mu_ per call.
+  bool DemoteAhead();
   // Queues `slot` for promotion with its group's other kOnDisk members (bounded).
   static constexpr size_t kGroupPromoteMax = 256;
   void QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen);
@@ -480,6 +497,23 @@ class Master {
     uint64_t slot, state_gen;
     bool evict;
   };
+  struct DemoteItem {
+    DemoteJob job;
+    std::string key;
+    const char* src;
+    uint64_t len;
+    uint64_t handle;
+  };
+  // Under mu_: `slot` (COMPLETE, CheckedLive, no record yet) joins `batch`;
+  // its extent is kept for the tier thread (busy_demote_).
+  void AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes);
+  // Without mu_: one AppendBatch; then under mu_ each copy is kept only if
+  // its object did not change meanwhile (else tombstoned), evict jobs convert.
+  void WriteDemoteBatch(std::vector<DemoteItem>* batch, bool ahead);
+  // disk_loc_ changes of pool (COMPLETE) objects keep pool_clean_bytes_.
+  void NoteClean(uint64_t value_len, bool add);
+  uint64_t PoolDirtyBytes() const;  // pool bytes not covered by a clean copy (estimate)
+  bool AheadWanted() const;         // pre-demotion on and the pool's dirty bytes above its threshold
   struct PromoteJob {
     uint64_t slot, state_gen;
     uint32_t attempts = 0;  // tries that found no room
@@ -523,6 +557,13 @@ class Master {
   std::unordered_map<uint64_t, uint64_t> promote_queued_;  // slot -> state_gen
   std::vector<TierRemoval> tier_removals_;
   std::unordered_map<uint64_t, uint64_t> no_disk_;  // slot -> state_gen whose append failed: eviction drops it
+  // Extent bytes of objects eviction queued for demotion, until their job
+  // is done (slot -> bytes): freed soon, so a put above the watermark does
+  // not run another round for them (AllocateForPut). A heuristic, like
+  // pool_clean_bytes_: it decides when a round runs, never what it frees.
+  std::unordered_map<uint64_t, uint64_t> evict_pending_;
+  uint64_t evict_pending_bytes_ = 0;
+  void ResolvePending(uint64_t slot);
   // The extent the tier thread is copying from (demotion) or into
   // (promotion): Unlink leaves it to the tier thread (busy_freed_).
   uint64_t busy_handle_ = UINT64_MAX;
@@ -620,6 +661,19 @@ class Master {
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
   uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
+  // Pre-demotion (DemoteAhead): value bytes of COMPLETE objects with a
+  // record (a heuristic for how much ahead work is left: drift only changes
+  // how much is copied, never what a reader sees); its sampled window
+  // (eviction's order; soft-pinned members sort last), where its scan got,
+  // and whether a put has woken the tier thread for it.
+  uint64_t pool_clean_bytes_ = 0;
+  uint64_t test_write_delay_ms_ = 0;  // MCXL_TEST_TIER_WRITE_DELAY_MS: tests widen the write window
+  std::vector<AheadCandidate> pre_window_;
+  size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
+  uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
+  uint64_t pre_retry_mono_ = 0;  // a whole window had nothing to copy: not before then
+  uint64_t last_put_mono_ = 0;   // the latest PutStart that allocated (pre-demotion waits for a pause)
+  bool pre_kicked_ = false;
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
   static constexpr uint16_t kMessageTypes = 16;
