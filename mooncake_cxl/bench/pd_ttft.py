@@ -21,9 +21,12 @@ share of the TTFT the store holds). One process per role serves every prompt
 length (distinct prompts per length).
 
 30k-token prompts are not in the default run: on 2 cores one 30k prefill of
-this model takes many minutes and the section needs four of them; run
-`python -m mooncake_cxl.bench.pd_ttft --tokens 2048,8192,30720` for them (the
-KV cache is sized for the longest prompt). The child side (`child_main`) is
+this model takes ~5 minutes and the section needs four of them; run
+`python -m mooncake_cxl.bench --only pd --pd-parts ttft --pd-tokens 2048,8192,30720`
+(or `python -m mooncake_cxl.bench.pd_ttft --tokens ...`) for them. The model's
+max_position_embeddings, vLLM's max_model_len, its CPU KV cache
+(VLLM_CPU_KVCACHE_SPACE) and the pool are sized for the longest prompt; the
+parallel-load pair runs at min(longest, 8192) tokens (PARALLEL_MAX) unless told. The child side (`child_main`) is
 also what tests/test_vllm_mooncake_connector.py runs.
 """
 import argparse
@@ -43,6 +46,7 @@ LAYERS, KV_HEADS, HEAD_DIM = 16, 8, 64
 KV_BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
 TOKENS = (2048, 8192)
 QUICK_TOKENS = (512,)
+PARALLEL_MAX = 8192  # the parallel-load pair's default prompt: two more prefills of this length
 BLOCK = 128  # vLLM CPU's block size; the connector stores one key per full block
 
 VLLM_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -366,7 +370,7 @@ def _attempt(res, name, fn):
 
 
 def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None, rows=ROWS,
-        parallel=True):
+        parallel=True, parallel_tokens=None):
     """The TTFT rows (and the parallel-load pair); returns a dict for markdown()."""
     from mooncake_cxl.launch import MasterProcess
     from . import compare
@@ -432,7 +436,7 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                     res["rows"]["ours"] = {"error": "not available (mooncake_cxl.vllm.MooncakeCXLConnector "
                                                     "not importable)"}
             if parallel and ours_ok:
-                n = max(tokens)
+                n = parallel_tokens or min(max(tokens), max(PARALLEL_MAX, min(tokens)))
                 try:
                     res["parallel"] = parallel_load(python, model, n, max_len, vllm_env(
                         MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel"), log_dir)
@@ -531,13 +535,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tokens", help="comma-separated prompt lengths")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated: " + ", ".join(ROWS))
+    ap.add_argument("--no-parallel", action="store_true", help="skip the parallel-load pair")
+    ap.add_argument("--parallel-tokens", type=int, help=f"its prompt length (default min(longest, {PARALLEL_MAX}))")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     from . import compare
     if compare.loopback_only():
         compare._bring_loopback_up()
     res = run(quick=args.quick, tokens=[int(x) for x in args.tokens.split(",")] if args.tokens else None,
-              rows=args.rows.split(","))
+              rows=args.rows.split(","), parallel=not args.no_parallel, parallel_tokens=args.parallel_tokens)
     print(markdown(res))
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)
