@@ -18,7 +18,8 @@ runs its engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the store's
 methods can be timed there: "store s" is the time spent inside store calls
 during the timed generate (vLLM's connector loads in a thread, so that is the
 share of the TTFT the store holds). One process per role serves every prompt
-length (distinct prompts per length).
+length (distinct prompts per length). Our pool's rows map its pages at start
+(master --prefault_pool, MC_CXL_PREFAULT=1), as the other sections do.
 
 30k-token prompts are not in the default run: on 2 cores one 30k prefill of
 this model takes ~5 minutes and the section needs four of them; run
@@ -415,10 +416,15 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
             os.path.join(log_dir, "recompute.log"))))
     # vLLM's connector and ours, on our pool
     pool = os.path.join(pool_dir, f"mcxl_pd_ttft_{os.getpid()}.pool")
-    pool_size = (sum(tokens) + 2 * max(tokens)) * KV_BYTES_PER_TOKEN * 2 + (512 << 20)
     ours_ok = _ours_available(python)
+    par_n = parallel_tokens or min(max(tokens), max(PARALLEL_MAX, min(tokens)))
+    # Both rows on our pool store every prompt once, the parallel pair two more prompts.
+    pool_size = (2 * sum(tokens) + 2 * par_n) * KV_BYTES_PER_TOKEN * 5 // 4 + (512 << 20)
     if {"vllm-on-ours", "ours"} & set(rows) or parallel:
-        master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"))
+        # Pool pages mapped at start (master --prefault_pool, clients MC_CXL_PREFAULT=1), as a
+        # serving process has them after its first requests and as the other sections run.
+        master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"),
+                               extra_flags=["--prefault_pool"])
         try:
             master.start()
             cfg_path = os.path.join(work, "mooncake_cxl.json")
@@ -427,19 +433,19 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                        "global_segment_size": 0, "local_buffer_size": "64MB"}, open(cfg_path, "w"))
             if "vllm-on-ours" in rows:
                 _attempt(res, "vllm-on-ours", lambda: pair("vllm-on-ours", "mooncake", vllm_env(
-                    MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path)))
+                    MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path, MC_CXL_PREFAULT=1)))
             if "ours" in rows:
                 if ours_ok:
                     _attempt(res, "ours", lambda: pair("ours", "ours", vllm_env(
-                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="ttft")))
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="ttft", MC_CXL_PREFAULT=1)))
                 else:
                     res["rows"]["ours"] = {"error": "not available (mooncake_cxl.vllm.MooncakeCXLConnector "
                                                     "not importable)"}
             if parallel and ours_ok:
-                n = parallel_tokens or min(max(tokens), max(PARALLEL_MAX, min(tokens)))
+                n = par_n
                 try:
                     res["parallel"] = parallel_load(python, model, n, max_len, vllm_env(
-                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel"), log_dir)
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel", MC_CXL_PREFAULT=1), log_dir)
                 except Exception as e:
                     res["parallel"] = {"error": f"{type(e).__name__}: {str(e)[-600:]}"}
             elif parallel:
