@@ -49,6 +49,7 @@ def main(argv=None):
     ap.add_argument("--pd-rows", metavar="ROW,...",
                     help="with --only pd: TTFT rows (default all: recompute, vllm-on-ours, ours, "
                          "vllm-on-mooncake)")
+    ap.add_argument("--pd-no-parallel", action="store_true", help="with --only pd: skip the parallel-load pair")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -108,6 +109,8 @@ def main(argv=None):
                     kw["tokens"] = [int(x) for x in args.pd_tokens.split(",") if x.strip()]
                 if args.pd_rows:
                     kw["rows"] = [x.strip() for x in args.pd_rows.split(",") if x.strip()]
+                if args.pd_no_parallel:
+                    kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             print(f"## Prefill/decode: {title}\n\n" + mod.markdown(results["pd"][name]) + "\n", flush=True)
     if "tiering" in sections:
