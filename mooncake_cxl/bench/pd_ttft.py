@@ -464,7 +464,7 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
             # Mooncake's TCP transport queues a bounded number of transfers per peer; a 30k-token
             # prompt's put (240 keys x 16 layer slices) overflows the default ("TCP lane queue-full
             # rejection") and the put fails: raise the bound (the reference's own knob).
-            os.environ.setdefault("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", "65536")
+            os.environ.setdefault("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", "32768")  # 65536 is rejected
 
             def reference():
                 with compare.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
