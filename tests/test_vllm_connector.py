@@ -174,12 +174,13 @@ def test_pd_pair_prefix_hits_same_tokens_and_write_back(pd):
     full = (len(y) + 15) // BS  # KV exists for the prompt and 15 of 16 generated tokens
     assert cache.lookup(cache.block_hashes(y + out["tokens"][:15])).blocks == full == 10
     # A prompt ending exactly on a run boundary (16 blocks = one stored object keyed
-    # by block 15): every full block but the last-token one hits, the run in part.
+    # by block 15): every block loads, the last one too, and vLLM computes only the
+    # prompt's last token (load_last_block).
     z = prompt(6, RUN * BS)
     ref = prod.ask(z, 4)
     assert cache.lookup(cache.block_hashes(z)).blocks == RUN
     got = cons.ask(z, 4)
-    assert got["cached"] == (RUN - 1) * BS, got
+    assert got["cached"] == RUN * BS - 1, got
     assert got["tokens"] == ref["tokens"]
 
 

@@ -43,6 +43,13 @@ def main(argv=None):
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
+    ap.add_argument("--pd-tokens", metavar="N,N,...",
+                    help="with --only pd: TTFT prompt lengths (default 2048,8192; 30720 is the issue's 30k "
+                         "row: one 30k prefill takes ~5 min on 2 cores and the part runs four)")
+    ap.add_argument("--pd-rows", metavar="ROW,...",
+                    help="with --only pd: TTFT rows (default all: recompute, vllm-on-ours, ours, "
+                         "vllm-on-mooncake)")
+    ap.add_argument("--pd-no-parallel", action="store_true", help="with --only pd: skip the parallel-load pair")
     ap.add_argument("--compare", choices=["mooncake"],
                     help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
     ap.add_argument("--out", default="bench_out", metavar="DIR",
@@ -96,7 +103,15 @@ def main(argv=None):
             if importlib.util.find_spec(f"{__package__}.{name}") is None:
                 continue
             mod = importlib.import_module(f".{name}", __package__)
-            results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir)
+            kw = {}
+            if name == "pd_ttft":
+                if args.pd_tokens:
+                    kw["tokens"] = [int(x) for x in args.pd_tokens.split(",") if x.strip()]
+                if args.pd_rows:
+                    kw["rows"] = [x.strip() for x in args.pd_rows.split(",") if x.strip()]
+                if args.pd_no_parallel:
+                    kw["parallel"] = False
+            results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             print(f"## Prefill/decode: {title}\n\n" + mod.markdown(results["pd"][name]) + "\n", flush=True)
     if "tiering" in sections:
         from . import tiering

@@ -18,12 +18,16 @@ runs its engine in-process (VLLM_ENABLE_V1_MULTIPROCESSING=0) so the store's
 methods can be timed there: "store s" is the time spent inside store calls
 during the timed generate (vLLM's connector loads in a thread, so that is the
 share of the TTFT the store holds). One process per role serves every prompt
-length (distinct prompts per length).
+length (distinct prompts per length). Our pool's rows map its pages at start
+(master --prefault_pool, MC_CXL_PREFAULT=1), as the other sections do.
 
 30k-token prompts are not in the default run: on 2 cores one 30k prefill of
-this model takes many minutes and the section needs four of them; run
-`python -m mooncake_cxl.bench.pd_ttft --tokens 2048,8192,30720` for them (the
-KV cache is sized for the longest prompt). The child side (`child_main`) is
+this model takes ~5 minutes and the section needs four of them; run
+`python -m mooncake_cxl.bench --only pd --pd-parts ttft --pd-tokens 2048,8192,30720`
+(or `python -m mooncake_cxl.bench.pd_ttft --tokens ...`) for them. The model's
+max_position_embeddings, vLLM's max_model_len, its CPU KV cache
+(VLLM_CPU_KVCACHE_SPACE) and the pool are sized for the longest prompt; the
+parallel-load pair runs at min(longest, 8192) tokens (PARALLEL_MAX) unless told. The child side (`child_main`) is
 also what tests/test_vllm_mooncake_connector.py runs.
 """
 import argparse
@@ -43,6 +47,7 @@ LAYERS, KV_HEADS, HEAD_DIM = 16, 8, 64
 KV_BYTES_PER_TOKEN = LAYERS * KV_HEADS * HEAD_DIM * 2 * 2  # K and V, bf16
 TOKENS = (2048, 8192)
 QUICK_TOKENS = (512,)
+PARALLEL_MAX = 8192  # the parallel-load pair's default prompt: two more prefills of this length
 BLOCK = 128  # vLLM CPU's block size; the connector stores one key per full block
 
 VLLM_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -366,7 +371,7 @@ def _attempt(res, name, fn):
 
 
 def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None, rows=ROWS,
-        parallel=True):
+        parallel=True, parallel_tokens=None):
     """The TTFT rows (and the parallel-load pair); returns a dict for markdown()."""
     from mooncake_cxl.launch import MasterProcess
     from . import compare
@@ -411,10 +416,15 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
             os.path.join(log_dir, "recompute.log"))))
     # vLLM's connector and ours, on our pool
     pool = os.path.join(pool_dir, f"mcxl_pd_ttft_{os.getpid()}.pool")
-    pool_size = (sum(tokens) + 2 * max(tokens)) * KV_BYTES_PER_TOKEN * 2 + (512 << 20)
     ours_ok = _ours_available(python)
+    par_n = parallel_tokens or min(max(tokens), max(PARALLEL_MAX, min(tokens)))
+    # Both rows on our pool store every prompt once, the parallel pair two more prompts.
+    pool_size = (2 * sum(tokens) + 2 * par_n) * KV_BYTES_PER_TOKEN * 5 // 4 + (512 << 20)
     if {"vllm-on-ours", "ours"} & set(rows) or parallel:
-        master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"))
+        # Pool pages mapped at start (master --prefault_pool, clients MC_CXL_PREFAULT=1), as a
+        # serving process has them after its first requests and as the other sections run.
+        master = MasterProcess(pool, pool_size, log_path=os.path.join(log_dir, "master.log"),
+                               extra_flags=["--prefault_pool"])
         try:
             master.start()
             cfg_path = os.path.join(work, "mooncake_cxl.json")
@@ -423,19 +433,19 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                        "global_segment_size": 0, "local_buffer_size": "64MB"}, open(cfg_path, "w"))
             if "vllm-on-ours" in rows:
                 _attempt(res, "vllm-on-ours", lambda: pair("vllm-on-ours", "mooncake", vllm_env(
-                    MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path)))
+                    MOONCAKE_CXL_COMPAT=1, MOONCAKE_CONFIG_PATH=cfg_path, MC_CXL_PREFAULT=1)))
             if "ours" in rows:
                 if ours_ok:
                     _attempt(res, "ours", lambda: pair("ours", "ours", vllm_env(
-                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="ttft")))
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="ttft", MC_CXL_PREFAULT=1)))
                 else:
                     res["rows"]["ours"] = {"error": "not available (mooncake_cxl.vllm.MooncakeCXLConnector "
                                                     "not importable)"}
             if parallel and ours_ok:
-                n = max(tokens)
+                n = par_n
                 try:
                     res["parallel"] = parallel_load(python, model, n, max_len, vllm_env(
-                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel"), log_dir)
+                        MCXL_MASTER=master.address, MCXL_PD_CHANNEL="parallel", MC_CXL_PREFAULT=1), log_dir)
                 except Exception as e:
                     res["parallel"] = {"error": f"{type(e).__name__}: {str(e)[-600:]}"}
             elif parallel:
@@ -451,6 +461,11 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                                                         "(python -m mooncake_cxl.bench --only pd re-executes "
                                                         "itself under `unshare -n`)"}
         else:
+            # Mooncake's TCP transport queues a bounded number of transfers per peer; a 30k-token
+            # prompt's put (240 keys x 16 layer slices) overflows the default ("TCP lane queue-full
+            # rejection") and the put fails: raise the bound (the reference's own knob).
+            os.environ.setdefault("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", "32768")  # 65536 is rejected
+
             def reference():
                 with compare.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
                     holder = _MooncakeSegmentHolder(python, ref.address, pool_size,
@@ -531,13 +546,15 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--tokens", help="comma-separated prompt lengths")
     ap.add_argument("--rows", default=",".join(ROWS), help="comma-separated: " + ", ".join(ROWS))
+    ap.add_argument("--no-parallel", action="store_true", help="skip the parallel-load pair")
+    ap.add_argument("--parallel-tokens", type=int, help=f"its prompt length (default min(longest, {PARALLEL_MAX}))")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
     from . import compare
     if compare.loopback_only():
         compare._bring_loopback_up()
     res = run(quick=args.quick, tokens=[int(x) for x in args.tokens.split(",")] if args.tokens else None,
-              rows=args.rows.split(","))
+              rows=args.rows.split(","), parallel=not args.no_parallel, parallel_tokens=args.parallel_tokens)
     print(markdown(res))
     if args.json:
         json.dump(res, open(args.json, "w"), indent=1)

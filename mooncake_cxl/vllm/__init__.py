@@ -19,9 +19,14 @@ abort ends the wait: what is stored loads, the rest is reported as not loaded
 and vLLM recomputes it, with one log line. The consumer writes its own new
 full blocks back. kv_both saves and loads, and waits only for requests whose
 kv_transfer_params carry {"mcxl_wait_s": seconds}; {"mcxl_async": false}
-forces the step-by-step wait. Extra config: master_server_address (required),
+forces the step-by-step wait. vLLM computes at least a prompt's last token:
+for a prompt ending on a block boundary whose blocks are all stored (found
+without waiting), the consumer loads the last block too and offers all
+tokens but one, so vLLM computes one token instead of the whole last block
+(vLLM's own Mooncake connector offers whole blocks only; load_last_block:
+false does the same). Extra config: master_server_address (required),
 channel, blocks_per_object (16), layer_groups (0: one per layer),
-wait_timeout_s (30), async_load (true), model_tag. Files: common.py (config,
+wait_timeout_s (30), async_load (true), load_last_block (true), model_tag. Files: common.py (config,
 cache shape), metadata.py (scheduler -> worker), watch.py (channel state),
 scheduler.py, worker.py, connector.py.
 Importing mooncake_cxl never imports this package; this package needs vLLM.

@@ -26,6 +26,7 @@ class Settings:
     model_tag: str = ""            # namespace model name (default: the served model path)
     protocol: str = "cxl"
     async_load: bool = True        # load while the producer writes (needs kv_load_failure_policy=recompute)
+    load_last_block: bool = True   # a block-aligned prompt, all stored: vLLM computes its last token only
 
     @property
     def saves(self):
@@ -55,7 +56,8 @@ def settings(vllm_config):
                     layer_groups=int(extra.get("layer_groups", 0)),
                     wait_timeout_s=float(extra.get("wait_timeout_s", 30.0)),
                     model_tag=str(extra.get("model_tag", "")), protocol=str(extra.get("protocol", "cxl")),
-                    async_load=bool(extra.get("async_load", True)))
+                    async_load=bool(extra.get("async_load", True)),
+                    load_last_block=bool(extra.get("load_last_block", True)))
 
 
 def open_store(s):

@@ -36,6 +36,7 @@ class SchedulerSide:
         self._watch = None
         self._idle = False
         self._async_new = []
+        self._lookup_ms = 0.0
         # Loading while the producer writes (vLLM's asynchronous load) needs a
         # failed load to mean "recompute" (vLLM's default fails the request).
         self._async_ok = (settings.async_load and
@@ -109,7 +110,10 @@ class SchedulerSide:
         may_wait = st.key is not None and (self.s.waits or explicit)
         if may_wait:  # news first, then the lookup: a "done" read after it could hide its last blocks
             self._channel().poll()
-        prefix = self.cache.lookup(st.hashes[:full]).upto(need)
+        t0 = time.perf_counter()
+        whole = self.cache.lookup(st.hashes[:full])
+        prefix = whole.upto(need)
+        self._lookup_ms = (time.perf_counter() - t0) * 1e3
         verdict = self._verdict(st, need, prefix.blocks) if prefix.blocks < need and may_wait else "stop"
         if verdict == "wait":
             if self._idle:  # nothing else to run: sleep on the channel's futex, not a busy loop
@@ -123,10 +127,16 @@ class SchedulerSide:
             log.info("MooncakeCXLConnector: request %s: waited %.3f s for the producer, %d of %d blocks in "
                      "the pool", request.request_id, time.monotonic() - st.wait_start, prefix.blocks, need)
         got = prefix.blocks * self.bs
+        if (self.s.load_last_block and st.wait_start is None and full > need
+                and whole.blocks == full):
+            # A prompt ending on a block boundary, all of it stored: load the
+            # last block too and leave vLLM only the last token to compute
+            # (128 tokens less of the longest-context attention).
+            prefix, got = whole, request.num_prompt_tokens - 1
         if got <= num_computed_tokens:
             self._plans.pop(request.request_id, None)
             return 0, False
-        self._plans[request.request_id] = prefix
+        self._plans[request.request_id] = (prefix, got)
         return got - num_computed_tokens, False
 
     def update_state_after_alloc(self, request, blocks, num_external_tokens):
@@ -144,11 +154,13 @@ class SchedulerSide:
             log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d while the producer writes them",
                      request.request_id, start, need)
             return
-        start = (prefix.blocks * self.bs - num_external_tokens) // self.bs
+        prefix, got = prefix
+        start = (got - num_external_tokens) // self.bs  # vLLM's own prefix-cache hits: whole blocks
         st.load = LoadSpec(start=max(0, start), end=prefix.blocks, objects=list(prefix.objects))
         st.saved = max(st.saved, prefix.blocks)
-        log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d of %d from the pool (%d tokens)",
-                 request.request_id, st.load.start, st.load.end, len(st.hashes), num_external_tokens)
+        log.info("MooncakeCXLConnector: request %s: loading blocks %d..%d of %d from the pool (%d tokens; "
+                 "lookup %.1f ms)", request.request_id, st.load.start, st.load.end, len(st.hashes),
+                 num_external_tokens, self._lookup_ms)
 
     # ---------------------------------------------------------------- steps
 

@@ -47,6 +47,7 @@ class WorkerSide:
         self._recved = set()
         self._async_q = None
         self._async_pending = 0
+        self._prof = None     # this step's load timings (one log line per step that loaded)
         for g, layers in enumerate(self.cache.groups):
             for layer in layers:
                 self._group[layer] = g
@@ -81,7 +82,9 @@ class WorkerSide:
     # ---------------------------------------------------------------- load
 
     def _load_all(self, loads):
+        prof = self._prof
         for g in range(self.cache.layer_groups):
+            t0 = time.perf_counter()
             for block_ids, spec in loads:
                 try:
                     self.cache.load(Prefix(spec.end, spec.objects), block_ids, start=spec.start, groups=[g])
@@ -91,7 +94,9 @@ class WorkerSide:
                         log.warning("MooncakeCXLConnector: load of blocks %d..%d failed (%s); vLLM recomputes "
                                     "them", spec.start, spec.end, e)
                     self._failed |= bad
+            prof["copy"].append(time.perf_counter() - t0)
             self._events[g].set()
+        prof["thread_end"] = time.perf_counter()
 
     def start_load_kv(self, meta):
         self._announce_start(meta)
@@ -102,6 +107,8 @@ class WorkerSide:
             self._events = None
             return
         self._events = [threading.Event() for _ in range(self.cache.layer_groups)]
+        self._prof = {"start": time.perf_counter(), "copy": [], "wait": 0.0, "waits": 0,
+                      "blocks": sum(s.end - s.start for _, s in loads)}
         self._thread = threading.Thread(target=self._load_all, args=(loads,), name="mcxl-kv-load", daemon=True)
         self._thread.start()
 
@@ -110,12 +117,23 @@ class WorkerSide:
             return
         i = self._layer.get(layer_name)
         if i is not None:
-            self._events[self._group[i]].wait()
+            ev = self._events[self._group[i]]
+            if not ev.is_set():
+                t0 = time.perf_counter()
+                ev.wait()
+                self._prof["wait"] += time.perf_counter() - t0
+                self._prof["waits"] += 1
 
     def _join_load(self):
         if self._thread is not None:
             self._thread.join()
             self._thread = None
+            p, now = self._prof, time.perf_counter()
+            c = p["copy"] or [0.0]
+            log.info("MooncakeCXLConnector: step loaded %d blocks: loader %.1f ms (copies %.1f ms, per group "
+                     "%.1f..%.1f ms), forward blocked %.1f ms in %d waits, step %.1f ms", p["blocks"],
+                     (p.get("thread_end", now) - p["start"]) * 1e3, sum(c) * 1e3, min(c) * 1e3,
+                     max(c) * 1e3, p["wait"] * 1e3, p["waits"], (now - p["start"]) * 1e3)
         self._events = None
 
     def take_failed_blocks(self):
