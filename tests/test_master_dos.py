@@ -9,6 +9,7 @@ Raw frames follow cpp/include/mooncake_cxl/message.h (24-byte header) and
 rpc_protocol.cc (payload codecs). Nothing here asserts on time: waits are
 hang guards; resource bounds (RSS growth, CPU seconds) are asserted instead.
 """
+import gc
 import multiprocessing as mp
 import os
 import resource
@@ -317,6 +318,12 @@ def test_fd_exhaustion_does_not_spin_and_clients_attach_after(master):
         rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", master.address)
         if rc == 0 or time.monotonic() > deadline:
             break
+        # A failed attempt's connection must not stay open in the master:
+        # under load several attempts fail, and their sockets would hold the
+        # descriptors the monitoring port needs below.
+        s.close()
+        del s
+        gc.collect()
         time.sleep(0.5)
     assert rc == 0, master.log_tail()
     assert s.put("after-flood", b"ok") == 0 and s.get("after-flood") == b"ok"
