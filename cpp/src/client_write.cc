@@ -99,6 +99,17 @@ ErrorCode Client::PutOne(std::string_view user_key, const ConstSlice* parts, siz
   }
 }
 
+void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRequest* req) {
+  req->put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
+  {
+    std::lock_guard<std::mutex> lock(abandoned_mu_);
+    req->abandoned = abandoned_puts_;
+  }
+  req->upsert = upsert;
+  req->config.flags = options.flags;
+  req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+}
+
 ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
                              std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
   // PutOnce for one key. The request and reply buffers are per thread and
@@ -106,14 +117,7 @@ ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size
   thread_local std::string req_buf, reply_buf;
   thread_local PutStartReply reply;
   PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartOne)
-  req.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
-  {
-    std::lock_guard<std::mutex> lock(abandoned_mu_);
-    req.abandoned = abandoned_puts_;
-  }
-  req.upsert = upsert;
-  req.config.flags = options.flags;
-  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  FillPutStartHead(options, upsert, &req);
   struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
     Client* self;
     PutStartRequest* req;
@@ -265,14 +269,7 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                      const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
                      std::vector<size_t>* no_room) {
   PutStartRequest req;
-  req.put_id = next_put_id_.fetch_add(1, std::memory_order_relaxed);  // unique per client
-  {
-    std::lock_guard<std::mutex> lock(abandoned_mu_);
-    req.abandoned = abandoned_puts_;
-  }
-  req.upsert = upsert;
-  req.config.flags = options.flags;
-  req.config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  FillPutStartHead(options, upsert, &req);
   const auto& g = options.group_ids;
   for (size_t i : todo) {
     req.keys.emplace_back(keys[i]);

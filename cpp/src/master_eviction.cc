@@ -101,13 +101,17 @@ void Master::RemoveFromGroup(uint64_t slot) {
   if (v.empty()) groups_.erase(it);
 }
 
-uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
-  std::vector<uint64_t> members{slot};
+std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
     auto it = groups_.find(gi->second);
-    if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
+    if (it != groups_.end()) return it->second;
   }
+  return {slot};
+}
+
+uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+  std::vector<uint64_t> members = GroupMembers(slot);
   for (uint64_t m : members) {
     // Already in the SSD tier: its bytes left the pool; the rest follow.
     if (entry_meta_[m].live &&

@@ -189,17 +189,20 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   }
 }
 
-bool Master::OlderUnfinished(uint64_t slot) const {
+bool Master::OtherWriting(uint64_t slot, bool newer) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
   std::vector<uint64_t> live;
   FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
   for (uint64_t s : live) {
     uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (s != slot && StateOf(sg) == EntryState::kWriting && GenOf(sg) < gen) return true;
+    if (s != slot && StateOf(sg) == EntryState::kWriting && (newer ? GenOf(sg) > gen : GenOf(sg) < gen))
+      return true;
   }
   return false;
 }
+
+bool Master::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
 
 uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);

@@ -431,17 +431,7 @@ bool Master::OlderHasRecord(std::string_view key, uint64_t hash, uint64_t genera
   return false;
 }
 
-bool Master::NewerWriting(uint64_t slot) const {
-  const IndexEntry& e = index_->entry(slot);
-  uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
-  std::vector<uint64_t> live;
-  FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
-  for (uint64_t s : live) {
-    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
-    if (s != slot && StateOf(sg) == EntryState::kWriting && GenOf(sg) > gen) return true;
-  }
-  return false;
-}
+bool Master::NewerWriting(uint64_t slot) const { return OtherWriting(slot, true); }
 
 std::string Master::HandleSettle(Decoder* d) {
   SettleRequest req;
@@ -560,11 +550,8 @@ void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
 }
 
 void Master::DropGroupOf(uint64_t slot) {
-  auto gi = group_of_.find(slot);
-  if (gi == group_of_.end()) return;
-  auto it = groups_.find(gi->second);
-  if (it == groups_.end() || it->second.size() < 2) return;
-  std::vector<uint64_t> members = it->second;  // a copy: Unlink edits the group
+  std::vector<uint64_t> members = GroupMembers(slot);
+  if (members.size() < 2) return;
   uint64_t n = 0;
   for (uint64_t m : members)
     if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
@@ -585,12 +572,7 @@ bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
 }
 
 uint64_t Master::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes) {
-  std::vector<uint64_t> members{slot};
-  auto gi = group_of_.find(slot);
-  if (gi != group_of_.end()) {
-    auto it = groups_.find(gi->second);
-    if (it != groups_.end()) members = it->second;  // a copy: Unlink edits the group
-  }
+  std::vector<uint64_t> members = GroupMembers(slot);
   // Together or not at all (as EvictWithGroup): a member a reader holds,
   // hard-pinned or unfinished keeps the whole group.
   for (uint64_t m : members) {

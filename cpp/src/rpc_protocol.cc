@@ -85,7 +85,8 @@ bool Decode(Decoder* d, ClientRef* m) {
   return !d->failed();
 }
 
-void Encode(const PutStartRequest& m, Encoder* e) {
+namespace {
+void EncodePutStartHead(const PutStartRequest& m, Encoder* e) {  // everything before the key count
   Encode(m.client, e);
   e->U64(m.put_id);
   e->U32(uint32_t(m.abandoned.size()));
@@ -93,6 +94,11 @@ void Encode(const PutStartRequest& m, Encoder* e) {
   e->U8(m.upsert ? 1 : 0);
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
+}
+}  // namespace
+
+void Encode(const PutStartRequest& m, Encoder* e) {
+  EncodePutStartHead(m, e);
   e->U32(uint32_t(m.keys.size()));
   for (size_t i = 0; i < m.keys.size(); ++i) {
     e->Str(m.keys[i]);
@@ -103,13 +109,7 @@ void Encode(const PutStartRequest& m, Encoder* e) {
 void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
                        Encoder* e) {
   // Encode(m) with m.keys = {key}, m.sizes = {size}, m.groups = {group}.
-  Encode(m.client, e);
-  e->U64(m.put_id);
-  e->U32(uint32_t(m.abandoned.size()));
-  for (uint64_t id : m.abandoned) e->U64(id);
-  e->U8(m.upsert ? 1 : 0);
-  e->U32(m.config.flags);
-  e->U64(m.config.soft_pin_ttl_ms);
+  EncodePutStartHead(m, e);
   e->U32(1);
   e->Str(key);
   e->U64(size);

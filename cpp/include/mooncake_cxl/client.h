@@ -280,6 +280,8 @@ class Client {
                        std::string_view group, const PutOptions& options, bool upsert, bool* no_room);
   // After a PutStart: forget the abandoned ids it carried (answered), or
   // remember this put_id as abandoned (no answer).
+  // A PutStart's id, the abandoned ids to resend, upsert and the config.
+  void FillPutStartHead(const PutOptions& options, bool upsert, PutStartRequest* req);
   void NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uint64_t put_id);
   // Copy and publish of one granted item: the key's result, or *no_room.
   ErrorCode FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,

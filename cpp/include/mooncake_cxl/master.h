@@ -386,6 +386,11 @@ class Master {
   // True when an older entry of `slot`'s key is still WRITING: it may yet be
   // published, so `slot` must not go before it (it would become current).
   bool OlderUnfinished(uint64_t slot) const;
+  // Another entry of slot's key, newer (or older) than slot, is still WRITING.
+  bool OtherWriting(uint64_t slot, bool newer) const;
+  // The members of slot's group (slot alone when ungrouped): a copy, since
+  // Unlink edits the group.
+  std::vector<uint64_t> GroupMembers(uint64_t slot) const;
   void CheckPending();
 
   // ---- removal and deferred frees (master_remove.cc) ----
