@@ -5,6 +5,7 @@ check, pool fills that measure leaks, and spawned client processes
 import multiprocessing as mp
 import os
 import random
+import shutil
 import signal
 import sys
 import time
@@ -34,6 +35,14 @@ def pool_path():
     yield path
     if os.path.exists(path):
         os.unlink(path)
+
+
+@pytest.fixture
+def tier_dir():
+    """A directory for an SSD tier (the master creates it), removed afterwards."""
+    d = os.path.join(_pool_dir() or "/tmp", f"mcxl_tier_{uuid.uuid4().hex}")
+    yield d
+    shutil.rmtree(d, ignore_errors=True)
 
 
 @pytest.fixture

@@ -209,7 +209,7 @@ def worker(a):
     viol = Violations(os.path.join(a["dir"], f"violations.{slot}.{life}"), f"worker {slot} life {life}")
     stop_path = os.path.join(a["dir"], "stop")
     stop = lambda: os.path.exists(stop_path)
-    stats = {k: 0 for k in ("put", "upsert", "remove", "remove_by_regex", "hold", "release_hold", "get",
+    stats = {k: 0 for k in ("put", "upsert", "group_write", "remove", "remove_by_regex", "hold", "release_hold", "get",
                             "get_buffer", "ok", "failed",
                             "hit", "miss", "foreign_read", "view_checked", "view_refused")}
     rcs = {}
@@ -272,6 +272,29 @@ def worker(a):
         stats[op] += 1
         return rc
 
+    def write_group(op, keys):
+        # Own keys put in one call with one group id (K and V, TP shards):
+        # eviction, demotion, promotion and a full tier move them together.
+        nonlocal seq
+        from mooncake_cxl import ReplicateConfig
+        vals, seqs = [], []
+        for key in keys:
+            seq += 1
+            idx = int(key.rsplit("/", 1)[1])
+            vals.append(make_value(slot, life, idx, seq, rnd.randint(MIN_VALUE, 64 << 10), block, rnd))
+            seqs.append(seq)
+            journal.write(f"A {key} {seq} {op}\n")
+            model.attempt(key, seq, op)
+        cfg = ReplicateConfig()
+        cfg.group_ids = [f"g{slot}.{life}.{seqs[0]}"] * len(keys)
+        rc = (s.upsert_batch if op == "upsert" else s.put_batch)(keys, vals, cfg)
+        for key, q in zip(keys, seqs):  # one rc for the call: nonzero leaves each key's outcome open
+            journal.write(f"R {key} {q} {op} {rc}\n")
+            model.result(key, q, op, rc)
+        stats[op] += 1
+        stats["group_write"] += 1
+        return rc
+
     def remove_by_regex():
         # Own keys whose index starts with a digit: the master confines the
         # pattern to our tenant, so the other tenants' same names stay.
@@ -331,7 +354,12 @@ def worker(a):
                 if rnd.random() < 0.4:  # read first: the old value is leased when replaced
                     stats["get"] += 1
                     read_check(key, s.get(key), "get before a write")
-                rc = write("upsert" if r < 0.30 else "put", key)
+                op = "upsert" if r < 0.30 else "put"
+                partner = rnd.choice(own)
+                if partner != key and rnd.random() < 0.15:
+                    rc = write_group(op, [key, partner])
+                else:
+                    rc = write(op, key)
                 if rc == 0:
                     recent.append(key)
                     del recent[:-8]

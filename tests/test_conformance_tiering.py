@@ -132,6 +132,17 @@ class Tiered:
                 self.disk_only.append(k)
 
 
+def _filled(name, module, master, tier_dir, settle):
+    """A store of `module` set up with enable_ssd_offload on `master`, filled."""
+    s = module.MooncakeDistributedStore()
+    rc = s.setup(f"127.0.0.1:{oracle.free_port()}", "P2PHANDSHAKE", POOL, 64 * MIB, "tcp", "",
+                 master.address, None, True, tier_dir)
+    assert rc == 0, f"{name}: setup with enable_ssd_offload failed: {rc}; {master.log_tail()}"
+    t = Tiered(name, s, settle=settle)
+    t.fill()
+    return t
+
+
 @pytest.fixture(scope="module", params=IMPLS)
 def tiered(request, tmp_path_factory):
     name = request.param
@@ -143,14 +154,9 @@ def tiered(request, tmp_path_factory):
             m = MasterProcess(pool, POOL, format=True, extra_flags=master_flags(tier_dir),
                               log_path=str(tmp_path_factory.mktemp("tier_ours") / "master.log")).start()
             try:
-                s = oracle.ours_module().MooncakeDistributedStore()
-                rc = s.setup(f"127.0.0.1:{oracle.free_port()}", "P2PHANDSHAKE", POOL, 64 * MIB, "tcp", "",
-                             m.address, None, True, tier_dir)
-                assert rc == 0, f"setup with enable_ssd_offload failed: {rc}; {m.log_tail()}"
-                t = Tiered(name, s, settle=0.5)
-                t.fill()
+                t = _filled(name, oracle.ours_module(), m, tier_dir, settle=0.5)
                 yield t
-                s.close()
+                t.store.close()
             finally:
                 m.stop()
                 for p in (pool, pool + ".lock"):
@@ -165,19 +171,14 @@ def tiered(request, tmp_path_factory):
             saved = {k: os.environ.get(k) for k in list(REF_ENV) + ["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"]}
             os.environ.update(REF_ENV, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir)
             try:
-                s = oracle.reference_module().MooncakeDistributedStore()
-                rc = s.setup(f"127.0.0.1:{oracle.free_port()}", "P2PHANDSHAKE", POOL, 64 * MIB, "tcp", "",
-                             m.address, None, True, tier_dir)
-                assert rc == 0, f"reference setup with enable_ssd_offload failed: {rc}"
-                t = Tiered(name, s, settle=2.5)
-                t.fill()
+                t = _filled(name, oracle.reference_module(), m, tier_dir, settle=2.5)
                 if not t.disk_only:
                     pytest.skip(f"the reference offloaded nothing on this machine: {len(t.values)} of {N} "
                                 f"puts acknowledged, {t.failed_puts} gave -200 for 15 s; master log "
                                 f"{m.log_path}: {m.log_tail()}")
                 yield t
-                s.remove_all(True)
-                s.close()
+                t.store.remove_all(True)
+                t.store.close()
             finally:
                 for k, v in saved.items():
                     if v is None:

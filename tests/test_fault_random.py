@@ -1,5 +1,5 @@
-"""Randomized fault test: worker processes put, upsert, remove, get and hold
-BufferHandles on a pool small enough that eviction runs all the time, while a
+"""Randomized fault test: worker processes put, upsert (one key, or two own
+keys with one group id in one call), remove, get and hold BufferHandles on a pool small enough that eviction runs all the time, while a
 seeded driver SIGKILLs and restarts the master (recovery, same pool and port)
 and SIGKILLs, SIGSTOPs and SIGCONTs workers, some past --client_ttl and the
 put timeouts so that the master reclaims them while they are stopped.

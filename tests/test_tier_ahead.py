@@ -12,25 +12,16 @@ the order the ahead copies pick them, then everything pushed out to the disk,
 read from another process, and again after a master SIGKILL and restart).
 Values are checksummed (value_for); no timing is asserted."""
 import random
-import shutil
 import time
-import uuid
 
 import pytest
 
 from conftest import connect, open_store, value_for
-from test_tiering import metrics, tier_flags, wait_for, wait_idle
+from test_tiering import fill_and_check_nothing_on_disk, metrics, tier_flags, wait_for, wait_idle
 from tier_workers import put_many, read_all
 
 POOL = 16 << 20
 SIZE = 256 << 10
-
-
-@pytest.fixture
-def tier_dir():
-    d = f"/dev/shm/mcxl_tier_{uuid.uuid4().hex}"
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def m_(master, name):
@@ -76,15 +67,7 @@ def test_copies_reach_the_disk_before_the_watermark(master_factory, tier_dir, ch
 
 def test_below_the_ahead_threshold_nothing_reaches_the_disk(master_factory, tier_dir):
     m = master_factory(pool_size=POOL, extra_flags=tier_flags(tier_dir, "--offload_ahead_ratio=0.5"))
-    s = connect(m)
-    n = int(0.4 * metrics(m)["master_total_capacity_bytes"]) // SIZE
-    for i in range(n):
-        assert s.put(f"w{i}", value_for(f"w{i}", SIZE)) == 0
-    time.sleep(0.3)
-    mm = metrics(m)
-    assert mm["mooncake_cxl_tier_writes_total"] == 0 and mm["mooncake_cxl_tier_records"] == 0
-    assert all(s.get_replica_desc(f"w{i}")[0].is_memory_replica() for i in range(n))
-    s.close()
+    fill_and_check_nothing_on_disk(m, 0.4, SIZE)
 
 
 def test_ahead_ratio_rejected_out_of_range(master_factory, tier_dir):

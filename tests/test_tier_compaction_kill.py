@@ -13,7 +13,7 @@ import signal
 import time
 
 from conftest import connect, value_for
-from test_tiering import metrics, tier_flags, tier_dir, wait_for, wait_idle  # noqa: F401 (fixture)
+from test_tiering import metrics, tier_flags, wait_for, wait_idle
 
 POOL = 16 << 20
 SIZE = 256 << 10

@@ -9,7 +9,7 @@ import time
 
 from conftest import connect, value_for
 from mooncake_cxl import ReplicateConfig
-from test_tiering import metrics, tier_flags, tier_dir, wait_for, wait_idle  # noqa: F401 (fixture)
+from test_tiering import metrics, tier_flags, wait_for, wait_idle
 from tier_workers import read_all
 
 POOL = 16 << 20

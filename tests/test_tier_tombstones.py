@@ -14,7 +14,7 @@ import os
 import signal
 
 from conftest import connect, value_for
-from test_tiering import disk_keys, metrics, tier_flags, tier_dir, wait_idle  # noqa: F401 (fixture)
+from test_tiering import disk_keys, metrics, tier_flags, wait_idle
 from tier_tomb_workers import keep_putting
 
 POOL = 16 << 20

@@ -7,13 +7,11 @@ writers and readers are separate processes where it matters."""
 import glob
 import os
 import re
-import shutil
 import signal
 import subprocess
 import threading
 import time
 import urllib.request
-import uuid
 
 import pytest
 
@@ -49,13 +47,6 @@ def wait_for(cond, timeout=20.0, what="condition"):
 
 def wait_idle(master):
     wait_for(lambda: tier_metric(master, "queue") == 0, what="the tier thread to drain its queue")
-
-
-@pytest.fixture
-def tier_dir():
-    d = f"/dev/shm/mcxl_tier_{uuid.uuid4().hex}"
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def tier_flags(tier_dir, *more, evict=True):
@@ -105,18 +96,23 @@ def test_fill_5x_offload_on_evict_every_value_intact(master_factory, tier_dir, c
     s.close()
 
 
-def test_below_the_watermark_nothing_reaches_the_disk(master_factory, tier_dir):
-    m = master_factory(pool_size=POOL, extra_flags=tier_flags(tier_dir))
+def fill_and_check_nothing_on_disk(m, share, size):
+    """Puts `share` of the pool in values of `size`: no tier write, no record,
+    every key a memory replica, no disk read."""
     s = connect(m)
-    n = int(0.6 * metrics(m)["master_total_capacity_bytes"]) // SIZE
+    n = int(share * metrics(m)["master_total_capacity_bytes"]) // size
     for i in range(n):
-        assert s.put(f"w{i}", value_for(f"w{i}", SIZE)) == 0
-    time.sleep(0.3)
+        assert s.put(f"w{i}", value_for(f"w{i}", size)) == 0
+    time.sleep(0.3)  # lets a tier thread that would write show it
     mm = metrics(m)
     assert mm["mooncake_cxl_tier_writes_total"] == 0 and mm["mooncake_cxl_tier_records"] == 0
     assert all(s.get_replica_desc(f"w{i}")[0].is_memory_replica() for i in range(n))
     assert s.get_offload_rpc_read_count() == 0
     s.close()
+
+
+def test_below_the_watermark_nothing_reaches_the_disk(master_factory, tier_dir):
+    fill_and_check_nothing_on_disk(master_factory(pool_size=POOL, extra_flags=tier_flags(tier_dir)), 0.6, SIZE)
 
 
 def test_promotion_on_hit_then_served_from_the_pool(master_factory, tier_dir):

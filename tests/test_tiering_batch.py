@@ -4,10 +4,7 @@ values at several times the pool from two writer processes while a third
 process removes keys that are being demoted: every kept key reads back its
 bytes (pool or tier), no removed key comes back, also after a SIGKILL and
 restart of the master."""
-import shutil
-import uuid
 
-import pytest
 
 from conftest import connect, value_for
 from test_tiering import metrics, tier_flags, wait_idle
@@ -15,13 +12,6 @@ from tier_workers import put_many, read_all
 
 POOL = 16 << 20
 SIZE = 64 << 10
-
-
-@pytest.fixture
-def tier_dir():
-    d = f"/dev/shm/mcxl_tier_{uuid.uuid4().hex}"
-    yield d
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def remove_every_third(conn, address, prefix, count):

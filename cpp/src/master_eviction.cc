@@ -101,6 +101,15 @@ void Master::RemoveFromGroup(uint64_t slot) {
   if (v.empty()) groups_.erase(it);
 }
 
+uint64_t Master::RandomSlot() {
+  // xorshift64: where a sampled scan of the index starts (EvictRound,
+  // EvictAhead, DemoteAhead); the index capacity is a power of two.
+  eviction_rng_ ^= eviction_rng_ << 13;
+  eviction_rng_ ^= eviction_rng_ >> 7;
+  eviction_rng_ ^= eviction_rng_ << 17;
+  return eviction_rng_ & (index_->capacity() - 1);
+}
+
 std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
@@ -157,10 +166,7 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   PinSet pins;
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   uint64_t cap = index_->capacity();
-  eviction_rng_ ^= eviction_rng_ << 13;
-  eviction_rng_ ^= eviction_rng_ >> 7;
-  eviction_rng_ ^= eviction_rng_ << 17;
-  uint64_t start = eviction_rng_ & (cap - 1);
+  uint64_t start = RandomSlot();
   uint64_t freed_bytes = 0, freed = 0;
   round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
   evict_drop_ = entries > 0;  // index slots are wanted: demoting would not free any
@@ -268,10 +274,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     bool reuse = ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
                  ahead_t0_ - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
     if (!reuse) {
-      eviction_rng_ ^= eviction_rng_ << 13;
-      eviction_rng_ ^= eviction_rng_ >> 7;
-      eviction_rng_ ^= eviction_rng_ << 17;
-      ahead_start_ = eviction_rng_ & (cap - 1);
+      ahead_start_ = RandomSlot();
       ahead_window_.clear();
       ahead_next_ = SIZE_MAX;
     }

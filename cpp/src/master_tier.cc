@@ -673,9 +673,9 @@ bool Master::DemoteAhead() {
     // and a crc of every byte) to the puts, unless they fall behind: dirty
     // bytes past halfway from the threshold to the watermark.
     constexpr uint64_t kQuietNs = 1000000;
-    uint64_t threshold0 = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
+    const uint64_t threshold = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
     uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(alloc_->capacity()));
-    uint64_t urgent = threshold0 + (high > threshold0 ? (high - threshold0) / 2 : 0);
+    uint64_t urgent = threshold + (high > threshold ? (high - threshold) / 2 : 0);
     if (mono - last_put_mono_ < kQuietNs && PoolDirtyBytes() < urgent) {
       pre_retry_mono_ = last_put_mono_ + kQuietNs;
       return false;
@@ -694,16 +694,15 @@ bool Master::DemoteAhead() {
     }
     if (pre_next_ == SIZE_MAX) {
       if (pre_scanned_ == 0) {  // a new sample, from a random point (as EvictRound)
-        eviction_rng_ ^= eviction_rng_ << 13;
-        eviction_rng_ ^= eviction_rng_ >> 7;
-        eviction_rng_ ^= eviction_rng_ << 17;
-        pre_start_ = eviction_rng_ & (cap - 1);
+        pre_start_ = RandomSlot();
         pre_window_.clear();
       }
       for (uint64_t n = 0; n < kScanSlots && pre_scanned_ < cap && pre_complete_ < kWindow; ++n) {
         uint64_t slot = (pre_start_ + pre_scanned_++) & (cap - 1);
         uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
-        if (StateOf(sg) != EntryState::kComplete || !CheckedLive(slot)) continue;
+        // The object header is checked (CheckedLive) only when a candidate
+        // is taken below: here, the master's own record is enough.
+        if (StateOf(sg) != EntryState::kComplete || !entry_meta_[slot].live) continue;
         ++pre_complete_;
         if (disk_loc_.count(slot) != 0) continue;  // clean already
         // Eviction's rules: hard pins never leave the pool; soft pins only
@@ -718,7 +717,6 @@ bool Master::DemoteAhead() {
       pre_next_ = 0;
       pre_sampled_mono_ = mono;
     }
-    uint64_t threshold = uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
     uint64_t dirty = PoolDirtyBytes();
     const uint64_t kBatchBytes = std::clamp<uint64_t>(alloc_->capacity() / 32, 256ull << 10, 4ull << 20);
     while (pre_next_ < pre_window_.size() && batch_bytes < kBatchBytes && batch.size() < kBatchJobs &&

@@ -391,6 +391,8 @@ class Master {
   // The members of slot's group (slot alone when ungrouped): a copy, since
   // Unlink edits the group.
   std::vector<uint64_t> GroupMembers(uint64_t slot) const;
+  // A random index slot to start a sampled scan at (under mu_).
+  uint64_t RandomSlot();
   void CheckPending();
 
   // ---- removal and deferred frees (master_remove.cc) ----
