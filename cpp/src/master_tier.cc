@@ -444,6 +444,8 @@ std::string Master::HandleSettle(Decoder* d) {
   } else {
     for (const auto& [key, gen] : req.items) {
       if (key.empty() || key.size() > kMaxKeyLength) {
+        MCXL_LOG(kWarn, "master", "Settle of client slot %u: a key of %zu bytes (1..%zu allowed) skipped",
+                 req.client.slot, key.size(), size_t(kMaxKeyLength));
         reply.status = ErrorCode::INVALID_PARAMS;
         continue;
       }
