@@ -801,6 +801,7 @@ PYBIND11_MODULE(_core, m) {
     d["superblock.client_slot_count"] = offsetof(Superblock, client_slot_count);
     d["superblock.master_incarnation"] = offsetof(Superblock, master_incarnation);
     d["ring_header_size"] = sizeof(RingHeader);
+    d["protocol_version"] = kProtocolVersion;  // for the tests that speak the wire protocol raw
     d["superblock.announce_offset"] = offsetof(Superblock, announce_offset);
     d["superblock.announce_slots"] = offsetof(Superblock, announce_slots);
     // For the pool-corruption tests (test_pool_corruption.py).

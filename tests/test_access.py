@@ -21,7 +21,7 @@ import urllib.request
 
 import pytest
 
-from mooncake_cxl import MooncakeDistributedStore
+from mooncake_cxl import MooncakeDistributedStore, _core
 from mooncake_cxl._master import binary_path
 from mooncake_cxl.launch import MasterError, MasterProcess
 
@@ -34,7 +34,7 @@ OBJECT_NOT_FOUND = -704
 # message.h / rpc_protocol.h
 FRAME = struct.Struct("<IHHIIQ")
 FRAME_MAGIC = 0x4D43584C
-PROTOCOL_VERSION = 4  # 3: Attach carries the tenant; 4: tombstone tickets, Settle
+PROTOCOL_VERSION = _core._layout()["protocol_version"]
 PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE, REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT = range(1, 10)
 
 # layout.h: Superblock field offsets (layout version 4).

@@ -22,10 +22,10 @@ import urllib.request
 import pytest
 
 from conftest import connect
-from mooncake_cxl import MooncakeDistributedStore
+from mooncake_cxl import MooncakeDistributedStore, _core
 
 CTX = mp.get_context("spawn")
-MAGIC, VERSION = 0x4D43584C, 4  # 3: Attach carries the tenant; 4: tombstone tickets, Settle
+MAGIC, VERSION = 0x4D43584C, _core._layout()["protocol_version"]
 SB_AUTH_TOKEN = 128  # layout.h: Superblock::auth_token
 HEADER = struct.Struct("<IHHIIQ")
 PING, ATTACH, PUT_START, BATCH_REMOVE, REMOVE_BY_REGEX = 1, 2, 4, 6, 7

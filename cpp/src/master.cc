@@ -441,7 +441,8 @@ void Master::ServeRing(uint32_t slot) {
   const uint64_t gen = clients_[slot].generation;
   bool stale_logged = false;
   uint32_t ring_bytes = pool_->geometry().ring_bytes;
-  ShmRing requests(pool_->ring(slot, 0), ring_bytes), replies(pool_->ring(slot, 1), ring_bytes);
+  ShmRing requests(pool_->ring(slot, 0), ring_bytes),
+      replies(pool_->ring(slot, 1), ring_bytes, &clients_[slot].reply_tail);
   // Per thread and reused (only the ring thread serves rings): its capacity
   // outlives the call, so a request costs no allocation here.
   thread_local std::string frame;

@@ -224,6 +224,7 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         // marks the slot assigned.
         ShmRing::Reset(pool_->ring(slot, 0));
         ShmRing::Reset(pool_->ring(slot, 1));
+        c.reply_tail = 0;
         cs->generation.store(c.generation, std::memory_order_release);
         PublishRange(cs, kCacheLine);
         SetAttached(slot, true);

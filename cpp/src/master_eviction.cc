@@ -69,6 +69,9 @@ uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
 }
 
 bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
+  // The entry's flag first: the header (a cache miss per object in a
+  // sampling scan) is read only for soft-pinned objects.
+  if (!(index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagSoftPin)) return false;
   // Values only (a client that rewrote them changes a decision, not a bound).
   const ObjectHeader* h = HeaderOf(slot);
   return h != nullptr && h->soft_pin_ttl_ms != 0 && h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull > now;
@@ -175,6 +178,12 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
     uint64_t last_access, slot;
   };
   std::vector<Candidate> window;
+  // Bytes wanted (not index slots): first from the ahead rounds' sorted
+  // window when it is fresh, as an ahead slice would; a new sample (a scan
+  // of up to 4096 headers and a sort, ~1-2 ms on the put path) only if that
+  // is not enough. Puts faster than the idle slices can evict otherwise paid
+  // a whole sample per inline round.
+  if (entries == 0) freed = EvictFromAheadWindow(bytes, now, pins, &freed_bytes);
   for (int pass = 0; pass < 2 && !met(); ++pass) {
     bool soft_pass = pass == 1;
     if (soft_pass && !config_.allow_evict_soft_pinned_objects) break;
@@ -185,7 +194,9 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
         uint64_t slot = (start + scanned) & (cap - 1);
         if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
           continue;
-        if (!CheckedLive(slot)) continue;  // corrupt: Tick reclaims it
+        // No header check here (a miss per sampled object, most of a round's
+        // cost): EvictWithGroup checks each candidate it evicts (CheckedLive),
+        // and the sample reads only index fields and the master's records.
         ++complete;
         if (SoftPinActive(slot, now) != soft_pass) continue;
         Protection p = Protected(slot, now, pins);
@@ -213,6 +224,21 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
            (unsigned long long)stats_.eviction_rounds, why, 100.0 * double(used_before) / cap_bytes,
            100.0 * double(alloc_->used_bytes()) / cap_bytes, (unsigned long long)freed,
            (unsigned long long)freed_bytes, double(MonoNs() - t0) / 1e6);
+  return freed;
+}
+
+uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  if (ahead_next_ == SIZE_MAX || ahead_next_ >= ahead_window_.size() ||
+      MonoNs() - ahead_sampled_mono_ns_ >= std::min<uint64_t>(ttl, kNsPerSec))
+    return 0;  // scanning, used up, or older than a lease: EvictAhead's reuse rule
+  uint64_t cap = index_->capacity(), freed = 0;
+  while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
+    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    // Still the object sampled; re-checked whole by EvictWithGroup.
+    if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
+      freed += EvictWithGroup(c.slot, now, pins, freed_bytes);
+  }
   return freed;
 }
 
@@ -280,16 +306,16 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     }
   }
   if (ahead_next_ == SIZE_MAX) {
-    // Scanning, in stretches of a few µs: an empty slot costs one load, a
-    // COMPLETE one its header checks (CheckedLive): 32 of those per stretch.
+    // Scanning, in stretches of a few µs: index fields only (as in
+    // EvictRound, the header checks are left to the candidates evicted),
+    // 128 COMPLETE entries per stretch.
     while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
-      for (uint64_t n = 0, seen = 0; n < 4096 && seen < 32 && ahead_scanned_ < cap &&
+      for (uint64_t n = 0, seen = 0; n < 4096 && seen < 128 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
         uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
         uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
         if (StateOf(sg) != EntryState::kComplete) continue;
         ++seen;
-        if (!CheckedLive(slot)) continue;
         ++ahead_complete_;
         if (SoftPinActive(slot, now)) continue;
         if (index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;

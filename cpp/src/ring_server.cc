@@ -14,13 +14,27 @@ constexpr uint64_t kEvictSliceNs = 3000;
 }  // namespace
 
 void RingDoorbell(Superblock* sb) {
-  // seq_cst: the request's head store (before) and the sleeping-flag load
-  // (after) pair with the server's flag store and ring re-scan: either it
-  // sees our request or we see it asleep and wake it.
-  sb->ring_doorbell.fetch_add(1, std::memory_order_seq_cst);
-  PublishRange(&sb->ring_doorbell, sizeof(uint32_t));
+  // seq_cst fence: the request's head store (before) and the state load
+  // (after) pair with the server's state store, fence and ring re-scan:
+  // either it sees our request or we see it not polling and ring.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   ObserveRange(&sb->ring_server_sleeping, sizeof(uint32_t));
-  if (sb->ring_server_sleeping.load(std::memory_order_seq_cst) != 0) FutexWakeAll(&sb->ring_doorbell);
+  // Relaxed: ordered by the fence above.
+  uint32_t state = sb->ring_server_sleeping.load(std::memory_order_relaxed);
+  if (state == 0) return;  // polling: it sees our head without a write to this line
+  // Relaxed: the futex compares the value; the fence above orders our push.
+  sb->ring_doorbell.fetch_add(1, std::memory_order_relaxed);
+  PublishRange(&sb->ring_doorbell, sizeof(uint32_t));
+  if (state == kRingServerAsleep) FutexWakeAll(&sb->ring_doorbell);
+}
+
+void RingServer::SetState(Superblock* sb, uint32_t state) {
+  // seq_cst store + fence: the state before the ring re-scan that follows;
+  // pairs with RingDoorbell's fence (Dekker). (Back to 0 would need no
+  // order: a client that still sees the old state only rings once more.)
+  sb->ring_server_sleeping.store(state, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  PublishRange(&sb->ring_server_sleeping, sizeof(uint32_t));
 }
 
 void RingServer::Start() {
@@ -72,11 +86,16 @@ void RingServer::Loop() {
     uint64_t idle = MonoNs() - last_work;
     if (master_->EvictAheadWanted()) {
       // No request waiting: evict ahead of the watermark in a short slice.
-      // A request arriving meanwhile ends the slice early (the bell moved).
-      master_->EvictAhead(kEvictSliceNs, [sb, bell] {
-        ObserveRange(&sb->ring_doorbell, sizeof(uint32_t));
-        return sb->ring_doorbell.load(std::memory_order_relaxed) != bell;
-      });
+      // A request arriving meanwhile ends the slice early: with the state
+      // set, clients ring the bell (RingDoorbell), and the re-scan after the
+      // fence catches one that pushed before it saw the state.
+      SetState(sb, kRingServerEvicting);
+      if (!ServeAll())
+        master_->EvictAhead(kEvictSliceNs, [sb, bell] {
+          ObserveRange(&sb->ring_doorbell, sizeof(uint32_t));
+          return sb->ring_doorbell.load(std::memory_order_relaxed) != bell;
+        });
+      SetState(sb, 0);
       last_work = MonoNs();
       continue;
     }
@@ -86,14 +105,12 @@ void RingServer::Loop() {
     }
     master_->Tick();  // going idle: account for puts completed meanwhile
     uint32_t seen = sb->ring_doorbell.load(std::memory_order_relaxed);
-    // seq_cst: flag store before the re-scan; pairs with RingDoorbell.
-    sb->ring_server_sleeping.store(1, std::memory_order_seq_cst);
-    PublishRange(&sb->ring_server_sleeping, sizeof(uint32_t));
+    SetState(sb, kRingServerAsleep);
     // Clients on other hosts cannot wake our futex: on a non-coherent
     // (multi-host) pool, poll every 100 µs instead of sleeping long.
     uint64_t sleep_ns = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : idle_wake_ms_ * 1000000ull;
     if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, sleep_ns);
-    sb->ring_server_sleeping.store(0, std::memory_order_relaxed);
+    SetState(sb, 0);
     spin_.Slept();
     last_work = MonoNs();
   }

@@ -54,12 +54,19 @@ bool ShmRing::Push(const void* front, size_t front_bytes, std::string_view body)
   if (size > max_frame()) return false;
   // Relaxed: only this (producer) thread writes head and next_seq.
   uint64_t head = h_->head.load(std::memory_order_relaxed);
-  // Acquire: the consumer finished reading the bytes it released.
-  ObserveRange(&h_->tail, sizeof(uint64_t));
-  uint64_t tail = h_->tail.load(std::memory_order_acquire);
   uint64_t pos = head % cap_, to_end = cap_ - pos;
   uint64_t need = rec + (to_end < rec ? to_end : 0);
-  if (head + need - tail > cap_) return false;  // full
+  // The tail is read only when the copy we acquired earlier says there is
+  // no room: each read is a miss on the line the consumer writes per record.
+  // A copy is never ahead of the real tail (it only grows) unless the ring
+  // was reset since (then it is ahead of head): re-read.
+  uint64_t& tail = cached_tail();
+  if (tail > head || head + need - tail > cap_) {
+    // Acquire: the consumer finished reading the bytes it released.
+    ObserveRange(&h_->tail, sizeof(uint64_t));
+    tail = h_->tail.load(std::memory_order_acquire);
+    if (head + need - tail > cap_) return false;  // full (or a tail past head: corrupt)
+  }
   uint64_t seq = h_->next_seq.load(std::memory_order_relaxed);
   if (to_end < rec) {
     if (to_end >= kRecordHeader) {
@@ -204,6 +211,10 @@ bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {
 }
 
 bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns, SpinWait* spin) {
+  if (HasData()) {  // already there: no clock read
+    spin->Found();
+    return true;
+  }
   uint64_t start = MonoNs();
   while (!HasData()) {
     uint64_t now = MonoNs();

@@ -1,7 +1,8 @@
 // Stalled and reclaimed clients, in process: the quarantine of a revoked
 // put's extent (kept while its local writer process lives, or until the
-// release timeout for a remote one), ShmRing's Peek/Consume, and the ring
-// server serving only the current attachment of a slot.
+// release timeout for a remote one), ShmRing's Peek/Consume and producer
+// tail copy, the doorbell policy, and the ring server serving only the
+// current attachment of a slot.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <memory>
 #include <vector>
 #include <filesystem>
 #include <string>
@@ -18,6 +20,7 @@
 #include "mooncake_cxl/log.h"
 #include "mooncake_cxl/master.h"
 #include "master_test_util.h"
+#include "mooncake_cxl/ring_server.h"
 #include "mooncake_cxl/shm_ring.h"
 
 namespace mcxl {
@@ -158,6 +161,52 @@ TEST(ShmRingTest, PeekLeavesTheRecordUntilConsumed) {
   ASSERT_EQ(consumer.Pop(&f), ShmRing::PopResult::kOk);
   EXPECT_EQ(f, "second");
   EXPECT_EQ(consumer.Peek(&f, &at), ShmRing::PopResult::kEmpty);
+}
+
+TEST(ShmRingTest, ProducerRereadsTheTailOnlyWhenItsCopySaysFull) {
+  struct alignas(kCacheLine) Bytes {
+    uint8_t b[4096] = {};
+  };
+  auto mem = std::make_unique<Bytes>();
+  auto* h = reinterpret_cast<RingHeader*>(mem->b);
+  uint64_t copy = 0;  // the producer's tail copy, kept outside (as the master keeps one per slot)
+  ShmRing producer(h, 4096, &copy), consumer(h, 4096);
+  const std::string rec(200, 'r');
+  int pushed = 0;
+  while (producer.Push(rec)) ++pushed;  // fills the ring: the copy (0) is the real tail
+  ASSERT_GT(pushed, 5);
+  EXPECT_EQ(copy, 0u);
+  std::string f;
+  for (int i = 0; i < pushed; ++i) ASSERT_EQ(consumer.Pop(&f), ShmRing::PopResult::kOk);
+  ASSERT_TRUE(producer.Push(rec));  // full by the copy: re-read, room again
+  EXPECT_EQ(copy, h->tail.load());
+  // A reset ring (both counters 0) with a copy from before: the copy is
+  // ahead of head, so it is re-read, and the ring still never over-fills.
+  ShmRing::Reset(h);
+  int again = 0;
+  while (producer.Push(rec)) ++again;
+  EXPECT_EQ(again, pushed);
+  for (int i = 0; i < again; ++i) {
+    ASSERT_EQ(consumer.Pop(&f), ShmRing::PopResult::kOk);
+    EXPECT_EQ(f, rec);
+  }
+  EXPECT_EQ(consumer.Pop(&f), ShmRing::PopResult::kEmpty);
+}
+
+TEST(RingDoorbellTest, WrittenOnlyWhenTheServerIsNotPolling) {
+  struct alignas(kCacheLine) Bytes {
+    uint8_t b[kSuperblockSize] = {};
+  };
+  auto mem = std::make_unique<Bytes>();
+  auto* sb = reinterpret_cast<Superblock*>(mem->b);
+  RingDoorbell(sb);  // polling: the server sees the head; the line stays untouched
+  EXPECT_EQ(sb->ring_doorbell.load(), 0u);
+  sb->ring_server_sleeping.store(kRingServerEvicting);
+  RingDoorbell(sb);  // ends the eviction slice early
+  EXPECT_EQ(sb->ring_doorbell.load(), 1u);
+  sb->ring_server_sleeping.store(kRingServerAsleep);
+  RingDoorbell(sb);  // and wakes the futex (nobody waits here)
+  EXPECT_EQ(sb->ring_doorbell.load(), 2u);
 }
 
 TEST(ShmRingTest, RequestIdsTagTheAttachment) {

@@ -96,6 +96,21 @@ class _Timer:
     def __init__(self):
         self.lock = threading.Lock()
         self.spent = {}
+        self.in_flight = 0
+        self.last_activity = time.monotonic()
+
+    def drain(self, quiet_s=3.0, limit_s=900.0):
+        """Waits until no timed call is running and none started for quiet_s: vLLM's
+        connectors save from a background thread after the request has answered (a 30k-token
+        put into Mooncake's TCP store takes seconds), and exiting earlier loses the blocks."""
+        deadline = time.monotonic() + limit_s
+        while time.monotonic() < deadline:
+            with self.lock:
+                idle = self.in_flight == 0 and time.monotonic() - self.last_activity >= quiet_s
+            if idle:
+                return True
+            time.sleep(0.1)
+        return False
 
     def take(self):
         with self.lock:
@@ -116,6 +131,8 @@ class _Timer:
                     return f
 
                 def timed(*a, **k):
+                    with timer.lock:
+                        timer.in_flight += 1
                     t0 = time.perf_counter()
                     try:
                         return f(*a, **k)
@@ -124,6 +141,8 @@ class _Timer:
                         with timer.lock:
                             n, s = timer.spent.get(attr, (0, 0.0))
                             timer.spent[attr] = (n + 1, s + dt)
+                            timer.in_flight -= 1
+                            timer.last_activity = time.monotonic()
                 return timed
 
         Timed.__name__ = name
@@ -216,9 +235,12 @@ def child_main(argv=None):
         os._exit(0)
     res = {"runs": {}}
     for n in (int(x) for x in args.tokens.split(",")):
-        res["runs"][str(n)] = once(n)
-    if args.connector != "none":
-        time.sleep(1.0)  # the connector saves in a background thread: let it drain before exit
+        r = res["runs"][str(n)] = once(n)
+        if args.connector != "none":
+            # The connector saves from a background thread after answering: wait for it (so the
+            # next prompt's window holds only its own calls and nothing is lost at exit).
+            r["drained"] = timer.drain()
+            r["after_calls"] = {k: [c, round(s, 6)] for k, (c, s) in timer.take().items()}
     if args.reset:
         res["reset_ok"] = llm.reset_prefix_cache(reset_connector=True)
         res["after_reset"] = {str(n): once(int(n)) for n in res["runs"]}

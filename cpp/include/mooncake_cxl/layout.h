@@ -83,10 +83,13 @@ struct Superblock {
   std::atomic<uint64_t> master_pid;
   std::atomic<uint64_t> master_machine_hash;  // KeyHash(gethostname()): pid checks are local
 
-  // The ring server's doorbell (CXL RPC): clients add 1 after each request
-  // and wake the server when it sleeps. Its own line: many writers.
+  // The ring server's doorbell (CXL RPC). After each request a client reads
+  // ring_server_sleeping; only when the server is not polling (asleep, or in
+  // an eviction slice) does it add 1 to the doorbell (and wake the server
+  // when asleep): a write to this line per request would cost every put a
+  // miss on a line the polling server reads. Its own line: many writers.
   alignas(kCacheLine) std::atomic<uint32_t> ring_doorbell;  // futex word
-  std::atomic<uint32_t> ring_server_sleeping;               // ring server
+  std::atomic<uint32_t> ring_server_sleeping;               // ring server: kRingServer* below
 
   // The SSD tier (disk_tier.h), written by the master at start, before it
   // bumps master_incarnation; clients read them at attach. tier_config: 0 =
@@ -103,14 +106,29 @@ struct Superblock {
   alignas(kCacheLine) std::atomic<uint64_t> tier_tombs_durable;
 };
 static_assert(sizeof(Superblock) <= kSuperblockSize);
+// Superblock::ring_server_sleeping: 0 = polling the rings.
+constexpr uint32_t kRingServerAsleep = 1;    // on the doorbell futex: ring and wake it
+constexpr uint32_t kRingServerEvicting = 2;  // in an eviction slice: ring (ends the slice early)
 constexpr uint64_t kTierEnabled = 1ull << 0;
 constexpr uint64_t kTierPromotionOnHit = 1ull << 1;
 
 // Header of one single-producer/single-consumer ring of the CXL RPC; the
-// bytes of the ring follow it. Line 0 is the producer's, line 1 the
-// consumer's (one writer per line). head and tail count bytes ever produced
-// and consumed; each record carries a sequence number so that a stale or
-// torn record is detected rather than decoded.
+// bytes of the ring follow it. head and tail count bytes ever produced and
+// consumed; each record carries a sequence number so that a stale or torn
+// record is detected rather than decoded.
+//
+// One writer per line, and a line the peer reads on every record is written
+// once per record: the consumer polls line 0 (one transfer per record is the
+// price of polling); the caller word, CASed twice per call, has line 1 to
+// itself (on line 0 each CAS would pull the line back from the polling
+// master); the producer reads line 2 (tail) only when its cached copy says
+// the ring is full; consumer_waiting, which the producer reads after every
+// push, has line 3, written only when the consumer goes to sleep (beside
+// tail it would cost the producer a miss per record).
+//
+// The rings hold no state across attachments (the master resets a slot's
+// rings before handing it out), so this header's shape is part of the wire
+// protocol (kProtocolVersion), not of the pool layout.
 struct RingHeader {
   std::atomic<uint64_t> head;      // producer; its low 32 bits are the consumer's futex word
   std::atomic<uint64_t> next_seq;  // producer: sequence number of the next record
@@ -118,12 +136,12 @@ struct RingHeader {
   // call (claimed with a CAS before its slot check, cleared after its reply),
   // 0 = none. The master does not hand the rings to another client while an
   // earlier attachment holds them (a stopped process could resume mid-push).
-  std::atomic<uint64_t> caller;
+  alignas(kCacheLine) std::atomic<uint64_t> caller;
   alignas(kCacheLine) std::atomic<uint64_t> tail;  // consumer
   std::atomic<uint64_t> expected_seq;              // consumer
-  std::atomic<uint32_t> consumer_waiting;          // consumer: asleep on head
+  alignas(kCacheLine) std::atomic<uint32_t> consumer_waiting;  // consumer: asleep on head
 };
-static_assert(sizeof(RingHeader) == 2 * kCacheLine);
+static_assert(sizeof(RingHeader) == 4 * kCacheLine);
 
 // One announcement channel (announce.h): one producer at a time, any number
 // of readers, each with its own cursor (not in the pool). Line 0 is the

@@ -301,6 +301,7 @@ class Master {
     uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
     std::string tenant;      // key namespace (tenant.h), from Attach
     std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
+    uint64_t reply_tail = 0;          // ServeRing's copy of its reply ring's tail (ShmRing::Push)
   };
 
   explicit Master(const MasterConfig& config) : config_(config) {}
@@ -444,6 +445,9 @@ class Master {
   // `bytes` and `entries` are freed or nothing evictable is left; returns the
   // number of objects evicted. Logs one line per round.
   uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
+  // EvictRound's first step: evicts from the ahead rounds' sorted window
+  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
+  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
   uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const;
   enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
   Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;

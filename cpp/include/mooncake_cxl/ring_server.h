@@ -4,7 +4,9 @@
 // Waiting is spin-then-sleep (docs/architecture.md §5): after the last request it keeps
 // polling for `spin_ns` (a client's next request usually follows within
 // microseconds), then sets Superblock::ring_server_sleeping and sleeps on the
-// doorbell futex, which a client rings after each request. Idle, it costs
+// doorbell futex, which a client rings (and wakes) after a request only when
+// that word says the server is not polling (asleep, or in one of its short
+// eviction slices, which a ring of the bell ends early). Idle, it costs
 // nothing but a wake-up every `idle_wake_ms` to notice Stop(). A futex wake
 // does not cross hosts, so on a pool formatted non-coherent (CXL 2.0
 // multi-host) it polls every 100 µs instead: a few percent of one core.
@@ -31,6 +33,9 @@ class RingServer {
 
  private:
   void Loop();
+  // Superblock::ring_server_sleeping := state (0 or kRingServer*), ordered
+  // before the ring re-scan that follows.
+  static void SetState(Superblock* sb, uint32_t state);
   // Serves every attached client with a request waiting; true if any.
   bool ServeAll();
 

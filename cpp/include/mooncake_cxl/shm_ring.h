@@ -77,8 +77,11 @@ class SpinWait {
 class ShmRing {
  public:
   ShmRing() = default;
-  ShmRing(RingHeader* header, uint64_t ring_bytes)
-      : h_(header), data_(reinterpret_cast<char*>(header + 1)), cap_(ring_bytes - sizeof(RingHeader)) {}
+  // tail_cache: the producer's copy of the consumer's tail (see Push), for a
+  // producer that builds a ShmRing per call; by default the object's own.
+  ShmRing(RingHeader* header, uint64_t ring_bytes, uint64_t* tail_cache = nullptr)
+      : h_(header), data_(reinterpret_cast<char*>(header + 1)), cap_(ring_bytes - sizeof(RingHeader)),
+        tail_cache_(tail_cache) {}
 
   bool valid() const { return h_ != nullptr; }
   // The largest frame a ring can carry (bigger ones go over TCP).
@@ -124,9 +127,13 @@ class ShmRing {
   static void Reset(RingHeader* h);
 
  private:
+  uint64_t& cached_tail() { return tail_cache_ ? *tail_cache_ : own_tail_; }
+
   RingHeader* h_ = nullptr;
   char* data_ = nullptr;
   uint64_t cap_ = 0;
+  uint64_t* tail_cache_ = nullptr;  // external copy, else own_tail_
+  uint64_t own_tail_ = 0;
 };
 
 // The tag of an attachment: unique among the generations of one master
