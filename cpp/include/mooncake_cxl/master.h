@@ -226,6 +226,9 @@ class Master {
     // Acquire: pairs with the release in SetAttached; the rings were reset.
     return (attached_bits_[slot / 64].load(std::memory_order_acquire) >> (slot % 64)) & 1;
   }
+  // Slots 64*word .. 64*word+63 as a bit set (bit i = slot 64*word+i attached);
+  // acquire as SlotAttached. REQUIRES: word < (kMaxClientSlots + 63) / 64.
+  uint64_t AttachedWord(uint32_t word) const { return attached_bits_[word].load(std::memory_order_acquire); }
   uint32_t client_slot_count() const { return slot_count_.load(std::memory_order_acquire); }
   // Periodic work; returns how long the caller may sleep before the next call.
   // Every kClientCheckIntervalNs it also checks the pool device's size.
