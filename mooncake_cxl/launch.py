@@ -70,6 +70,14 @@ class LoggedProcess:
         self.stop()
 
 
+def pool_size_for(path, size):
+    """`size` rounded up to whole blocks of the file system that will hold `path`
+    when its blocks are larger than 4 KiB (hugetlbfs: a file is sized and mapped
+    only in whole 2 MiB pages)."""
+    block = os.statvfs(os.path.dirname(os.path.abspath(path))).f_bsize
+    return -(-size // block) * block if block > 4096 else size
+
+
 def create_pool_file(path, size, group=None):
     """Creates a sparse pool file of `size` bytes that only its owner may read
     (0600), or its owner and `group` (0660, owned by that group): every value
@@ -121,6 +129,7 @@ class MasterProcess(LoggedProcess):
         return f"http://127.0.0.1:{self.metrics_port}"
 
     def start(self):
+        self.pool_size = pool_size_for(self.pool_path, self.pool_size)
         if not os.path.exists(self.pool_path):
             create_pool_file(self.pool_path, self.pool_size, self.pool_group)
         args = [binary_path(), "--rpc_address=127.0.0.1", "--rpc_port=0",

@@ -23,13 +23,14 @@ def median_us(samples):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--puts", type=int, default=50000)
+    ap.add_argument("--pool-dir", default="/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir(),
+                    help="where the pool file goes (e.g. a hugetlbfs mount)")
     args = ap.parse_args()
     cpus = sorted(os.sched_getaffinity(0))
     if len(cpus) < 2:
         sys.exit("needs two CPUs")
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
-    pool = os.path.join(tempfile.gettempdir() if not os.path.isdir("/dev/shm") else "/dev/shm",
-                        f"mcxl_put_probe_{os.getpid()}")
+    pool = os.path.join(args.pool_dir, f"mcxl_put_probe_{os.getpid()}")
     with MasterProcess(pool, 512 << 20, format=True, extra_flags=["--prefault_pool"]) as m:
         _set_process_affinity(m.proc.pid, {cpus[-1]})
         os.sched_setaffinity(0, {cpus[0]})

@@ -173,3 +173,17 @@ def test_master_refuses_a_pool_it_cannot_use(master_factory, tmp_path):
     s = connect(m)
     assert s.put("k", b"v") == 0
     s.close()
+
+
+def test_pool_size_is_rounded_to_the_file_systems_blocks(monkeypatch, tmp_path):
+    # hugetlbfs sizes and maps files only in whole 2 MiB pages (its f_bsize).
+    from mooncake_cxl import launch
+    real = os.statvfs
+
+    class Huge:
+        f_bsize = 2 << 20
+
+    assert launch.pool_size_for(str(tmp_path / "pool"), (64 << 20) + 1) == (64 << 20) + 1  # 4 KiB blocks
+    monkeypatch.setattr(launch.os, "statvfs", lambda p: Huge() if p == str(tmp_path) else real(p))
+    assert launch.pool_size_for(str(tmp_path / "pool"), (64 << 20) + 1) == 66 << 20
+    assert launch.pool_size_for(str(tmp_path / "pool"), 64 << 20) == 64 << 20

@@ -55,7 +55,11 @@ def machine():
 
 
 def default_pool_dir():
-    """/dev/shm (the pool's medium in these runs) when there is one."""
+    """MC_CXL_BENCH_POOL_DIR (e.g. a hugetlbfs mount: 2 MiB pages for the
+    pool), else /dev/shm (the pool's medium in these runs) when there is one."""
+    env = os.environ.get("MC_CXL_BENCH_POOL_DIR")
+    if env and os.path.isdir(env):
+        return env
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
