@@ -22,12 +22,7 @@ def _client(address, transport, n, q):
     os.environ["MC_CXL_RPC"] = transport
     s = common.connect(address)
     value = b"v" * 4096
-    # Warm-up, untimed: a new client usually runs on the core of the ring thread
-    # it wakes for its first ~60 ms (a ping: 4.2 µs there, 0.7 µs on two cores)
-    # until the kernel moves one of them; the rows are a long-lived client's.
-    t_end = time.monotonic() + WARMUP_S
-    while time.monotonic() < t_end:
-        s.health_check()
+    common.settle_placement(s, WARMUP_S)  # the rows are a long-lived client's
     out = {"remove_missing": [], "ping": [], "put_4k": []}
     for i in range(n):
         t0 = time.perf_counter_ns()
