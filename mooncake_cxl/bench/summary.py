@@ -33,11 +33,12 @@ def markdown(results):
             lines.append(f"| batch_get_into 32 × 64 KiB ÷ one anonymous 2 MiB memcpy (median of per-call ratios) | "
                          f"{b['vs_memcpy']:.2f}× | memcpy {b['memcpy_median_us']:.1f} µs, store "
                          f"{b['median_us']:.1f} µs | ≥ 0.9× |")
-        for size in (4 * MIB, 16 * MIB):
-            r = _row(rows, "put", size)
-            if r and r.get("memcpy_p99_us"):
-                lines.append(f"| put {size // MIB} MiB p99 ÷ median ({r['samples']} puts) | {r['p99_over_median']:.1f}× | "
-                             f"plain memcpy of the same size: {r['memcpy_p99_us'] / r['memcpy_median_us']:.1f}× | ≤ 3× |")
+        # The goal holds at every size: every put row with its memcpy tail.
+        for r in sorted((r for r in rows if r["op"] == "put" and r.get("memcpy_p99_us")), key=lambda r: r["size"]):
+            size = r["size"]
+            label = f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
+            lines.append(f"| put {label} p99 ÷ median ({r['samples']} puts) | {r['p99_over_median']:.1f}× | "
+                         f"plain memcpy of the same size: {r['memcpy_p99_us'] / r['memcpy_median_us']:.1f}× | ≤ 3× |")
     if evict:
         lines.append(f"| 64 KiB put throughput lost while eviction runs | {evict['eviction_cost'] * 100:.0f}% | "
                      f"pool half empty {evict['put_64k_half_empty_gbps']:.2f} GB/s vs at the watermark "
