@@ -41,6 +41,15 @@ def test_put_get_and_get_into_at_odd_offsets(master, offset):
         s.close()
 
 
+def back_to_back(base, sizes):
+    """Addresses of slices of `sizes` laid out one right after the other from `base`."""
+    ptrs = []
+    for n in sizes:
+        ptrs.append(base)
+        base += n
+    return ptrs
+
+
 def test_multi_part_put_streams_every_part(master):
     # A tensor-like value: a 304-byte header, then parts whose pool offsets
     # are not line-aligned (the streaming copy must do heads and tails).
@@ -50,11 +59,8 @@ def test_multi_part_put_streams_every_part(master):
         whole = b"".join(parts)
         src = np.frombuffer(bytearray(whole + b"\0" * 64), dtype=np.uint8)
         assert s.register_buffer(src.ctypes.data, src.nbytes) == 0
-        ptrs, sizes, at = [], [], src.ctypes.data
-        for p in parts:
-            ptrs.append(at)
-            sizes.append(len(p))
-            at += len(p)
+        sizes = [len(p) for p in parts]
+        ptrs = back_to_back(src.ctypes.data, sizes)
         assert s.batch_put_from_multi_buffers(["mp/a"], [ptrs], [sizes]) == [0]
         assert s.get("mp/a") == whole
         # The same parts as a small value (below the streaming threshold).
@@ -76,10 +82,7 @@ def test_batch_get_into_adjacent_odd_slices(master):
         assert s.put_batch(keys, vals) == 0
         buf = np.full(sum(sizes) + GUARD * 2, 0x5A, dtype=np.uint8)
         assert s.register_buffer(buf.ctypes.data, buf.nbytes) == 0
-        ptrs, at = [], buf.ctypes.data + GUARD + 1  # every slice right after the previous one
-        for n in sizes:
-            ptrs.append(at)
-            at += n
+        ptrs = back_to_back(buf.ctypes.data + GUARD + 1, sizes)  # every slice right after the previous one
         assert s.batch_get_into(keys, ptrs, sizes) == sizes
         got = buf[GUARD + 1:GUARD + 1 + sum(sizes)].tobytes()
         assert got == b"".join(vals)

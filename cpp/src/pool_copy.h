@@ -35,6 +35,24 @@ namespace mcxl {
 constexpr size_t kStreamToPoolMin = size_t(1) << 20;  // below: the lines may be read soon from cache
 constexpr size_t kVectorFromPoolMin = size_t(16) << 10;  // below: memcpy's small-size paths win
 
+#ifdef MCXL_POOL_COPY_SSE2
+namespace pool_copy_detail {
+// Copies whole 64-byte lines (four 16-byte loads, then four stores:
+// non-temporal when kStream) while n >= 64; advances d, s and n.
+template <bool kStream>
+inline void CopyLines(char*& d, const char*& s, size_t& n) {
+  for (; n >= 64; n -= 64, d += 64, s += 64) {
+    __m128i v[4];
+    for (int k = 0; k < 4; ++k) v[k] = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16 * k));
+    for (int k = 0; k < 4; ++k) {
+      if constexpr (kStream) _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16 * k), v[k]);
+      else _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16 * k), v[k]);
+    }
+  }
+}
+}  // namespace pool_copy_detail
+#endif
+
 inline void StreamToPool(void* dst, const void* src, size_t n) {
 #ifdef MCXL_POOL_COPY_SSE2
   if (n >= 128) {
@@ -45,16 +63,7 @@ inline void StreamToPool(void* dst, const void* src, size_t n) {
     d += head;
     s += head;
     n -= head;
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-      __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d), a);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16), b);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 32), c);
-      _mm_stream_si128(reinterpret_cast<__m128i*>(d + 48), e);
-    }
+    pool_copy_detail::CopyLines<true>(d, s, n);  // d is line-aligned: whole-line streams
     // Non-temporal stores are weakly ordered: without the fence a later
     // plain store (the publishing one) could become visible before them.
     _mm_sfence();
@@ -70,16 +79,7 @@ inline void CopyFromPool(void* dst, const void* src, size_t n) {
   if (n >= kVectorFromPoolMin) {
     char* d = static_cast<char*>(dst);
     const char* s = static_cast<const char*>(src);
-    for (; n >= 64; n -= 64, d += 64, s += 64) {
-      __m128i a = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s));
-      __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 16));
-      __m128i c = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 32));
-      __m128i e = _mm_loadu_si128(reinterpret_cast<const __m128i*>(s + 48));
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d), a);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 16), b);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 32), c);
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(d + 48), e);
-    }
+    pool_copy_detail::CopyLines<false>(d, s, n);
     memcpy(d, s, n);
     return;
   }
