@@ -13,7 +13,7 @@ namespace {
 constexpr uint64_t kEvictSliceNs = 3000;
 }  // namespace
 
-void RingDoorbell(Superblock* sb) {
+bool RingDoorbell(Superblock* sb) {
   // seq_cst fence: the request's head store (before) and the state load
   // (after) pair with the server's state store, fence and ring re-scan:
   // either it sees our request or we see it not polling and ring.
@@ -21,11 +21,13 @@ void RingDoorbell(Superblock* sb) {
   ObserveRange(&sb->ring_server_sleeping, sizeof(uint32_t));
   // Relaxed: ordered by the fence above.
   uint32_t state = sb->ring_server_sleeping.load(std::memory_order_relaxed);
-  if (state == 0) return;  // polling: it sees our head without a write to this line
+  if (state == 0) return false;  // polling: it sees our head without a write to this line
   // Relaxed: the futex compares the value; the fence above orders our push.
   sb->ring_doorbell.fetch_add(1, std::memory_order_relaxed);
   PublishRange(&sb->ring_doorbell, sizeof(uint32_t));
-  if (state == kRingServerAsleep) FutexWakeAll(&sb->ring_doorbell);
+  if (state != kRingServerAsleep) return false;
+  FutexWakeAll(&sb->ring_doorbell);
+  return true;
 }
 
 void RingServer::SetState(Superblock* sb, uint32_t state) {
@@ -73,7 +75,13 @@ bool RingServer::ServeAll() {
 }
 
 void RingServer::Loop() {
-  uint64_t last_work = MonoNs();
+  // served: when the last request was served; polled: the latest poll that
+  // found none (so polled - served is the gap a request found now ended).
+  uint64_t served = MonoNs(), last_work = served, polled = served;
+  auto note_served = [&] {
+    window_.Arrived(polled - served);
+    served = last_work = polled = MonoNs();
+  };
   // Relaxed: a stop flag polled every iteration.
   while (!stop_.load(std::memory_order_relaxed)) {
     // Each round: the pool may have been replaced (the old one stays mapped
@@ -85,26 +93,29 @@ void RingServer::Loop() {
     uint32_t bell = sb->ring_doorbell.load(std::memory_order_relaxed);
     if (ServeAll()) {
       spin_.Found();
-      last_work = MonoNs();
+      note_served();
       continue;
     }
-    uint64_t idle = MonoNs() - last_work;
+    polled = MonoNs();
+    uint64_t idle = polled - last_work;
     if (master_->EvictAheadWanted()) {
       // No request waiting: evict ahead of the watermark in a short slice.
       // A request arriving meanwhile ends the slice early: with the state
       // set, clients ring the bell (RingDoorbell), and the re-scan after the
       // fence catches one that pushed before it saw the state.
       SetState(sb, kRingServerEvicting);
-      if (!ServeAll())
+      if (ServeAll())
+        note_served();
+      else
         master_->EvictAhead(kEvictSliceNs, [sb, bell] {
           ObserveRange(&sb->ring_doorbell, sizeof(uint32_t));
           return sb->ring_doorbell.load(std::memory_order_relaxed) != bell;
         });
       SetState(sb, 0);
-      last_work = MonoNs();
+      last_work = polled = MonoNs();
       continue;
     }
-    if (idle < spin_ns_) {
+    if (idle < window_.ns()) {
       spin_.Relax(idle);  // pause, or yield to a client that shares our core
       continue;
     }
@@ -114,10 +125,13 @@ void RingServer::Loop() {
     // Clients on other hosts cannot wake our futex: on a non-coherent
     // (multi-host) pool, poll every 100 µs instead of sleeping long.
     uint64_t sleep_ns = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : idle_wake_ms_ * 1000000ull;
-    if (!ServeAll()) FutexWait(&sb->ring_doorbell, seen, sleep_ns);
+    if (ServeAll())
+      note_served();
+    else
+      FutexWait(&sb->ring_doorbell, seen, sleep_ns);
     SetState(sb, 0);
     spin_.Slept();
-    last_work = MonoNs();
+    last_work = polled = MonoNs();
   }
 }
 

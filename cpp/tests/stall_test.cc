@@ -199,14 +199,35 @@ TEST(RingDoorbellTest, WrittenOnlyWhenTheServerIsNotPolling) {
   };
   auto mem = std::make_unique<Bytes>();
   auto* sb = reinterpret_cast<Superblock*>(mem->b);
-  RingDoorbell(sb);  // polling: the server sees the head; the line stays untouched
+  EXPECT_FALSE(RingDoorbell(sb));  // polling: the server sees the head; the line stays untouched
   EXPECT_EQ(sb->ring_doorbell.load(), 0u);
   sb->ring_server_sleeping.store(kRingServerEvicting);
-  RingDoorbell(sb);  // ends the eviction slice early
+  EXPECT_FALSE(RingDoorbell(sb));  // ends the eviction slice early (the server is up: no wake-up)
   EXPECT_EQ(sb->ring_doorbell.load(), 1u);
   sb->ring_server_sleeping.store(kRingServerAsleep);
-  RingDoorbell(sb);  // and wakes the futex (nobody waits here)
+  EXPECT_TRUE(RingDoorbell(sb));  // and wakes the futex (nobody waits here): the caller spins longer
   EXPECT_EQ(sb->ring_doorbell.load(), 2u);
+}
+
+TEST(SpinWindowTest, WidensForAPaceItMissesAndNarrowsAfterPauses) {
+  SpinWindow w(50000, 500000);
+  EXPECT_EQ(w.ns(), 50000u);
+  w.Arrived(0);  // back to back
+  w.Arrived(40000);  // caught while polling
+  EXPECT_EQ(w.ns(), 50000u);
+  w.Arrived(120000);  // missed (a sleep and a wake-up): cover it with margin
+  EXPECT_EQ(w.ns(), 180000u);
+  w.Arrived(150000);  // caught now
+  EXPECT_EQ(w.ns(), 180000u);
+  w.Arrived(400000);  // beyond 1.5x is beyond the max: the max
+  EXPECT_EQ(w.ns(), 500000u);
+  w.Arrived(3000000000ull);  // a pause: halves, down to the base
+  EXPECT_EQ(w.ns(), 250000u);
+  for (int i = 0; i < 10; ++i) w.Arrived(3000000000ull);
+  EXPECT_EQ(w.ns(), 50000u);
+  SpinWindow fixed(50000, 0);  // max below the base: the window never moves
+  fixed.Arrived(60000);
+  EXPECT_EQ(fixed.ns(), 50000u);
 }
 
 TEST(ShmRingTest, RequestIdsTagTheAttachment) {

@@ -140,6 +140,11 @@ int main(int argc, char** argv) {
   flags.Add("prefault_pool", &cfg.prefault_pool,
             "map and allocate every pool page at start: no first-touch page faults on puts later "
             "(costs ~0.1-0.2 s per GiB at start, and keeps the whole pool resident)");
+  uint64_t ring_max_spin_us = mcxl::RingServer::kDefaultMaxSpinNs / 1000;
+  flags.Add("ring_max_spin_us", &ring_max_spin_us,
+            "longest the ring thread polls after a request before it sleeps, while clients' requests keep "
+            "coming at about that pace (from 50 µs; a sleep costs the next request a wake-up of its core); "
+            "idle, it sleeps after one such window");
   // Mooncake 0.3.13's tenant flags: isolation is always on here (setup's
   // tenant_id); quotas are not enforced (the flags are accepted, logged).
   bool enable_multi_tenants = false;
@@ -215,7 +220,7 @@ int main(int argc, char** argv) {
   mcxl::HttpServer http;
   if (!http.Listen(cfg.metrics_host, int(cfg.metrics_port)).ok()) return 1;
   http.Start([m = master->get()](const mcxl::HttpRequest& req) { return MonitoringPage(*m, req); });
-  mcxl::RingServer rings(master->get());
+  mcxl::RingServer rings(master->get(), 50000, ring_max_spin_us * 1000);
   rings.Start();
   signal(SIGINT, OnSignal);
   signal(SIGTERM, OnSignal);

@@ -2,9 +2,10 @@
 // rings of attached clients and has the Master answer them (Master::ServeRing).
 //
 // Waiting is spin-then-sleep (docs/architecture.md §5): after the last request it keeps
-// polling for `spin_ns` (a client's next request usually follows within
-// microseconds), then sets Superblock::ring_server_sleeping and sleeps on the
-// doorbell futex, which a client rings (and wakes) after a request only when
+// polling for a window of `spin_ns` that widens up to `max_spin_ns` while
+// requests keep coming at a pace the window misses (spin_window.h: a sleep
+// costs the next client a wake-up of our core), then sets
+// Superblock::ring_server_sleeping and sleeps on the doorbell futex, which a client rings (and wakes) after a request only when
 // that word says the server is not polling (asleep, or in one of its short
 // eviction slices, which a ring of the bell ends early). Idle, it costs
 // nothing but a wake-up every `idle_wake_ms` to notice Stop(). A futex wake
@@ -20,13 +21,16 @@
 
 #include "mooncake_cxl/master.h"
 #include "mooncake_cxl/shm_ring.h"
+#include "mooncake_cxl/spin_window.h"
 
 namespace mcxl {
 
 class RingServer {
  public:
-  RingServer(Master* master, uint64_t spin_ns = 50000, uint64_t idle_wake_ms = 500)
-      : master_(master), spin_ns_(spin_ns), idle_wake_ms_(idle_wake_ms) {}
+  static constexpr uint64_t kDefaultMaxSpinNs = 500000;
+  RingServer(Master* master, uint64_t spin_ns = 50000, uint64_t max_spin_ns = kDefaultMaxSpinNs,
+             uint64_t idle_wake_ms = 500)
+      : master_(master), window_(spin_ns, max_spin_ns), idle_wake_ms_(idle_wake_ms) {}
   ~RingServer() { Stop(); }
   void Start();
   void Stop();
@@ -40,14 +44,17 @@ class RingServer {
   bool ServeAll();
 
   Master* master_;
-  uint64_t spin_ns_, idle_wake_ms_;
+  SpinWindow window_;  // Loop's polling time before a sleep (spin_window.h)
+  uint64_t idle_wake_ms_;
   SpinWait spin_;  // Loop's polling policy (shm_ring.h)
   std::atomic<bool> stop_{false};
   std::thread thread_;
 };
 
 // Client side: after pushing a request, ring the doorbell (wakes the server
-// only when it sleeps).
-void RingDoorbell(Superblock* sb);
+// only when it sleeps). True when it woke a sleeping server: its answer then
+// comes only after the server's core wakes (tens of µs on an idle core), so
+// the caller spins longer for it (a second sleep would add a second wake-up).
+bool RingDoorbell(Superblock* sb);
 
 }  // namespace mcxl
