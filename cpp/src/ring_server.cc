@@ -115,6 +115,9 @@ void RingServer::Loop() {
       last_work = polled = MonoNs();
       continue;
     }
+    // Past ~20 µs each poll is a sched_yield (SpinWait): a task that wants
+    // our core gets it at once, and one that keeps it past the window sends
+    // us to sleep (idle > window on our return).
     if (idle < window_.ns()) {
       spin_.Relax(idle);  // pause, or yield to a client that shares our core
       continue;

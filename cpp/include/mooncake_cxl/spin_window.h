@@ -10,6 +10,11 @@
 // come at a steady pace up to `max` apart are answered by a polling server,
 // and a server left idle polls at most `max` once per pause, then sleeps:
 // idle CPU stays ~0 (what it spends is one window per pause in the traffic).
+// The server yields its core at every poll of a long window (SpinWait), so a
+// task that wants the core gets it, and one that keeps it longer than the
+// window sends the server to sleep. (Going to sleep whenever a yield let
+// another task run for 20 µs or more was tried: the VM's timer ticks did
+// that every ~4 ms, and 2.3% of puts at a 100 µs pace paid a wake-up vs 0.5%.)
 // Not thread-safe: the ring server's loop owns it.
 #pragma once
 
