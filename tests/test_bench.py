@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import oracle
-from mooncake_cxl.bench import compare, control, data, eviction
+from mooncake_cxl.bench import compare, control, data, eviction, paced
 
 
 # ---------------------------------------------------------------- our sections
@@ -29,6 +29,11 @@ def test_bench_control_and_eviction_quick_runs():
     assert {r["op"] for r in ctl["rows"]} == {"remove_missing", "ping", "put_4k"}
     assert ctl["idle_cpu_percent"] >= 0
     assert "rings median" in control.markdown(ctl)
+    paced_rows = ctl["paced"]["rows"]
+    assert [r["pace_us"] for r in paced_rows] == list(paced.PACES_US)
+    assert all(r[name]["median_us"] > 0 and r[name]["master_cpu_percent"] >= 0
+               for r in paced_rows for name, _ in paced.CONFIGS)
+    assert "adaptive" in control.markdown(ctl)
     ev = eviction.run(quick=True, pool_dir="/dev/shm")
     assert ev["put_64k_half_empty_gbps"] > 0 and ev["put_64k_at_watermark_gbps"] > 0
     assert ev["master_anon_bytes_per_object"] > 0

@@ -5,7 +5,7 @@ The cheapest master request (remove of a missing key), a ping (health_check)
 and a 4 KiB put, timed in a client process over rings and in another over
 TCP (each after 0.3 s of untimed pings: a long-lived client's figures),
 alternating rounds so machine drift hits both; then the CPU time the master
-burns while idle with 8 clients attached.
+burns while idle with 8 clients attached; then puts at a steady pace (paced.py).
 """
 import multiprocessing as mp
 import os
@@ -59,8 +59,11 @@ def _cpu_seconds(pid):
 def run(quick=False, pool_dir="/dev/shm"):
     """Both transports against one master of its own, over a fresh pool."""
     from ..launch import MasterProcess
+    from . import paced
     with common.temp_pool("mcxl_bench_ctl", pool_dir) as pool, MasterProcess(pool, 256 * MIB, format=True) as m:
-        return measure(m, quick=quick)
+        result = measure(m, quick=quick)
+    result["paced"] = paced.run(quick=quick, pool_dir=pool_dir)
+    return result
 
 
 def measure(master, quick=False):
@@ -111,4 +114,9 @@ def markdown(result):
     lines.append("")
     lines.append(f"Master CPU while idle with {result['idle_clients']} clients attached: "
                  f"{result['idle_cpu_percent']:.2f}% of one core (over {result['idle_window_s']:.1f} s).")
+    if "paced" in result:
+        from . import paced
+        lines += ["", "Puts at a steady pace, the ring thread's adaptive spin window against a fixed 50 µs "
+                  "one (a fresh master each, alternating; master CPU over the timed puts):", "",
+                  paced.markdown(result["paced"])]
     return "\n".join(lines)

@@ -17,7 +17,7 @@ import time
 from . import common
 from .common import MIB
 
-PACES_US = (20, 100, 300, 1000)
+PACES_US = (20, 100, 300, 1000, 10000)
 CONFIGS = (("adaptive", []), ("fixed 50 µs", ["--ring_max_spin_us=0"]))
 
 
