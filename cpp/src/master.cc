@@ -93,6 +93,11 @@ Status Master::Open() {
     if (t) MCXL_LOG(kInfo, "master", "prefaulted the pool (%llu MiB) in %.3f s",
                     (unsigned long long)(pool_->size() >> 20), *t);
   }
+  std::string huge = pool_->TmpfsHugePolicy();
+  if (huge == "never" || huge == "deny")
+    MCXL_LOG(kInfo, "master", "pool %s is on a tmpfs with 4 KiB pages (huge=%s); mounted with huge=advise "
+             "it would get 2 MiB pages (faster large and batch reads, ms client attach; README)",
+             pool_->path().c_str(), huge.c_str());
   std::string why;
   if (!fresh && !PoolModeAcceptable(pool_->file_mode(), false, &why))
     MCXL_LOG(kWarn, "master", "pool %s: %s (chmod o-rw it)", pool_->path().c_str(), why.c_str());

@@ -11,11 +11,13 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <sys/statfs.h>
 #include <unistd.h>
 
 #include <bit>
 #include <cstddef>
 #include <cstring>
+#include <set>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -72,6 +74,25 @@ TEST_F(PoolTest, CreateFormatVerify) {
   EXPECT_EQ(pool.superblock()->pool_size, 8 * kMiB);
   EXPECT_EQ(pool.UuidString().size(), 36u);
   EXPECT_EQ(pool.UuidString()[14], '4');  // RFC 4122 version 4
+}
+
+TEST_F(PoolTest, TmpfsHugePolicyNamesTheMountsOption) {
+  // /dev/shm is a tmpfs (this fixture's dir): its huge= option, "never" when
+  // unset; a pool file elsewhere (not tmpfs here) has none.
+  auto on_shm = OpenFormatted(Path("shm"), 8 * kMiB);
+  ASSERT_NE(on_shm, nullptr);
+  const std::set<std::string> policies = {"never", "always", "within_size", "advise", "deny", "force"};
+  EXPECT_EQ(policies.count(on_shm->TmpfsHugePolicy()), 1u) << on_shm->TmpfsHugePolicy();
+  char tmpl[] = "/var/tmp/mcxl_pool_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  struct statfs fs {};
+  ASSERT_EQ(statfs(tmpl, &fs), 0);
+  if (fs.f_type != 0x01021994) {  // not tmpfs on this machine
+    auto on_disk = OpenFormatted(std::string(tmpl) + "/disk", 8 * kMiB);
+    ASSERT_NE(on_disk, nullptr);
+    EXPECT_EQ(on_disk->TmpfsHugePolicy(), "");
+  }
+  std::filesystem::remove_all(tmpl);
 }
 
 TEST_F(PoolTest, VerifyWithWrongUuidFails) {

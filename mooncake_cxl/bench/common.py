@@ -64,6 +64,13 @@ def default_pool_dir():
     return "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
 
 
+def cpu_seconds(pid):
+    """User + system CPU seconds of process `pid` so far (/proc, 10 ms ticks)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def settle_placement(store, seconds=0.3):
     """Untimed pings for `seconds`: a new client usually runs on the core of the
     ring thread it wakes for its first ~60 ms (a ring ping: 4.2 µs there vs

@@ -50,12 +50,6 @@ def _idle_client(address, ready, stop):
     s.close()
 
 
-def _cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def run(quick=False, pool_dir="/dev/shm"):
     """Both transports against one master of its own, over a fresh pool."""
     from ..launch import MasterProcess
@@ -94,9 +88,9 @@ def measure(master, quick=False):
         ready.get(timeout=120)
     time.sleep(0.5)
     window = 2.0 if quick else 5.0
-    c0, t0 = _cpu_seconds(master.proc.pid), time.monotonic()
+    c0, t0 = common.cpu_seconds(master.proc.pid), time.monotonic()
     time.sleep(window)
-    c1, t1 = _cpu_seconds(master.proc.pid), time.monotonic()
+    c1, t1 = common.cpu_seconds(master.proc.pid), time.monotonic()
     stop.set()
     for p in idlers:
         p.join(60)

@@ -11,7 +11,6 @@ puts (% of one core). A put that finds the ring thread asleep pays the
 wake-up of its core.
 """
 import multiprocessing as mp
-import os
 import time
 
 from . import common
@@ -19,12 +18,6 @@ from .common import MIB
 
 PACES_US = (20, 100, 300, 1000, 10000)
 CONFIGS = (("adaptive", []), ("fixed 50 µs", ["--ring_max_spin_us=0"]))
-
-
-def _cpu_seconds(pid):
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _client(address, master_pid, paces, seconds, q):
@@ -36,7 +29,7 @@ def _client(address, master_pid, paces, seconds, q):
     for pace in paces:
         n = max(50, int(seconds * 1e6 / (pace + 5)))
         lat = []
-        c0, t0 = _cpu_seconds(master_pid), time.monotonic()
+        c0, t0 = common.cpu_seconds(master_pid), time.monotonic()
         next_at = pc()
         for i in range(n):
             next_at += pace * 1000
@@ -49,7 +42,7 @@ def _client(address, master_pid, paces, seconds, q):
                 raise RuntimeError(f"paced put failed: {rc}")
             s.remove(f"paced/{i}", force=True)  # keeps the pool below the watermark; untimed
             next_at = max(next_at, pc())  # a slow put does not shorten the next pause
-        c1, t1 = _cpu_seconds(master_pid), time.monotonic()
+        c1, t1 = common.cpu_seconds(master_pid), time.monotonic()
         out[pace] = {"lat": lat, "master_cpu_percent": 100 * (c1 - c0) / (t1 - t0)}
     s.close()
     q.put(out)

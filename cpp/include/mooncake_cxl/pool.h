@@ -128,6 +128,11 @@ class Pool {
   // page, zeroing): a 16 MiB put into fresh pages took ~17x a warm one.
   // Returns the seconds it took; an error when the kernel refuses (logged).
   Result<double> Prefault();
+  // The huge= policy of the tmpfs the pool file lives on ("never" when the
+  // mount names none), or "" when it is not on tmpfs. Open() asks for 2 MiB
+  // pages (MADV_HUGEPAGE), which tmpfs honours under huge=advise, always or
+  // within_size: batch reads of many extents then miss the TLB far less.
+  std::string TmpfsHugePolicy() const;
   Status Format(const FormatOptions& options);
   // Checks magic, layout version, size and every field of the region table
   // (named in the log line when wrong). The first successful Verify (or
