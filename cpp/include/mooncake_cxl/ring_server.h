@@ -2,11 +2,12 @@
 // rings of attached clients and has the Master answer them (Master::ServeRing).
 //
 // Waiting is spin-then-sleep (docs/architecture.md §5): after the last request it keeps
-// polling for a window of `spin_ns` that widens up to `max_spin_ns` while
-// requests keep coming at a pace the window misses (spin_window.h: a sleep
-// costs the next client a wake-up of our core), then sets
-// Superblock::ring_server_sleeping and sleeps on the doorbell futex, which a client rings (and wakes) after a request only when
-// that word says the server is not polling (asleep, or in one of its short
+// polling for a window of `spin_ns` that widens up to `max_spin_ns`
+// (--ring_max_spin_us) while requests keep coming at a pace the window misses
+// (spin_window.h: a sleep costs the next client a wake-up of our core), then
+// sets Superblock::ring_server_sleeping and sleeps on the doorbell futex,
+// which a client rings (and wakes) after a request only when that word says
+// the server is not polling (asleep, or in one of its short
 // eviction slices, which a ring of the bell ends early). Idle, it costs
 // nothing but a wake-up every `idle_wake_ms` to notice Stop(). A futex wake
 // does not cross hosts, so on a pool formatted non-coherent (CXL 2.0
