@@ -7,10 +7,8 @@ thread's spin window makes the put pay a wake-up of the master's core.
 """
 import argparse
 import os
-import tempfile
 import time
 
-from mooncake_cxl import MooncakeDistributedStore
 from mooncake_cxl.bench import common
 from mooncake_cxl.bench.data import _set_process_affinity
 from mooncake_cxl.launch import MasterProcess
@@ -31,16 +29,14 @@ def main():
     ap.add_argument("--master-flag", action="append", default=[], help="extra master flag (repeatable)")
     args = ap.parse_args()
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
-    pool_dir = "/dev/shm" if os.path.isdir("/dev/shm") else tempfile.gettempdir()
     pc = time.perf_counter_ns
-    with common.temp_pool("mcxl_gap_probe", pool_dir) as pool, \
+    with common.temp_pool("mcxl_gap_probe") as pool, \
             MasterProcess(pool, 512 << 20, format=True, extra_flags=["--prefault_pool"] + args.master_flag) as m:
         if args.pin:
             cpus = sorted(os.sched_getaffinity(0))
             _set_process_affinity(m.proc.pid, {cpus[-1]})
             os.sched_setaffinity(0, {cpus[0]})
-        s = MooncakeDistributedStore()
-        assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", m.address) == 0
+        s = common.connect(m.address)
         common.settle_placement(s)
         for size in (4096, 1 << 20):
             value = os.urandom(size)

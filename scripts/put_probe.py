@@ -11,7 +11,7 @@ import sys
 import tempfile
 import time
 
-from mooncake_cxl import MooncakeDistributedStore
+from mooncake_cxl.bench import common
 from mooncake_cxl.bench.data import _set_process_affinity
 from mooncake_cxl.launch import MasterProcess
 
@@ -30,12 +30,11 @@ def main():
     if len(cpus) < 2:
         sys.exit("needs two CPUs")
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
-    pool = os.path.join(args.pool_dir, f"mcxl_put_probe_{os.getpid()}")
-    with MasterProcess(pool, 512 << 20, format=True, extra_flags=["--prefault_pool"]) as m:
+    with common.temp_pool("mcxl_put_probe", args.pool_dir) as pool, \
+            MasterProcess(pool, 512 << 20, format=True, extra_flags=["--prefault_pool"]) as m:
         _set_process_affinity(m.proc.pid, {cpus[-1]})
         os.sched_setaffinity(0, {cpus[0]})
-        s = MooncakeDistributedStore()
-        assert s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", m.address) == 0
+        s = common.connect(m.address)
         value, pc, puts, pings = b"x" * 4096, time.perf_counter_ns, [], []
         for i in range(args.puts):
             key = f"probe/{i}"
@@ -49,8 +48,6 @@ def main():
             s.health_check()
             pings.append(pc() - t0)
         s.close()
-    if os.path.exists(pool):
-        os.unlink(pool)
     print(f"put 4 KiB median {median_us(puts):.3f} µs, ping median {median_us(pings):.3f} µs "
           f"(client CPU {cpus[0]}, master CPU {cpus[-1]})")
 

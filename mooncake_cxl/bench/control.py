@@ -11,7 +11,7 @@ import multiprocessing as mp
 import os
 import time
 
-from . import common
+from . import common, paced
 from .common import MIB
 
 ROUNDS = 3
@@ -53,7 +53,6 @@ def _idle_client(address, ready, stop):
 def run(quick=False, pool_dir="/dev/shm"):
     """Both transports against one master of its own, over a fresh pool."""
     from ..launch import MasterProcess
-    from . import paced
     with common.temp_pool("mcxl_bench_ctl", pool_dir) as pool, MasterProcess(pool, 256 * MIB, format=True) as m:
         result = measure(m, quick=quick)
     result["paced"] = paced.run(quick=quick, pool_dir=pool_dir)
@@ -109,7 +108,6 @@ def markdown(result):
     lines.append(f"Master CPU while idle with {result['idle_clients']} clients attached: "
                  f"{result['idle_cpu_percent']:.2f}% of one core (over {result['idle_window_s']:.1f} s).")
     if "paced" in result:
-        from . import paced
         lines += ["", "Puts at a steady pace, the ring thread's adaptive spin window against a fixed 50 µs "
                   "one (a fresh master each, alternating; master CPU over the timed puts):", "",
                   paced.markdown(result["paced"])]

@@ -97,15 +97,18 @@ def writer(address, plan, out, prefault=True, cpu=None):
                 raise RuntimeError(f"put of {size} B failed")
         value = common.value(size, 0)
 
+        def tmp_key(i):
+            return f"bench/tmp/{size}/{i}"
+
         def put(i):
-            rc = s.put(f"bench/tmp/{size}/{i}", value)
+            rc = s.put(tmp_key(i), value)
             if rc != 0:
                 raise RuntimeError(f"timed put of {size} B failed: {rc}")
 
         base = _baseline(size, size * nkeys)
         for i in range(WARMUP_ROUNDS):
             put(nputs + i)
-            s.remove(f"bench/tmp/{size}/{nputs + i}", force=True)
+            s.remove(tmp_key(nputs + i), force=True)
             base.run(1)
         lat, mc = [], []
         chunk = _chunk(size, nputs)
@@ -114,7 +117,7 @@ def writer(address, plan, out, prefault=True, cpu=None):
                 t0 = time.perf_counter_ns()
                 put(i)
                 lat.append(time.perf_counter_ns() - t0)
-                s.remove(f"bench/tmp/{size}/{i}", force=True)  # makes room; not timed
+                s.remove(tmp_key(i), force=True)  # makes room; not timed
             mc += base.run(min(chunk, nputs - start))
         results[size] = {"put": (lat, mc)}
     s.close()
