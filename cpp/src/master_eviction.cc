@@ -227,11 +227,14 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   return freed;
 }
 
-uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+bool Master::AheadWindowUsable(uint64_t mono_ns) const {
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
-  if (ahead_next_ == SIZE_MAX || ahead_next_ >= ahead_window_.size() ||
-      MonoNs() - ahead_sampled_mono_ns_ >= std::min<uint64_t>(ttl, kNsPerSec))
-    return 0;  // scanning, used up, or older than a lease: EvictAhead's reuse rule
+  return ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
+         mono_ns - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
+}
+
+uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+  if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
   while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
     const AheadCandidate& c = ahead_window_[ahead_next_++];
@@ -297,9 +300,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
     // are newer than all of it, and every candidate is re-checked (same
     // object, state, lease, pins, group) when evicted. This saves a whole
     // scan and sort per round (most of the master's eviction work).
-    bool reuse = ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
-                 ahead_t0_ - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
-    if (!reuse) {
+    if (!AheadWindowUsable(ahead_t0_)) {
       ahead_start_ = RandomSlot();
       ahead_window_.clear();
       ahead_next_ = SIZE_MAX;

@@ -451,6 +451,9 @@ class Master {
   // EvictRound's first step: evicts from the ahead rounds' sorted window
   // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
   uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
+  // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
+  // is younger than a lease (at most 1 s): a round may evict from it.
+  bool AheadWindowUsable(uint64_t mono_ns) const;
   uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const;
   enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
   Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;
