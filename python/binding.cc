@@ -21,10 +21,10 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/announce.h"
-#include "mooncake_cxl/client.h"
-#include "mooncake_cxl/layout.h"
-#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/control/announce.h"
+#include "mooncake_cxl/client/client.h"
+#include "mooncake_cxl/pool/layout.h"
+#include "mooncake_cxl/common/log.h"
 
 namespace py = pybind11;
 using namespace mcxl;

@@ -5,7 +5,7 @@
 // that did not attach (or attached another slot) change nothing, a local pid
 // claim must name a running process, and a full table gives up the slots of
 // dead local processes to a new attach.
-#include "mooncake_cxl/access.h"
+#include "mooncake_cxl/common/access.h"
 
 #include <fcntl.h>
 #include <grp.h>
@@ -20,8 +20,8 @@
 #include <filesystem>
 #include <string>
 
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
 #include "master_test_util.h"
 
 namespace mcxl {

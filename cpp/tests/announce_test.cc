@@ -3,7 +3,7 @@
 // record held), one producer per channel, release and re-claim, many names,
 // Wait timing out, and pool bytes a faulty client scribbled (a head far
 // ahead, a torn seq) giving kLapped, never a garbage record.
-#include "mooncake_cxl/announce.h"
+#include "mooncake_cxl/control/announce.h"
 
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -5,7 +5,7 @@
 // (relocations, old segment deleted, crash at each step loses nothing live);
 // O_DIRECT on ext4 and the tmpfs fallback; a forked writer with concurrent
 // reader processes.
-#include "mooncake_cxl/disk_tier.h"
+#include "mooncake_cxl/tier/disk_tier.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/common/log.h"
 
 namespace mcxl::tier {
 namespace {

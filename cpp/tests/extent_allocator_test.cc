@@ -3,7 +3,7 @@
 // coalescing at the end, fragmentation at peak occupancy), refilling freed
 // space with extents of another size, exact fits, Reserve() for recovery, and
 // the error paths (stale/unknown handles, zero and oversize requests).
-#include "mooncake_cxl/extent_allocator.h"
+#include "mooncake_cxl/pool/extent_allocator.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // FlagSet: gflags-style parsing (--a=1, --a 1, --b, --b=false, --nob,
 // -single-dash), typed values and their errors, unknown flags, ignored
 // Mooncake flags, --help and the usage text.
-#include "mooncake_cxl/flags.h"
+#include "mooncake_cxl/common/flags.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Request parsing without sockets: percent-decoding, query parameters,
 // request heads accepted and rejected (with the status for each), the early
 // checks on a head still arriving, and the canned responses.
-#include "mooncake_cxl/http_request.h"
+#include "mooncake_cxl/control/http_request.h"
 
 #include <gtest/gtest.h>
 

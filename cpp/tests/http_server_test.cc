@@ -4,7 +4,7 @@
 // requests, Stop() with connections open, and random bytes never stopping
 // the server. Sockets carry 10 s timeouts as hang guards only; no test
 // asserts on timing. (Parsing rules alone: http_request_test.cc.)
-#include "mooncake_cxl/http_server.h"
+#include "mooncake_cxl/control/http_server.h"
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>

@@ -12,9 +12,9 @@
 #include <filesystem>
 #include <string>
 
-#include "mooncake_cxl/key_hash.h"
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
 #include "master_test_util.h"
 
 namespace mcxl {

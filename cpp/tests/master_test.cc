@@ -4,7 +4,7 @@
 // leases, malformed payloads of every request type and unknown types, the
 // index load limit, and restart recovery (complete objects kept with their
 // bytes, unfinished puts revoked).
-#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/master/master.h"
 #include "master_test_util.h"
 
 #include <gtest/gtest.h>
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/clock.h"
-#include "mooncake_cxl/key_hash.h"
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/shm_ring.h"
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/control/shm_ring.h"
 
 namespace mcxl {
 namespace {

@@ -10,8 +10,8 @@
 #include <cstring>
 #include <string>
 
-#include "mooncake_cxl/pool.h"
-#include "mooncake_cxl/rpc_protocol.h"
+#include "mooncake_cxl/pool/pool.h"
+#include "mooncake_cxl/control/rpc_protocol.h"
 
 namespace mcxl {
 namespace testutil {

@@ -2,7 +2,7 @@
 // of rpc_protocol.h, every truncation (each prefix length) of each valid
 // payload is rejected without reading out of bounds, huge counts are
 // rejected before anything is reserved, and CheckFrameHeader / MakeFrame.
-#include "mooncake_cxl/message.h"
+#include "mooncake_cxl/control/message.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/rpc_protocol.h"
+#include "mooncake_cxl/control/rpc_protocol.h"
 
 namespace mcxl {
 namespace {

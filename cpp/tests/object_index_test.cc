@@ -5,7 +5,7 @@
 // leases, a stuck seqlock, bounds checks, and a two-process test: a child
 // rewrites values in reused extents while the parent reads and checks that
 // every copy that passed StillValid has an intact checksum.
-#include "mooncake_cxl/object_index.h"
+#include "mooncake_cxl/pool/object_index.h"
 
 #include <gtest/gtest.h>
 #include <sched.h>
@@ -20,9 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/clock.h"
-#include "mooncake_cxl/key_hash.h"
-#include "mooncake_cxl/object_header.h"
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/pool/object_header.h"
 
 namespace mcxl {
 namespace {

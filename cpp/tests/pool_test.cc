@@ -5,7 +5,7 @@
 // Master::Create refuse, naming the field; no overflow passes); the device
 // shrinking under a mapping (CheckSize, the SIGBUS handler's remap).
 // Pools are files in a temp dir under /dev/shm.
-#include "mooncake_cxl/pool.h"
+#include "mooncake_cxl/pool/pool.h"
 
 #include <gtest/gtest.h>
 #include <fcntl.h>
@@ -22,8 +22,8 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
 
 namespace mcxl {
 namespace {

@@ -5,7 +5,7 @@
 
 #include <string>
 
-#include "mooncake_cxl/rpc_protocol.h"
+#include "mooncake_cxl/control/rpc_protocol.h"
 
 namespace mcxl {
 namespace {

@@ -17,11 +17,12 @@
 #include <string>
 #include <thread>
 
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/master.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
 #include "master_test_util.h"
-#include "mooncake_cxl/ring_server.h"
-#include "mooncake_cxl/shm_ring.h"
+#include "mooncake_cxl/control/doorbell.h"
+#include "mooncake_cxl/control/ring_server.h"
+#include "mooncake_cxl/control/shm_ring.h"
 
 namespace mcxl {
 namespace {

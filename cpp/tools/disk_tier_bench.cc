@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "mooncake_cxl/disk_tier.h"
-#include "mooncake_cxl/log.h"
+#include "mooncake_cxl/tier/disk_tier.h"
+#include "mooncake_cxl/common/log.h"
 
 using namespace mcxl;
 using namespace mcxl::tier;

@@ -6,15 +6,15 @@
 #include <cstdio>
 #include <cstdlib>
 
-#include "mooncake_cxl/access.h"
-#include "mooncake_cxl/clock.h"
-#include "mooncake_cxl/flags.h"
-#include "mooncake_cxl/http_server.h"
-#include "mooncake_cxl/log.h"
-#include "mooncake_cxl/master.h"
-#include "mooncake_cxl/tenant.h"
-#include "mooncake_cxl/ring_server.h"
-#include "mooncake_cxl/tcp_server.h"
+#include "mooncake_cxl/common/access.h"
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/common/flags.h"
+#include "mooncake_cxl/control/http_server.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/common/tenant.h"
+#include "mooncake_cxl/control/ring_server.h"
+#include "mooncake_cxl/control/tcp_server.h"
 
 namespace {
 std::atomic<bool> g_stop{false};

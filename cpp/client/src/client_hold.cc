@@ -1,0 +1,58 @@
+// Holds: "blocks announced to a consumer stay until it has loaded them or a
+// deadline passes" (mooncake_cxl.kv), built on the lease word every reader
+// already raises (master_eviction.cc: a live lease protects an object from
+// eviction and from unforced removes). A hold is a lease to a deadline:
+//   * no master round trip, no new state: the producer raises the lease, the
+//     consumer lowers it after loading;
+//   * bounded: the deadline (at most kMaxHoldNs ahead) passes by itself, so a
+//     dead or slow consumer never holds the pool for longer;
+//   * not counted: two holders of one object share one word, so a release
+//     by one leaves the other protected only for a read lease's ttl (enough
+//     for a consumer already loading; a later one finds the blocks or falls
+//     back to a lookup, as for any hint).
+//
+// Atomics: the lease word is a relaxed hint compared with the clock
+// (object_index.cc); the entry is found under its seqlock (FindComplete) and
+// re-checked after the write, so a hold landing on a slot the master reused
+// meanwhile is reported as OBJECT_NOT_FOUND (the stray lease it left lapses
+// at the deadline). A release checks before and after its write and undoes
+// it on a reused slot (LowerLeaseOf): it never shortens another object's hold.
+#include <algorithm>
+
+#include "mooncake_cxl/client/client.h"
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/common/log.h"
+
+namespace mcxl {
+
+std::vector<ErrorCode> Client::ForEachLocated(const std::vector<std::string_view>& keys,
+                                              const std::function<ErrorCode(const EntrySnapshot&)>& act) {
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto snap = Locate(keys[i]);
+    out[i] = snap ? act(*snap) : snap.error();
+  }
+  return out;
+}
+
+std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns) {
+  const uint64_t until = std::min(until_ns, NowNs() + kMaxHoldNs);
+  if (until_ns > until)
+    MCXL_LOG(kInfo, "client", "hold of %zu key(s): deadline clamped to %llu s ahead", keys.size(),
+             (unsigned long long)(kMaxHoldNs / 1000000000ull));
+  return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
+    index_->ExtendLease(snap.slot, until);
+    return index_->StillValid(snap) ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND;
+  });
+}
+
+std::vector<ErrorCode> Client::ReleaseLeases(const std::vector<std::string_view>& keys) {
+  const uint64_t to = NowNs() + LeaseTtlNs();
+  // Only the object located: a slot reused since (removed, put again) keeps
+  // the new object's lease (LowerLeaseOf re-checks around the write).
+  return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
+    return index_->LowerLeaseOf(snap, to) ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND;
+  });
+}
+
+}  // namespace mcxl

@@ -1,0 +1,33 @@
+// Helpers shared by the client's parts (client*.cc); not a public header.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "mooncake_cxl/client/client.h"
+#include "mooncake_cxl/common/error_code.h"
+
+namespace mcxl {
+
+// How often a one-sided read retries a copy that a concurrent writer tore.
+constexpr int kCopyRetries = 1000;
+
+// A put copies its value in chunks of this size and checks between chunks
+// that the put is still its own (client_write.cc): the most a writer resumed
+// after its put was revoked can still write is the rest of one chunk.
+// 1 MiB: the check (two loads) costs nothing measurable at this size (put of
+// 16 MiB: ~1.2 ms either way, within run-to-run noise).
+constexpr uint64_t kPutChunkBytes = 1ull << 20;
+
+// The status at the front of a reply payload (RPC_FAIL when unreadable).
+ErrorCode StatusOfReply(const std::string& reply);
+// Faults in the pages of caller memory ahead of the first copy into it.
+// Best effort: older kernels lack MADV_POPULATE_WRITE and skip it.
+void PrefaultForWrite(void* p, uint64_t n);
+// Sum of the slices' sizes.
+uint64_t TotalSize(const MutSlice* s, size_t n);
+// Copies the first len bytes of src into the slices, in order (the slices
+// must hold at least len bytes together).
+void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts);
+
+}  // namespace mcxl

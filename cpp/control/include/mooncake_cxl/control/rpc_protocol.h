@@ -1,0 +1,205 @@
+// The master's requests and replies: types and their payload codecs.
+//
+// Contract: every request payload is decoded by one Decode* function that
+// returns false on any malformed input; every reply begins with an i32
+// ErrorCode. Adding a field to a message is a new kProtocolVersion.
+//
+// Access (access.h): Ping is the bootstrap (it tells where the pool is) and
+// needs no credential; Attach carries the pool's token; every other request
+// begins with the ClientRef of the slot bound to its connection or ring, and
+// is refused with ILLEGAL_CLIENT otherwise.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "mooncake_cxl/common/error_code.h"
+#include "mooncake_cxl/control/message.h"
+
+namespace mcxl {
+
+enum class MessageType : uint16_t {
+  kError = 0,  // reply to a frame the master could not decode
+  kPing = 1,
+  kAttach = 2,
+  kDetach = 3,
+  kPutStart = 4,
+  kRemove = 5,
+  kBatchRemove = 6,
+  kRemoveByRegex = 7,
+  kRemoveAll = 8,
+  kHeartbeat = 9,
+  kPromote = 10,  // SSD tier: a disk read (promotion on hit) or a stage request
+  kSettle = 11,   // SSD tier: an upsert is published; its older values go now (durably)
+};
+const char* MessageTypeName(uint16_t type);
+// Requests whose handling scans the whole index in slices (RemoveByRegex,
+// RemoveAll): they may take long, though never holding the master's lock for
+// long, so a transport runs them off its main loop (TcpServer's worker).
+// Over a ring they are refused with NOT_SUPPORTED: the client sends them
+// over TCP.
+bool RunsInSlices(uint16_t type);
+
+// Per-request limits, so that one request's time under the master's lock is
+// bounded; over a limit the master answers INVALID_PARAMS with a log line.
+// The client never exceeds them: it splits a larger batch (Client::Put,
+// BatchRemove) into requests of at most kMaxRequestKeys keys and
+// kMaxRequestBytes of payload, and sends at most 64 abandoned put ids.
+constexpr uint32_t kMaxRequestKeys = 4096;      // PutStart keys, BatchRemove keys
+constexpr uint32_t kMaxAbandonedIds = 1024;     // PutStart abandoned put ids
+constexpr uint32_t kMaxRequestBytes = 16u << 20;  // what the client packs in one request
+
+struct AttachRequest {
+  std::string local_hostname;  // the client's host:port identity
+  std::string machine;         // gethostname(): tells the master a pid is local
+  uint64_t pid = 0;
+  uint32_t prev_slot = 0;      // re-attach: keep the slot if still ours
+  uint64_t prev_generation = 0;
+  uint8_t token[16] = {};      // Superblock::auth_token of the pool the client mapped
+  std::string tenant = "default";  // the client's key namespace (tenant.h)
+};
+struct AttachReply {
+  ErrorCode status = ErrorCode::OK;
+  uint32_t slot = 0;
+  uint64_t slot_generation = 0;
+  uint64_t incarnation = 0;
+  std::string pool_path;
+  uint64_t pool_size = 0;
+  uint8_t uuid[16] = {};
+  uint64_t lease_ttl_ms = 0;
+};
+
+struct ClientRef {
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+};
+
+struct PutConfigWire {
+  uint32_t flags = 0;  // EntryFlags: hard/soft pin
+  uint64_t soft_pin_ttl_ms = 0;
+};
+struct PutStartRequest {
+  ClientRef client;
+  // Client-chosen id of this PutStart, and ids of earlier ones the client gave
+  // up on (timed out): the master revokes what those allocated, and refuses
+  // them should they arrive late, so an abandoned put never leaves an
+  // unfinished entry that makes a retry look like "key exists".
+  uint64_t put_id = 0;
+  std::vector<uint64_t> abandoned;
+  bool upsert = false;
+  PutConfigWire config;
+  std::vector<std::string> keys;
+  std::vector<uint64_t> sizes;
+  std::vector<std::string> groups;  // per key; "" = no group
+};
+struct PutStartItem {
+  // OK, or an error; OBJECT_REPLICA_BUSY means "no room now, but leased,
+  // viewed or unfinished objects will free some": the client retries.
+  ErrorCode status = ErrorCode::OK;
+  uint64_t entry_slot = 0;
+  uint64_t generation = 0;
+  uint64_t value_offset = 0;
+  // SSD tier: an older value of the key has a record on disk. After its
+  // publishing CAS the client sends kSettle, so that the old record is
+  // tombstoned before the upsert returns (else a --format rebuild could
+  // bring the old value back).
+  bool settle = false;
+};
+struct PutStartReply {
+  ErrorCode status = ErrorCode::OK;  // of the request as a whole
+  std::vector<PutStartItem> items;
+};
+
+struct RemoveRequest {
+  ClientRef client;
+  std::vector<std::string> keys;  // kRemove carries one
+  bool force = false;
+};
+struct RemoveReply {
+  ErrorCode status = ErrorCode::OK;
+  std::vector<int32_t> results;  // kBatchRemove: per key
+  // SSD tier: nonzero when the removal queued tombstones; the client returns
+  // once Superblock::tier_tombs_durable reaches it (Client::WaitTombstones).
+  uint64_t tomb_ticket = 0;
+};
+struct RemoveByRegexRequest {
+  ClientRef client;
+  std::string pattern;  // empty for kRemoveAll
+  bool force = false;
+};
+struct CountReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t count = 0;
+  uint64_t tomb_ticket = 0;  // as RemoveReply's (RemoveAll, RemoveByRegex)
+};
+// kSettle: the upserts (key, generation) the client just published. The
+// master unlinks their older values now (as Tick would) and answers with the
+// ticket of their tombstones.
+struct SettleRequest {
+  ClientRef client;
+  std::vector<std::pair<std::string, uint64_t>> items;
+};
+struct TicketReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t tomb_ticket = 0;
+};
+// Ping is also the bootstrap: where the pool is, so that a client can map it
+// and read the token before it attaches.
+struct PingReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t incarnation = 0;
+  std::string pool_path;
+  uint64_t pool_size = 0;
+  uint8_t uuid[16] = {};
+};
+
+// A reader of a kOnDisk object: a disk read to count toward promotion, or
+// (stage) a request to copy it into the pool now (a reader that cannot
+// open the tier's directory). Answered at once; the copy is asynchronous.
+struct PromoteRequest {
+  ClientRef client;
+  std::string key;  // stored (tenant-scoped)
+  uint64_t generation = 0;
+  bool stage = false;
+};
+
+// Frame = header + payload.
+std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
+
+void Encode(const AttachRequest& m, Encoder* e);
+bool Decode(Decoder* d, AttachRequest* m);
+void Encode(const AttachReply& m, Encoder* e);
+bool Decode(Decoder* d, AttachReply* m);
+void Encode(const ClientRef& m, Encoder* e);
+bool Decode(Decoder* d, ClientRef* m);
+void Encode(const PutStartRequest& m, Encoder* e);
+bool Decode(Decoder* d, PutStartRequest* m);
+// The bytes of Encode(m) for a request of one key (m.keys, m.sizes and
+// m.groups unused), built without the per-key vectors.
+void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
+                       Encoder* e);
+void Encode(const PutStartReply& m, Encoder* e);
+bool Decode(Decoder* d, PutStartReply* m);
+void Encode(const RemoveRequest& m, Encoder* e);
+bool Decode(Decoder* d, RemoveRequest* m);
+void Encode(const RemoveReply& m, Encoder* e);
+bool Decode(Decoder* d, RemoveReply* m);
+void Encode(const RemoveByRegexRequest& m, Encoder* e);
+bool Decode(Decoder* d, RemoveByRegexRequest* m);
+void Encode(const CountReply& m, Encoder* e);
+bool Decode(Decoder* d, CountReply* m);
+void Encode(const SettleRequest& m, Encoder* e);
+bool Decode(Decoder* d, SettleRequest* m);
+void Encode(const TicketReply& m, Encoder* e);
+bool Decode(Decoder* d, TicketReply* m);
+void Encode(const PromoteRequest& m, Encoder* e);
+bool Decode(Decoder* d, PromoteRequest* m);
+void Encode(const PingReply& m, Encoder* e);
+bool Decode(Decoder* d, PingReply* m);
+// Reply carrying only a status (Detach, Heartbeat, kError).
+void EncodeStatus(ErrorCode status, Encoder* e);
+bool DecodeStatus(Decoder* d, ErrorCode* status);
+
+}  // namespace mcxl

@@ -1,0 +1,410 @@
+// Eviction: approximate LRU by sampling, after Redis's evict.c.
+//
+// When a put would lift the pool above --eviction_high_watermark_ratio, or
+// an allocation fails (fragmentation, or the index is near full), the master
+// runs an eviction round that frees about --eviction_ratio of the capacity
+// (more if the put needs more). Which objects? The least recently used ones
+// that nothing protects.
+//
+// Recency. Reads never reach the master (they are one-sided), so there is no
+// global LRU list to maintain and none is wanted: a list touched by every
+// read would turn each get into a shared write. Instead every read raises its
+// entry's lease word to now + ttl, so the last access of an object is
+// lease_until - ttl, or its put time when it was never read. That costs the
+// reader one relaxed CAS it already does for the lease.
+//
+// Sampling. A round does not sort the whole index. Like Redis, it looks at a
+// sample and evicts the oldest of it: a window of up to kSampleSize COMPLETE
+// entries from a random point of the index (hash order is random order), its
+// evictable members sorted by last access, evicted oldest first until the
+// target is met, then the next window if needed. With fewer live objects than
+// a window the order is exact LRU; with more it is the classic approximation,
+// at a cost per round bounded by the window, not by the pool.
+//
+// Protection. Never evicted: objects with a live lease (a reader just used
+// them: Mooncake's rule), hard-pinned objects, unfinished puts, objects a
+// BufferHandle views (pinned in some client's pin table). Soft-pinned objects
+// go only in a second pass, when the first found too little and
+// --allow_evict_soft_pinned_objects is on. Objects put with the same group id
+// (K and V, TP shards) are evicted together or not at all.
+//
+// Upserts. Until Tick settles an upsert, its key has two COMPLETE entries;
+// the newest is the value (readers take it). Evicting an entry therefore
+// takes every older entry of its key along, oldest first, and an entry with
+// an older upsert still WRITING is not evicted yet: eviction may drop a key,
+// never bring an older value back.
+//
+// Readers copying an object while it is evicted are safe by the seqlock
+// (docs/architecture.md §3): the tombstone bumps the entry version before the extent is
+// freed, so their re-check fails and they retry (and miss).
+//
+// Atomics follow the three rules stated in master.h.
+#include <algorithm>
+#include <cstdint>
+#include <unordered_set>
+
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/master/master.h"
+#include "master_internal.h"
+
+namespace mcxl {
+namespace {
+constexpr uint64_t kSampleSize = 4096;
+
+}  // namespace
+
+// Every object generation some live or retired pin table names, gathered
+// once per round (generations are unique over the pool's life).
+struct Master::PinSet {
+  std::unordered_set<uint64_t> gens;
+  bool Has(uint64_t gen) const { return gens.count(gen) != 0; }
+};
+
+uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t put = e.put_time_ns.load(std::memory_order_relaxed);
+  uint64_t lease = index_->LeaseUntil(slot);
+  return lease > ttl_ns && lease - ttl_ns > put ? lease - ttl_ns : put;
+}
+
+bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
+  // The entry's flag first: the header (a cache miss per object in a
+  // sampling scan) is read only for soft-pinned objects.
+  if (!(index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagSoftPin)) return false;
+  // Values only (a client that rewrote them changes a decision, not a bound).
+  const ObjectHeader* h = HeaderOf(slot);
+  return h != nullptr && h->soft_pin_ttl_ms != 0 && h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull > now;
+}
+
+Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
+  if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) return Protection::kPermanent;
+  if (index_->LeaseUntil(slot) > now || pins.Has(GenOf(sg))) return Protection::kTransient;
+  return Protection::kNone;
+}
+
+void Master::AddToGroup(uint64_t slot, uint64_t g) {
+  if (g == 0) return;
+  groups_[g].push_back(slot);
+  group_of_[slot] = g;
+}
+
+void Master::RemoveFromGroup(uint64_t slot) {
+  auto gi = group_of_.find(slot);
+  if (gi == group_of_.end()) return;
+  uint64_t g = gi->second;
+  group_of_.erase(gi);
+  auto it = groups_.find(g);
+  if (it == groups_.end()) return;
+  auto& v = it->second;
+  v.erase(std::remove(v.begin(), v.end(), slot), v.end());
+  if (v.empty()) groups_.erase(it);
+}
+
+uint64_t Master::RandomSlot() {
+  // xorshift64: where a sampled scan of the index starts (EvictRound,
+  // EvictAhead, DemoteAhead); the index capacity is a power of two.
+  eviction_rng_ ^= eviction_rng_ << 13;
+  eviction_rng_ ^= eviction_rng_ >> 7;
+  eviction_rng_ ^= eviction_rng_ << 17;
+  return eviction_rng_ & (index_->capacity() - 1);
+}
+
+std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
+  auto gi = group_of_.find(slot);
+  if (gi != group_of_.end()) {
+    auto it = groups_.find(gi->second);
+    if (it != groups_.end()) return it->second;
+  }
+  return {slot};
+}
+
+uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+  std::vector<uint64_t> members = GroupMembers(slot);
+  for (uint64_t m : members) {
+    // Already in the SSD tier: its bytes left the pool; the rest follow.
+    if (entry_meta_[m].live &&
+        StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) == EntryState::kOnDisk)
+      continue;
+    // Already unlinked in this round (with the newer value of its key, by
+    // UnlinkWithOlder): nothing to judge, and not corrupt.
+    if (!entry_meta_[m].live ||
+        StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+      return 0;
+    if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
+    Protection p = Protected(m, now, pins);
+    // An older upsert of the key still being written would become the
+    // key's value once this one is gone: wait for it (transient).
+    if (p == Protection::kNone && OlderUnfinished(m)) p = Protection::kTransient;
+    if (p == Protection::kTransient) round_blocked_transiently_ = true;
+    if (p != Protection::kNone) return 0;  // the whole group stays
+  }
+  // Each member goes with the older values of its key (an upsert the master
+  // has not settled yet): evicting only the newest would bring an older
+  // value back. A member already taken that way returns 0.
+  uint64_t evicted = 0;
+  // A member the tier cannot take (its append failed): the group goes whole,
+  // its disk-resident members too, rather than split across the tiers.
+  if (members.size() > 1 && GroupDropsWhole(members)) {
+    for (uint64_t m : members)
+      if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+        evicted += UnlinkWithOlder(m, bytes);
+    return evicted;
+  }
+  for (uint64_t m : members) {
+    if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one (master_tier.cc)
+  }
+  return evicted;
+}
+
+uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
+  uint64_t t0 = MonoNs();
+  uint64_t used_before = alloc_->used_bytes();
+  uint64_t now = NowNs();
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  PinSet pins;
+  (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
+  uint64_t cap = index_->capacity();
+  uint64_t start = RandomSlot();
+  uint64_t freed_bytes = 0, freed = 0;
+  round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
+  evict_drop_ = entries > 0;  // index slots are wanted: demoting would not free any
+  auto met = [&] { return freed_bytes >= bytes && freed >= entries; };
+  struct Candidate {
+    uint64_t last_access, slot;
+  };
+  std::vector<Candidate> window;
+  // Bytes wanted (not index slots): first from the ahead rounds' sorted
+  // window when it is fresh, as an ahead slice would; a new sample (a scan
+  // of up to 4096 headers and a sort, ~1-2 ms on the put path) only if that
+  // is not enough. Puts faster than the idle slices can evict otherwise paid
+  // a whole sample per inline round.
+  if (entries == 0) freed = EvictFromAheadWindow(bytes, now, pins, &freed_bytes);
+  for (int pass = 0; pass < 2 && !met(); ++pass) {
+    bool soft_pass = pass == 1;
+    if (soft_pass && !config_.allow_evict_soft_pinned_objects) break;
+    for (uint64_t scanned = 0; scanned < cap && !met();) {
+      window.clear();
+      uint64_t complete = 0;
+      for (; scanned < cap && complete < kSampleSize; ++scanned) {
+        uint64_t slot = (start + scanned) & (cap - 1);
+        if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+          continue;
+        // No header check here (a miss per sampled object, most of a round's
+        // cost): EvictWithGroup checks each candidate it evicts (CheckedLive),
+        // and the sample reads only index fields and the master's records.
+        ++complete;
+        if (SoftPinActive(slot, now) != soft_pass) continue;
+        Protection p = Protected(slot, now, pins);
+        if (p == Protection::kTransient) round_blocked_transiently_ = true;
+        if (p != Protection::kNone) continue;
+        window.push_back({LastAccessNs(slot, ttl), slot});
+      }
+      std::sort(window.begin(), window.end(),
+                [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
+      for (const Candidate& c : window) {
+        if (met()) break;
+        // An earlier group eviction may have taken this one already.
+        if (StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+          continue;
+        freed += EvictWithGroup(c.slot, now, pins, &freed_bytes);
+      }
+    }
+  }
+  ++stats_.eviction_rounds;
+  if (freed == 0) ++stats_.eviction_rounds_empty;
+  stats_.evicted_keys += freed;
+  stats_.evicted_bytes += freed_bytes;
+  double cap_bytes = double(alloc_->capacity());
+  MCXL_LOG(kInfo, "evict", "round %llu (%s): used %.1f%% -> %.1f%%, evicted %llu objects, %llu bytes in %.2f ms",
+           (unsigned long long)stats_.eviction_rounds, why, 100.0 * double(used_before) / cap_bytes,
+           100.0 * double(alloc_->used_bytes()) / cap_bytes, (unsigned long long)freed,
+           (unsigned long long)freed_bytes, double(MonoNs() - t0) / 1e6);
+  return freed;
+}
+
+bool Master::AheadWindowUsable(uint64_t mono_ns) const {
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  return ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
+         mono_ns - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
+}
+
+uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+  if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
+  uint64_t cap = index_->capacity(), freed = 0;
+  while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
+    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    // Still the object sampled; re-checked whole by EvictWithGroup.
+    if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
+      freed += EvictWithGroup(c.slot, now, pins, freed_bytes);
+  }
+  return freed;
+}
+
+// One slice of an ahead round under mu_: scan the next stretch of the index
+// window, or evict the next few of the sorted window. Every candidate is
+// re-checked when evicted (EvictWithGroup: state, lease, pins of now,
+// group), exactly as an inline round checks it, so a slice may run on a
+// window sampled a few milliseconds earlier. Soft-pinned objects are left to
+// the inline round (its second pass).
+void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t t_end = MonoNs() + budget_ns;
+  auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
+  uint64_t cap_bytes = alloc_->capacity();
+  double ratio = config_.eviction_ratio;
+  uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - ratio) * double(cap_bytes));
+  // keep: the round met its target with candidates left in the sorted
+  // window; the next round starts from them (see below).
+  auto done = [&](bool log, bool keep = false) {
+    if (ahead_t0_ != 0) {  // a round ends (counted as an inline round is)
+      ++stats_.eviction_rounds;
+      if (ahead_freed_ == 0) ++stats_.eviction_rounds_empty;
+    }
+    if (log && ahead_freed_ != 0)
+      MCXL_LOG(kInfo, "evict", "round %llu (ahead of the watermark, in idle slices): used %.1f%% -> %.1f%%, "
+               "evicted %llu objects, %llu bytes in %.2f ms", (unsigned long long)stats_.eviction_rounds,
+               100.0 * double(ahead_used_before_) / double(cap_bytes),
+               100.0 * double(alloc_->used_bytes()) / double(cap_bytes), (unsigned long long)ahead_freed_,
+               (unsigned long long)ahead_freed_bytes_, double(MonoNs() - ahead_t0_) / 1e6);
+    if (!keep || ahead_next_ == SIZE_MAX || ahead_next_ >= ahead_window_.size()) {
+      ahead_window_.clear();
+      ahead_next_ = SIZE_MAX;
+    }
+    ahead_scanned_ = ahead_complete_ = ahead_freed_ = ahead_freed_bytes_ = 0;
+    ahead_t0_ = 0;
+    evict_ahead_wanted_.store(false, std::memory_order_relaxed);
+  };
+  // Also with an SSD tier (EvictWithGroup demotes: converts objects with a
+  // clean copy, queues the others): bytes queued for demotion count as gone
+  // (they are, once written), so a slice does not queue a whole window.
+  // Rounds off the put path matter most there: inline, a round costs the
+  // put ~1-2 ms per 2000 objects (their header checks).
+  auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), evict_pending_bytes_); };
+  if (pool_lost_ || pool_->failed()) return done(true);
+  if (used_now() <= low) return done(true, true);
+  uint64_t cap = index_->capacity();
+  uint64_t now = NowNs();
+  uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  if (ahead_t0_ == 0) {  // a new round
+    ahead_t0_ = MonoNs();
+    ahead_used_before_ = alloc_->used_bytes();
+    // The previous round's sorted window, when it has candidates left and is
+    // younger than a lease (at most 1 s), is still this round's sample: an
+    // object read since it was sampled holds a lease and is skipped when
+    // re-checked, the others' last access has not changed, objects put since
+    // are newer than all of it, and every candidate is re-checked (same
+    // object, state, lease, pins, group) when evicted. This saves a whole
+    // scan and sort per round (most of the master's eviction work).
+    if (!AheadWindowUsable(ahead_t0_)) {
+      ahead_start_ = RandomSlot();
+      ahead_window_.clear();
+      ahead_next_ = SIZE_MAX;
+    }
+  }
+  if (ahead_next_ == SIZE_MAX) {
+    // Scanning, in stretches of a few µs: index fields only (as in
+    // EvictRound, the header checks are left to the candidates evicted),
+    // 128 COMPLETE entries per stretch.
+    while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
+      for (uint64_t n = 0, seen = 0; n < 4096 && seen < 128 && ahead_scanned_ < cap &&
+                                     ahead_complete_ < kSampleSize; ++n) {
+        uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
+        uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
+        if (StateOf(sg) != EntryState::kComplete) continue;
+        ++seen;
+        ++ahead_complete_;
+        if (SoftPinActive(slot, now)) continue;
+        if (index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagHardPin) continue;
+        ahead_window_.push_back({LastAccessNs(slot, ttl), slot, sg});
+      }
+    }
+    if (ahead_scanned_ < cap && ahead_complete_ < kSampleSize) return;  // more next slice
+    std::sort(ahead_window_.begin(), ahead_window_.end());
+    ahead_next_ = 0;
+    ahead_sampled_mono_ns_ = MonoNs();
+    if (out_of_time()) return;
+  }
+  PinSet pins;
+  (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
+  evict_drop_ = false;  // bytes wanted, not index slots: an SSD tier demotes (the flag outlives EvictRound)
+  while (ahead_next_ < ahead_window_.size() && used_now() > low) {
+    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    uint64_t slot = c.slot;
+    // Still the object sampled (not gone, nor its slot reused since); the
+    // window may predate a replaced pool device: bounded by this index.
+    if (slot < cap && index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
+      uint64_t b = 0;
+      uint64_t n = EvictWithGroup(slot, now, pins, &b);
+      ahead_freed_ += n;
+      ahead_freed_bytes_ += b;
+      stats_.evicted_keys += n;
+      stats_.evicted_bytes += b;
+    }
+    if (out_of_time()) break;
+  }
+  if (used_now() <= low) return done(true, true);
+  if (ahead_next_ >= ahead_window_.size()) {  // window used up: sample another
+    bool freed_any = ahead_freed_ != 0;
+    done(true);
+    if (freed_any) evict_ahead_wanted_.store(true, std::memory_order_relaxed);
+    // Nothing evictable in a whole window: leave it to the inline round.
+  }
+}
+
+Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
+  uint64_t cap = alloc_->capacity();
+  uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
+  uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio) * double(cap));
+  uint64_t round_entries = std::max<uint64_t>(1, uint64_t(config_.eviction_ratio * double(IndexLimit())));
+  // Above the watermark after this put: make room down to watermark - ratio.
+  // Bytes already queued for demotion (SSD tier) are on their way out: not
+  // looked for again by a round per put while the tier writes them.
+  uint64_t used = alloc_->used_bytes();
+  used -= std::min(used, evict_pending_bytes_);
+  bool over_bytes = used + extent_bytes > high;
+  bool over_index = live_entries_ + 1 > IndexLimit();
+  if (over_bytes || over_index)
+    EvictRound(over_bytes ? used + extent_bytes - std::min(low, used + extent_bytes) : 0,
+               over_index ? round_entries : 0, over_bytes ? "high watermark" : "index full");
+  for (int attempt = 0; attempt < 8; ++attempt) {
+    if (live_entries_ + 1 <= IndexLimit()) {
+      auto ext = alloc_->Allocate(extent_bytes);
+      if (ext) {
+        // Past watermark - ratio/2: have the ring server evict in its idle
+        // moments (EvictAhead) before a put has to cross the watermark.
+        uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
+                                  double(cap));
+        uint64_t now_used = alloc_->used_bytes();
+        if (now_used - std::min(now_used, evict_pending_bytes_) > ahead)  // as EvictAhead counts it
+          evict_ahead_wanted_.store(true, std::memory_order_relaxed);
+        // Pre-demotion: the tier thread copies the coldest objects once the
+        // pool's bytes without a copy pass --offload_ahead_ratio (master_tier.cc).
+        if (config_.offload_ahead_ratio > 0) last_put_mono_ = MonoNs();
+        if (!pre_kicked_ && AheadWanted()) {
+          pre_kicked_ = true;
+          WakeTier();
+        }
+        return ext;
+      }
+    }
+    // Fragmented, or the index is full: free more, oldest first.
+    uint64_t want = std::max<uint64_t>(extent_bytes, uint64_t(config_.eviction_ratio * double(cap)));
+    if (EvictRound(want, live_entries_ + 1 > IndexLimit() ? round_entries : 0, "allocation failed") == 0) break;
+  }
+  // Leases lapse, views are dropped and puts finish: the client may retry
+  // (OBJECT_REPLICA_BUSY never reaches a caller); hard pins do not change.
+  bool transient = round_blocked_transiently_;
+  MCXL_LOG(kInfo, "master",
+           "put of '%.*s' refused: no room for %llu bytes (%llu of %llu used, %llu objects); nothing evictable "
+           "%s", int(key.size()), key.data(), (unsigned long long)extent_bytes,
+           (unsigned long long)alloc_->used_bytes(), (unsigned long long)cap, (unsigned long long)live_entries_,
+           transient ? "right now (leased, viewed or unfinished objects)" : "(hard-pinned objects)");
+  return transient ? ErrorCode::OBJECT_REPLICA_BUSY : ErrorCode::NO_AVAILABLE_HANDLE;
+}
+
+}  // namespace mcxl

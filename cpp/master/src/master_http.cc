@@ -1,0 +1,353 @@
+// What the master shows on its monitoring port: Prometheus text, a summary
+// line, and the key/segment queries SGLang and operators use. Metric names
+// follow mooncake_master's where the meaning is the same.
+// Atomics follow the three rules stated in master.h.
+#include <algorithm>
+#include <cinttypes>
+#include <cstdio>
+#include <cstring>
+
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/common/tenant.h"
+#include "master_internal.h"
+
+namespace mcxl {
+namespace {
+
+class PromWriter {
+ public:
+  void Metric(const char* name, const char* type, const char* help, uint64_t value) {
+    Header(name, type, help);
+    Sample(name, "", double(value));
+  }
+  void Header(const char* name, const char* type, const char* help) {
+    Appendf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+  }
+  void Sample(const char* name, const char* labels, double value) {
+    Appendf("%s%s %.17g\n", name, labels, value);
+  }
+  std::string& text() { return out_; }
+
+ private:
+  template <typename... A>
+  void Appendf(const char* fmt, A... a) {
+    char buf[512];
+    int n = snprintf(buf, sizeof(buf), fmt, a...);
+    if (n > 0) out_.append(buf, std::min<size_t>(size_t(n), sizeof(buf) - 1));
+  }
+  std::string out_;
+};
+
+std::string JsonEscape(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += char(c);
+    } else if (c < 0x20) {
+      char buf[8];
+      snprintf(buf, sizeof(buf), "\\u%04x", c);
+      out += buf;
+    } else {
+      out += char(c);
+    }
+  }
+  return out;
+}
+
+std::string Human(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (bytes >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  snprintf(buf, sizeof(buf), "%.2f %s", bytes, units[u]);
+  return buf;
+}
+
+// A Prometheus label value: tenant ids hold no control bytes (tenant.h),
+// so quotes and backslashes are all that need escaping.
+std::string LabelEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
+
+const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
+                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle"};
+
+}  // namespace
+
+Master::ReadCountsResult Master::ReadCounts() const {
+  // Hits and misses are counted by the clients (reads never reach us), each
+  // in its own slot; reclaimed clients' counts were retired into ours.
+  ReadCountsResult r{retired_hits_, retired_misses_, 0};
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    ++r.clients;
+    // Relaxed: statistics.
+    r.hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
+    r.misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
+  }
+  return r;
+}
+
+std::string Master::MetricsText() {
+  // The index scan runs in slices of mu_ (see master.h): the counts are of
+  // moments a few milliseconds apart, which a gauge can afford.
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (pool_lost_) {  // the pool is not to be touched again
+      PromWriter w;
+      w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
+      return std::move(w.text());
+    }
+  }
+  uint64_t leased = 0, hard = 0, soft = 0;
+  // Per tenant: keys and value bytes; at most kMaxTenantsShown tenants by
+  // name (bounded label cardinality), the rest summed under "_other".
+  struct TenantCount {
+    std::string name;
+    uint64_t keys = 0, bytes = 0;
+  };
+  std::vector<TenantCount> tenants;
+  TenantCount other{"_other"};
+  uint64_t cap, epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
+  }
+  for (uint64_t s = 0; s < cap;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pool_epoch_ != epoch) break;  // the device was replaced: counts below are the new pool's
+      uint64_t now = NowNs();
+      for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
+        const IndexEntry& e = index_->entry(s);
+        if (!Readable(StateOf(e.state_gen.load(std::memory_order_relaxed)))) continue;
+        if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
+        if (index_->LeaseUntil(s) > now) ++leased;
+        if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
+        if (SoftPinActive(s, now)) ++soft;
+        std::string_view tenant, key;
+        SplitStoredKey(KeyOf(s), &tenant, &key);
+        TenantCount* tc = nullptr;
+        for (auto& t : tenants)
+          if (t.name == tenant) tc = &t;
+        if (tc == nullptr && tenants.size() < kMaxTenantsShown) tc = &tenants.emplace_back(TenantCount{std::string(tenant)});
+        if (tc == nullptr) tc = &other;
+        ++tc->keys;
+        tc->bytes += e.value_size.load(std::memory_order_relaxed);
+      }
+    }
+    if (s < cap) SlicePause();
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  CheckPending();  // count puts completed since the last Tick
+  PromWriter w;
+  auto [hits, misses, clients] = ReadCounts();
+  w.Metric("master_total_capacity_bytes", "gauge", "Bytes of the pool's data region", alloc_->capacity());
+  w.Metric("master_allocated_bytes", "gauge", "Bytes allocated to objects (complete, unfinished, pinned)",
+           alloc_->used_bytes());
+  w.Metric("master_key_count", "gauge", "Complete objects", stats_.complete_keys);
+  w.Metric("master_soft_pin_key_count", "gauge", "Objects with an active soft pin", soft);
+  w.Header("master_objects", "gauge", "Objects by state");
+  w.Sample("master_objects", "{state=\"complete\"}", double(stats_.complete_keys));
+  w.Sample("master_objects", "{state=\"writing\"}", double(pending_.size()));
+  w.Sample("master_objects", "{state=\"leased\"}", double(leased));
+  w.Sample("master_objects", "{state=\"hard_pinned\"}", double(hard));
+  w.Sample("master_objects", "{state=\"soft_pinned\"}", double(soft));
+  w.Sample("master_objects", "{state=\"removed_but_viewed\"}", double(pinned_.size()));
+  // Extents of revoked puts kept while their writer may still run.
+  w.Sample("master_objects", "{state=\"revoked_quarantined\"}", double(deferred_.size()));
+  if (other.keys > 0) tenants.push_back(other);
+  w.Header("master_tenant_key_count", "gauge", "Complete objects per tenant (at most 64 tenants named)");
+  for (const auto& t : tenants)
+    w.Sample("master_tenant_key_count", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.keys));
+  w.Header("master_tenant_value_bytes", "gauge", "Value bytes of complete objects per tenant");
+  for (const auto& t : tenants)
+    w.Sample("master_tenant_value_bytes", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.bytes));
+  w.Metric("master_index_capacity", "gauge", "Entries of the object index", index_->capacity());
+  w.Metric("master_client_count", "gauge", "Attached clients", clients);
+  w.Metric("master_active_clients", "gauge", "Attached clients (Mooncake's name)", clients);
+  w.Metric("master_evicted_key_count", "counter", "Objects evicted", stats_.evicted_keys);
+  w.Metric("master_evicted_size_bytes", "counter", "Bytes evicted", stats_.evicted_bytes);
+  w.Metric("master_successful_evictions_total", "counter", "Eviction rounds that freed something",
+           stats_.eviction_rounds - stats_.eviction_rounds_empty);
+  w.Metric("master_attempted_evictions_total", "counter", "Eviction rounds run", stats_.eviction_rounds);
+  w.Metric("master_get_hits_total", "counter", "Reads (get, get_into, get_buffer) that found the key", hits);
+  w.Metric("master_get_misses_total", "counter", "Reads that did not find the key", misses);
+  w.Metric("master_revoked_puts_total", "counter", "Unfinished puts revoked (client died or too slow)",
+           stats_.revoked_puts);
+  w.Metric("master_refused_requests_total", "counter",
+           "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
+           stats_.refused_requests);
+  w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
+  w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
+  w.Metric("mooncake_cxl_pool_replaced_total", "counter",
+           "Times the device behind --cxl_path was found replaced by a blank one and formatted", stats_.pool_replacements);
+  w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
+           "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
+  if (tier_) {  // the SSD tier (master_tier.cc)
+    uint64_t disk_hits = retired_disk_hits_, bad = retired_disk_bad_;
+    for (uint32_t c = 0; c < clients_.size(); ++c) {
+      if (!clients_[c].attached) continue;
+      // Relaxed: statistics the clients count.
+      disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
+      bad += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
+    }
+    w.Metric("mooncake_cxl_tier_capacity_bytes", "gauge", "Capacity of the SSD tier (--offload_capacity_bytes)",
+             config_.offload_capacity_bytes);
+    w.Metric("mooncake_cxl_tier_used_bytes", "gauge", "Bytes of the tier's segment files", tier_stats_.used_bytes);
+    w.Metric("mooncake_cxl_tier_live_bytes", "gauge", "Bytes of live records in the tier", tier_stats_.live_bytes);
+    w.Metric("mooncake_cxl_tier_records", "gauge", "Live records in the tier", tier_stats_.objects);
+    w.Metric("mooncake_cxl_tier_segments", "gauge", "Segment files of the tier", tier_stats_.segments);
+    w.Metric("mooncake_cxl_tier_objects", "gauge", "Objects whose value is only in the tier (kOnDisk entries)",
+             disk_objects_);
+    w.Metric("mooncake_cxl_tier_demotions_total", "counter", "Objects whose pool bytes moved to the tier",
+             stats_.demotions);
+    w.Metric("mooncake_cxl_tier_demotion_failures_total", "counter", "Appends to the tier that failed",
+             stats_.demotion_failures);
+    w.Metric("mooncake_cxl_tier_writes_total", "counter", "Records appended (demotions and write-through)",
+             stats_.tier_writes);
+    w.Metric("mooncake_cxl_tier_ahead_writes_total", "counter",
+             "Clean copies written ahead of eviction (--offload_ahead_ratio), also in writes_total",
+             stats_.tier_ahead_writes);
+    w.Metric("mooncake_cxl_tier_demotions_clean_total", "counter",
+             "Demotions that found a clean copy on disk (no disk write on the put path)", stats_.demotions_clean);
+    w.Metric("mooncake_cxl_tier_stale_copies_total", "counter",
+             "Records written for an object removed or replaced meanwhile (tombstoned, never served)",
+             stats_.tier_stale_copies);
+    w.Metric("mooncake_cxl_tier_pool_clean_bytes", "gauge",
+             "Value bytes of pool objects that also have a clean copy on disk", pool_clean_bytes_);
+    w.Metric("mooncake_cxl_tier_promotions_total", "counter", "Objects copied back into the pool",
+             stats_.promotions);
+    w.Metric("mooncake_cxl_tier_promotion_failures_total", "counter", "Promotions given up (no room, bad record)",
+             stats_.promotion_failures);
+    w.Metric("mooncake_cxl_tier_evictions_total", "counter", "Objects dropped from the tier for room",
+             stats_.tier_evictions);
+    w.Metric("mooncake_cxl_tier_offload_skipped_total", "counter",
+             "Objects evicted without offload while the demotion queue was full (--offload_force_evict)",
+             stats_.offload_skipped);
+    w.Metric("mooncake_cxl_tier_disk_hits_total", "counter", "Reads served from the tier (attached clients)",
+             disk_hits);
+    w.Metric("mooncake_cxl_tier_checksum_failures_total", "counter",
+             "Tier records found bad (clients' reads, promotions, compaction): each a miss",
+             bad + stats_.tier_checksum_failures + tier_stats_.checksum_failures);
+    w.Metric("mooncake_cxl_tier_compactions_total", "counter", "Segments compacted", tier_stats_.compactions);
+    w.Metric("mooncake_cxl_tier_rebuilt_objects", "gauge", "Entries rebuilt from the segment files after --format",
+             stats_.tier_rebuilt);
+    w.Metric("mooncake_cxl_tier_group_promotions_total", "counter",
+             "Group members queued for promotion along with another member", stats_.group_promotions);
+    w.Metric("mooncake_cxl_tier_tombstones_durable", "gauge",
+             "Sequence number of the last tombstone written (removes of disk-resident keys wait for theirs)",
+             pool_->superblock()->tier_tombs_durable.load(std::memory_order_relaxed));
+    w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
+             demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0) + busy_demote_.size());
+  }
+  for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
+    std::string req = std::string("master_") + kOpNames[t] + "_requests_total";
+    std::string fail = std::string("master_") + kOpNames[t] + "_failures_total";
+    w.Metric(req.c_str(), "counter", "Requests received", op_requests_[t]);
+    w.Metric(fail.c_str(), "counter", "Requests answered with an error", op_failures_[t]);
+  }
+  return std::move(w.text());
+}
+
+std::string Master::SummaryLine() {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
+  CheckPending();  // count puts completed since the last Tick
+  auto [hits, misses, clients] = ReadCounts();
+  char buf[512];
+  double cap = double(alloc_->capacity());
+  snprintf(buf, sizeof(buf),
+           "CXL pool: %s / %s (%.1f%%) | Keys: %" PRIu64 " (writing: %zu) | Clients: %" PRIu64
+           " | Evicted: %" PRIu64 " keys, %s in %" PRIu64 " rounds | Hit rate: %.1f%% (%" PRIu64 "/%" PRIu64 ")",
+           Human(double(alloc_->used_bytes())).c_str(), Human(cap).c_str(),
+           cap > 0 ? 100.0 * double(alloc_->used_bytes()) / cap : 0.0, stats_.complete_keys, pending_.size(),
+           clients, stats_.evicted_keys, Human(double(stats_.evicted_bytes)).c_str(), stats_.eviction_rounds,
+           hits + misses ? 100.0 * double(hits) / double(hits + misses) : 0.0, hits, hits + misses);
+  return buf;
+}
+
+std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::string_view tenant) const {
+  std::string key = TenantPrefix(tenant);
+  key.append(user_key);
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> live;
+  if (pool_lost_)
+    return {503, "{\"success\":false,\"error_code\":-1010,\"error_message\":\"UNAVAILABLE_IN_CURRENT_STATUS\"}"};
+  if (!key.empty() && key.size() <= kMaxKeyLength) FindLive(key, KeyHash(key), &live);
+  for (uint64_t s : live) {
+    const IndexEntry& e = index_->entry(s);
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    if (!Readable(StateOf(sg))) continue;
+    uint64_t now = NowNs(), lease = index_->LeaseUntil(s);
+    char buf[512];
+    snprintf(buf, sizeof(buf),
+             "{\"success\":true,\"data\":[{\"size_\":%" PRIu64 ",\"offset_\":%" PRIu64
+             ",\"protocol_\":\"cxl\",\"transport_endpoint_\":\"%s\",\"lease_remaining_ms\":%" PRIu64
+             ",\"hard_pinned\":%s,\"soft_pinned\":%s}]}",
+             e.value_size.load(std::memory_order_relaxed),
+             e.object_offset.load(std::memory_order_relaxed), JsonEscape(pool_->path()).c_str(),
+             lease > now ? (lease - now) / 1000000 : 0,
+             (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ? "true" : "false",
+             SoftPinActive(s, now) ? "true" : "false");
+    return {200, buf};
+  }
+  return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
+}
+
+std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
+  // In slices of mu_ (see master.h); at most `limit` keys and kMaxAllKeysBytes.
+  constexpr size_t kMaxAllKeysBytes = 64u << 20;
+  std::string out;
+  uint64_t n = 0, cap, epoch;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
+  }
+  *truncated = false;
+  for (uint64_t s = 0; s < cap && !*truncated;) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (pool_lost_) return std::string();
+      if (pool_epoch_ != epoch) break;
+      for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
+        if (!Readable(StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire))))
+          continue;
+        if (!CheckedLive(s)) continue;  // corrupt: never dereferenced; Tick reclaims it
+        std::string_view key_tenant, k;
+        SplitStoredKey(KeyOf(s), &key_tenant, &k);
+        bool all = tenant == "*";
+        if (!all && key_tenant != tenant) continue;
+        if (n >= limit || out.size() + k.size() + key_tenant.size() + 2 > kMaxAllKeysBytes) {
+          *truncated = true;
+          break;
+        }
+        if (!out.empty()) out += '\n';
+        if (all) {
+          out += key_tenant;
+          out += '\t';
+        }
+        out += k;
+        ++n;
+      }
+    }
+    if (s < cap && !*truncated) SlicePause();
+  }
+  return out;
+}
+
+std::string Master::AllSegments() const {
+  // One segment: the pool. SGLang polls this at start to see the store is up.
+  std::lock_guard<std::mutex> lock(mu_);
+  return pool_->path();
+}
+
+}  // namespace mcxl

@@ -1,0 +1,27 @@
+// Helpers shared by the master's parts (master*.cc); not a public header.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <thread>
+
+#include "mooncake_cxl/common/error_code.h"
+
+namespace mcxl {
+
+constexpr uint64_t kNsPerSec = 1000000000ull;
+constexpr uint64_t kClientCheckIntervalNs = 500 * 1000000ull;
+
+// gethostname(): pid checks are meaningful only for clients of this machine.
+std::string ThisMachine();
+// True when `pid` is gone or a zombie (a killed child not yet reaped).
+bool LocalPidDead(uint64_t pid);
+// A reply payload carrying only `status`.
+std::string StatusReply(ErrorCode status);
+// Between two slices of an index scan, mu_ released: std::mutex is not fair,
+// and without a pause the scanning thread would take it again before a woken
+// waiter (a put on the ring thread) runs.
+inline void SlicePause() { std::this_thread::sleep_for(std::chrono::microseconds(20)); }
+
+}  // namespace mcxl

@@ -1,0 +1,335 @@
+// Puts as the master sees them. Contract: PutStart allocates an extent,
+// writes the ObjectHeader and key, inserts a WRITING entry and remembers it
+// as pending; the client copies and CASes the entry COMPLETE itself. Tick
+// (CheckPending) notices completions and, for upserts, unlinks the older
+// value of the key (ClearSupersededIfSettled: one snapshot of the states per
+// decision). Until then the key's newest entry is its value for every other
+// decision too: eviction and removal unlink an entry only together with the
+// older ones, oldest first (UnlinkWithOlder). Puts whose client gave up
+// (abandoned put ids) or that outlived --put_start_discard_timeout_sec are
+// revoked with the client's own CAS; the extent of one whose writer may still
+// run is quarantined (Unlink).
+//
+// Atomics follow the three rules stated in master.h.
+#include "mooncake_cxl/master/master.h"
+
+#include <algorithm>
+#include <unordered_set>
+
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/pool/object_header.h"
+#include "mooncake_cxl/pool/publish.h"
+#include "mooncake_cxl/control/shm_ring.h"
+#include "master_internal.h"
+
+namespace mcxl {
+
+PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
+  PutStartItem item;
+  const std::string& key = req.keys[i];
+  uint64_t size = req.sizes[i];
+  if (key.empty() || key.size() > kMaxKeyLength) {
+    MCXL_LOG(kWarn, "master", "put refused: key length %zu is outside 1..%u", key.size(), kMaxKeyLength);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  if (size == 0) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: empty value", key.c_str());
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  uint64_t hash = KeyHash(key);
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  if (!live.empty() && !req.upsert) {
+    item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
+    return item;
+  }
+  if ((req.config.flags & kFlagSoftPin) && req.config.soft_pin_ttl_ms > config_.max_kv_soft_pin_ttl_ms) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: soft_pin_ttl_ms %llu is above --max_kv_soft_pin_ttl=%llu",
+             key.c_str(), (unsigned long long)req.config.soft_pin_ttl_ms,
+             (unsigned long long)config_.max_kv_soft_pin_ttl_ms);
+    item.status = ErrorCode::INVALID_PARAMS;
+    return item;
+  }
+  uint64_t extent_bytes = ExtentBytes(key.size(), size);
+  if (extent_bytes < size || extent_bytes > alloc_->capacity()) {
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
+             key.c_str(), (unsigned long long)size, (unsigned long long)alloc_->capacity());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  auto ext = AllocateForPut(extent_bytes, key);
+  if (!ext) {
+    item.status = ext.error();
+    return item;
+  }
+  uint64_t gen = next_generation_++;
+  uint64_t now = NowNs();
+  ObjectHeaderFields f;
+  f.key_hash = hash;
+  f.generation = gen;
+  f.value_size = size;
+  f.extent_size = ext->size;
+  f.put_time_ns = now;
+  f.group_hash = req.groups[i].empty() ? 0 : KeyHash(req.groups[i]);
+  f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
+  f.soft_pin_ttl_ms = !(f.flags & kFlagSoftPin)     ? 0
+                      : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
+                                                   : config_.default_kv_soft_pin_ttl_ms;
+  WriteObjectHeader(*pool_, ext->offset, f, key);
+  auto slot = index_->Insert({hash, ext->offset, size, gen, now, f.flags, req.client.slot});
+  if (!slot) {
+    (void)alloc_->Free(ext->handle);
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: no index slot in its probe sequence", key.c_str());
+    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    return item;
+  }
+  // Recorded before anything looks the key up again: FindLive checks every
+  // entry against these records (CheckedLive), the new one included.
+  entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
+  if (req.upsert) {
+    // Every older entry of the key, COMPLETE or still WRITING (a concurrent
+    // upsert), is marked: a reader that meets one keeps probing and takes the
+    // newest generation, so once this upsert returns no reader sees an older
+    // value, whichever of the concurrent upserts completes last. (Looked up
+    // again: making room may have evicted some.)
+    FindLive(key, hash, &live);
+    for (uint64_t s : live) {
+      if (s == *slot) continue;
+      uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+      if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
+    }
+  }
+  // An older value with a record on disk, or a tombstone of the key not yet
+  // written: the client settles after its CAS, so that the old record is
+  // tombstoned durably before the put returns (master_tier.cc).
+  if (tier_) item.settle = (req.upsert && OlderHasRecord(key, hash, gen)) || PendingTomb(key) != 0;
+  AddToGroup(*slot, f.group_hash);
+  ++live_entries_;
+  pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
+  item.entry_slot = *slot;
+  item.generation = gen;
+  item.value_offset = index_->ValueOffset(ext->offset, key.size());
+  return item;
+}
+
+std::string Master::HandlePutStart(Decoder* d) {
+  // Per thread and reused: Decode assigns into its elements, so the keys'
+  // strings keep their capacity and a small put allocates nothing for them.
+  thread_local PutStartRequest req;
+  thread_local PutStartReply reply;  // its items keep their capacity too
+  reply.status = ErrorCode::OK;
+  reply.items.clear();
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed PutStart request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (req.keys.size() > kMaxRequestKeys || req.abandoned.size() > kMaxAbandonedIds) {
+    // Bounds the time under mu_; the client never sends more (it splits).
+    MCXL_LOG(kWarn, "master", "PutStart of %zu keys with %zu abandoned put ids refused: at most %u and %u",
+             req.keys.size(), req.abandoned.size(), kMaxRequestKeys, kMaxAbandonedIds);
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;  // the client re-attaches and retries
+  } else {
+    ForgetAbandoned(req.client.slot, req.abandoned);
+    const auto& gave_up = clients_[req.client.slot].abandoned;
+    if (std::find(gave_up.begin(), gave_up.end(), req.put_id) != gave_up.end()) {
+      // A PutStart its client gave up on, arriving late: do nothing.
+      MCXL_LOG(kInfo, "master", "late PutStart %llu of client slot %u ignored: the client abandoned it",
+               (unsigned long long)req.put_id, req.client.slot);
+      reply.status = ErrorCode::RPC_TIMEOUT;
+    } else {
+      reply.items.reserve(req.keys.size());
+      for (size_t i = 0; i < req.keys.size(); ++i) {
+        ++stats_.put_requests;
+        reply.items.push_back(PutStartOne(req, i));
+        ErrorCode st = reply.items.back().status;
+        if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
+      }
+    }
+  }
+  Encoder e;
+  e.mutable_data().reserve(8 + 29 * reply.items.size());  // its exact size: one allocation
+  Encode(reply, &e);
+  // Keep only a small request's capacity: a big batch (up to kMaxRequestKeys
+  // keys) must not stay allocated per thread.
+  if (req.keys.size() > 64) req = PutStartRequest();
+  if (reply.items.size() > 64) reply = PutStartReply();
+  return std::move(e.mutable_data());  // e ends here: no copy
+}
+
+void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
+  std::vector<uint64_t> live;
+  FindLive(key, hash, &live);
+  // One snapshot of the states: a client may publish WRITING->COMPLETE at
+  // any moment, and an entry seen WRITING here is not ours to judge (its own
+  // completion settles it later). Deciding on a second look would unlink a
+  // just-published newer value as if it were old.
+  std::vector<uint64_t> states(live.size());
+  uint64_t newest_gen = 0, newest = UINT64_MAX;
+  bool pending_upsert = false;
+  for (size_t i = 0; i < live.size(); ++i) {
+    // Acquire: pairs with the client's COMPLETE CAS. (FindLive checked them.)
+    states[i] = index_->entry(live[i]).state_gen.load(std::memory_order_acquire);
+    if (StateOf(states[i]) == EntryState::kWriting) pending_upsert = true;
+    else if (GenOf(states[i]) > newest_gen) newest_gen = GenOf(states[i]), newest = live[i];
+  }
+  for (size_t i = 0; i < live.size(); ++i) {
+    uint64_t s = live[i];
+    if (!Readable(StateOf(states[i]))) continue;
+    if (s != newest) {  // an older value of an upserted key
+      Unlink(s, true, 0);
+      continue;
+    }
+    uint32_t fl = index_->entry(s).flags.load(std::memory_order_relaxed);
+    if (!pending_upsert && (fl & kFlagSuperseded)) index_->SetFlags(s, fl & ~kFlagSuperseded);
+  }
+}
+
+bool Master::OtherWriting(uint64_t slot, bool newer) const {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
+  std::vector<uint64_t> live;
+  FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
+  for (uint64_t s : live) {
+    uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (s != slot && StateOf(sg) == EntryState::kWriting && (newer ? GenOf(sg) > gen : GenOf(sg) < gen))
+      return true;
+  }
+  return false;
+}
+
+bool Master::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
+
+uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
+  const IndexEntry& e = index_->entry(slot);
+  uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+  if (!Readable(StateOf(sg))) return 0;
+  std::string key(KeyOf(slot));  // a copy: the header goes with the extent
+  std::vector<uint64_t> live;
+  FindLive(key, e.key_hash.load(std::memory_order_relaxed), &live);
+  // One look per entry (see ClearSupersededIfSettled): what was COMPLETE and
+  // older here goes; a WRITING one is the caller's to judge (OlderUnfinished).
+  std::vector<std::pair<uint64_t, uint64_t>> doomed;  // (generation, slot)
+  for (uint64_t s : live) {
+    uint64_t osg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+    if (s != slot && Readable(StateOf(osg)) && GenOf(osg) < GenOf(sg))
+      doomed.emplace_back(GenOf(osg), s);
+  }
+  std::sort(doomed.begin(), doomed.end());
+  doomed.emplace_back(GenOf(sg), slot);  // the newest last
+  for (const auto& d : doomed) {
+    Extent ext;  // the size our allocator handed out, not the header's claim
+    if (bytes != nullptr && alloc_->Lookup(entry_meta_[d.second].extent, &ext)) *bytes += ext.size;
+    Unlink(d.second, true, 0);
+  }
+  return doomed.size();
+}
+
+EntryState Master::PendingState(const PendingPut& p) const {
+  uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
+  EntryState st = StateOf(sg);
+  if (st == EntryState::kOnDisk) st = EntryState::kComplete;  // completed, then demoted before Tick saw it
+  bool ours = GenOf(sg) == p.generation &&
+              (st == EntryState::kWriting || st == EntryState::kComplete || st == EntryState::kAborted);
+  return ours ? st : EntryState::kEmpty;
+}
+
+void Master::CountComplete(uint64_t entry_slot) {
+  EntryMeta& meta = entry_meta_[entry_slot];
+  if (!meta.counted) ++stats_.complete_keys;
+  meta.counted = true;
+}
+
+void Master::FinishPending(const PendingPut& p, EntryState state) {
+  if (state == EntryState::kEmpty) return;  // already unlinked by a remove
+  if (state == EntryState::kComplete) {
+    CountComplete(p.entry_slot);
+    // Write-through: a copy in the SSD tier after each completed put.
+    if (tier_ && !config_.offload_on_evict) QueueDemote(p.entry_slot, false);
+    if (p.upsert) {
+      std::string key(KeyOf(p.entry_slot));
+      ClearSupersededIfSettled(key, KeyHash(key));
+    }
+    return;
+  }
+  // ABORTED by its client: reclaim now (the client stopped writing first).
+  std::string key(KeyOf(p.entry_slot));
+  Unlink(p.entry_slot, true, 0);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::RevokePending(const PendingPut& p, bool owner_dead) {
+  std::string key(KeyOf(p.entry_slot));
+  if (!index_->Abort(p.entry_slot, p.generation)) {
+    // The client published it meanwhile (a normal object now), or the entry
+    // is no longer this put at all.
+    FinishPending(p, PendingState(p));
+    return;
+  }
+  ++stats_.revoked_puts;
+  // A live writer may resume and finish the chunk it was copying: its extent
+  // is quarantined while its process runs (on this machine: until the pid is
+  // gone; a remote one: --put_start_release_timeout_sec).
+  const ClientInfo& owner = clients_[p.owner];
+  uint64_t pid = owner.attached && owner.local ? owner.pid : 0;
+  MCXL_LOG(kInfo, "master", "revoked unfinished put of '%s' (client slot %u %s)%s", key.c_str(), p.owner,
+           owner_dead ? "exited" : "unresponsive or too slow",
+           owner_dead ? ""
+           : pid != 0 ? "; its extent stays reserved until the writer's process exits"
+                      : "; its extent stays reserved for --put_start_release_timeout_sec");
+  Unlink(p.entry_slot, owner_dead, p.start_mono_ns + config_.put_start_release_timeout_sec * kNsPerSec,
+         owner_dead ? 0 : pid);
+  if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
+}
+
+void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
+  if (ids.empty()) return;
+  // Hash sets: linear in the ids (at most kMaxAbandonedIds) and the pending puts.
+  std::unordered_set<uint64_t> given(ids.begin(), ids.end());
+  auto& list = clients_[slot].abandoned;
+  std::unordered_set<uint64_t> known(list.begin(), list.end());
+  for (uint64_t id : ids)
+    if (known.insert(id).second) list.push_back(id);
+  if (list.size() > 256) list.erase(list.begin(), list.end() - 256);
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    if (p.owner == slot && given.count(p.put_id) != 0) {
+      // The client will never write it: revoke and free at once.
+      if (PendingState(p) == EntryState::kWriting) RevokePending(p, true);
+      else FinishPending(p, PendingState(p));
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+}
+
+void Master::CheckPending() {
+  // Completion and the discard timeout only; dead clients are found by
+  // CheckClients, which revokes their puts with the slot.
+  uint64_t now = MonoNs();
+  uint64_t discard_ns = config_.put_start_discard_timeout_sec * kNsPerSec;
+  size_t keep = 0;
+  for (size_t i = 0; i < pending_.size(); ++i) {
+    PendingPut p = pending_[i];
+    EntryState st = PendingState(p);
+    if (st != EntryState::kWriting) {
+      FinishPending(p, st);
+      continue;
+    }
+    if (now - p.start_mono_ns > discard_ns) {
+      RevokePending(p, false);
+      continue;
+    }
+    pending_[keep++] = p;
+  }
+  pending_.resize(keep);
+  ReleaseQuarantined(now);
+}
+
+}  // namespace mcxl

@@ -1,0 +1,141 @@
+// ObjectIndex: the open-addressed hash table of objects that lives in the pool.
+//
+// Contract: 64-byte entries, linear probing from KeyHash(key) & (capacity-1).
+// EMPTY ends a probe sequence, TOMBSTONE does not; no probe goes further than
+// Superblock::max_probe. Two sides use it:
+//   * Readers (every client, one-sided, no master round trip): ReadEntry takes
+//     a consistent snapshot of an entry under its seqlock; FindComplete finds
+//     the newest COMPLETE entry of a key; a caller that copies the value
+//     re-checks StillValid afterwards and retries when it fails.
+//   * The master (the only structural writer): Insert, Tombstone, SetFlags,
+//     all of which bump the entry's version to odd before and to even after.
+// The putting client's only write is PublishComplete/Abort: a CAS of
+// state_gen that names the generation it was given, so it cannot touch an
+// entry the master has since revoked or reused.
+//
+// Any client can write any entry, so a reader dereferences nothing an entry
+// says before a bounds check: the header (with the length of the key it
+// looks for, never the header's) and the value must lie in the data region.
+// An entry whose value does not is corrupt: skipped (a miss), counted in
+// corrupt_seen(), logged (rate-limited). The probe bound, max_probe, is a
+// shared word: readers clamp it to the capacity; the master keeps its own
+// copy and restores the shared one if someone else changed it.
+//
+// Thread safety: reader methods are safe from any thread of any process.
+// Master methods REQUIRE the master's single thread.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string_view>
+
+#include "mooncake_cxl/common/error_code.h"
+#include "mooncake_cxl/pool/layout.h"
+#include "mooncake_cxl/pool/pool.h"
+
+namespace mcxl {
+
+struct EntrySnapshot {
+  uint64_t slot = 0;
+  uint64_t version = 0;
+  uint64_t state_gen = 0;
+  uint64_t key_hash = 0;
+  uint64_t object_offset = 0;
+  uint64_t value_size = 0;
+  uint64_t put_time_ns = 0;
+  uint32_t flags = 0;
+  uint32_t owner_slot = 0;
+  EntryState state() const { return StateOf(state_gen); }
+  uint64_t generation() const { return GenOf(state_gen); }
+};
+
+class ObjectIndex {
+ public:
+  explicit ObjectIndex(const Pool* pool);
+
+  uint64_t capacity() const { return capacity_; }
+  uint64_t HomeSlot(uint64_t hash) const { return hash & (capacity_ - 1); }
+
+  // ---- reader side ----
+  // Consistent copy of entry `slot`; false when it stayed mid-rewrite for the
+  // whole bounded spin (a master that died mid-write: recovery fixes it).
+  bool ReadEntry(uint64_t slot, EntrySnapshot* out) const;
+  // True while the entry has not been rewritten since `s` was taken.
+  bool StillValid(const EntrySnapshot& s) const;
+  // True when the object header of `s` names `key` (bounds-checked: a
+  // snapshot of a reused extent yields false or fails StillValid, never a
+  // read outside the pool).
+  bool KeyMatches(const EntrySnapshot& s, std::string_view key) const;
+  // The newest readable (COMPLETE, or kOnDisk: value in the SSD tier)
+  // entry of `key`: OBJECT_NOT_FOUND when none.
+  Result<EntrySnapshot> FindComplete(std::string_view key, uint64_t hash) const;
+  // Where the value of `s` starts in this process's mapping, or nullptr when
+  // the snapshot's geometry is not inside the data region or the value is
+  // not in the pool (kOnDisk).
+  const char* ValuePtr(const EntrySnapshot& s, std::string_view key) const;
+  // The DiskStub of a kOnDisk snapshot (at its value offset), or nullptr
+  // when the stub is not inside the data region. Copy it, then StillValid.
+  const DiskStub* StubPtr(const EntrySnapshot& s, std::string_view key) const;
+  // Entries FindComplete skipped as corrupt (value outside the data region).
+  uint64_t corrupt_seen() const { return corrupt_seen_.load(std::memory_order_relaxed); }
+  uint64_t ValueOffset(uint64_t object_offset, uint64_t key_len) const {
+    return object_offset + ObjectHeaderBytes(key_len);
+  }
+  // Raises the entry's lease to `until_ns` (never lowers it).
+  void ExtendLease(uint64_t slot, uint64_t until_ns) const;
+  uint64_t LeaseUntil(uint64_t slot) const;
+  // Lowers the entry's lease to `to_ns` when it reaches past it (a released hold).
+  void LowerLease(uint64_t slot, uint64_t to_ns) const;
+  // LowerLease for the object of snapshot `s` only: false (and the lease word
+  // left as it was) when the slot no longer holds that object, checked before
+  // the write and again after it (a slot reused in between gets its lease
+  // back, unless a reader raised it meanwhile: then the reader's value stays).
+  bool LowerLeaseOf(const EntrySnapshot& s, uint64_t to_ns) const;
+
+  // ---- putting client ----
+  // CAS WRITING->COMPLETE (resp. ABORTED) for the generation the master gave.
+  bool PublishComplete(uint64_t slot, uint64_t generation) const;
+  bool Abort(uint64_t slot, uint64_t generation) const;
+
+  // ---- master side ----
+  struct InsertArgs {
+    uint64_t key_hash, object_offset, value_size, generation, put_time_ns;
+    uint32_t flags, owner_slot;
+  };
+  // Places a WRITING entry in the first free slot of the key's probe
+  // sequence: the slot, or NO_AVAILABLE_HANDLE when the sequence is full.
+  Result<uint64_t> Insert(const InsertArgs& args);
+  // Unlinks the entry (TOMBSTONE, or EMPTY when that shortens no sequence).
+  void Tombstone(uint64_t slot);
+  void SetFlags(uint64_t slot, uint32_t flags);
+  // A rewrite of several fields of a live entry (the SSD tier moves an
+  // object between tiers in place): odd version, the master's stores, even.
+  void BeginRewrite(uint64_t slot) { BeginWrite(entries_[slot]); }
+  void EndRewrite(uint64_t slot) { EndWrite(entries_[slot]); }
+  // Repairs an entry left odd by a master that died mid-write.
+  void RepairVersion(uint64_t slot);
+  // The master's own probe bound (recovery sets it from the entries it
+  // kept); RestoreMaxProbe republishes it when the shared word differs and
+  // says whether it had to.
+  void SetMaxProbe(uint64_t v);
+  bool RestoreMaxProbe();
+  uint64_t max_probe() const { return max_probe_; }
+  IndexEntry& entry(uint64_t slot) const { return entries_[slot]; }
+  const Pool* pool() const { return pool_; }
+
+ private:
+  void BeginWrite(IndexEntry& e);
+  void EndWrite(IndexEntry& e);
+  bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
+
+  const Pool* pool_;
+  IndexEntry* entries_;
+  uint64_t capacity_;
+  Superblock* sb_;
+  uint64_t max_probe_ = 0;  // master side only
+  // Relaxed: a statistic.
+  mutable std::atomic<uint64_t> corrupt_seen_{0};
+  mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};
+};
+
+}  // namespace mcxl

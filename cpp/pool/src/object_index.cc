@@ -1,0 +1,319 @@
+#include "mooncake_cxl/pool/object_index.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/pool/object_header.h"
+#include "mooncake_cxl/pool/publish.h"
+
+namespace mcxl {
+namespace {
+constexpr int kSpinLimit = 20000;  // ~ms: longer than any master rewrite
+constexpr int kLookupRetries = 64;
+}  // namespace
+
+ObjectIndex::ObjectIndex(const Pool* pool)
+    : pool_(pool),
+      entries_(pool->index()),
+      capacity_(pool->geometry().index_capacity),
+      sb_(pool->superblock()) {
+  // Relaxed: the master's start value (Recover sets the real one).
+  max_probe_ = std::min<uint64_t>(sb_->max_probe.load(std::memory_order_relaxed), capacity_ - 1);
+}
+
+bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
+  IndexEntry& e = entries_[slot];
+  for (int spin = 0; spin < kSpinLimit; ++spin) {
+    ObserveRange(&e, sizeof(e));
+    // Acquire: the field loads below see at least the writes that preceded
+    // this (even) version's release store.
+    uint64_t v1 = e.version.load(std::memory_order_acquire);
+    if (v1 & 1) {
+      _mm_pause();
+      continue;
+    }
+    // Relaxed: consistency is established by the version re-check below.
+    out->state_gen = e.state_gen.load(std::memory_order_relaxed);
+    out->key_hash = e.key_hash.load(std::memory_order_relaxed);
+    out->object_offset = e.object_offset.load(std::memory_order_relaxed);
+    out->value_size = e.value_size.load(std::memory_order_relaxed);
+    out->put_time_ns = e.put_time_ns.load(std::memory_order_relaxed);
+    out->flags = e.flags.load(std::memory_order_relaxed);
+    out->owner_slot = e.owner_slot.load(std::memory_order_relaxed);
+    // Acquire fence: if any load above saw a write made after the writer's
+    // odd store, the version load below sees that odd store (or later).
+    std::atomic_thread_fence(std::memory_order_acquire);
+    if (e.version.load(std::memory_order_relaxed) == v1) {
+      out->slot = slot;
+      out->version = v1;
+      return true;
+    }
+  }
+  return false;
+}
+
+bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
+  // Acquire fence: orders the caller's earlier reads of the value before the
+  // version re-load (the seqlock reader's closing check).
+  std::atomic_thread_fence(std::memory_order_acquire);
+  const IndexEntry& e = entries_[s.slot];
+  if (e.version.load(std::memory_order_relaxed) != s.version) return false;
+  // A client's CAS does not bump the version; make sure it is still COMPLETE.
+  return e.state_gen.load(std::memory_order_relaxed) == s.state_gen;
+}
+
+bool ObjectIndex::KeyMatches(const EntrySnapshot& s, std::string_view key) const {
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return false;
+  const auto* h = pool_->At<const ObjectHeader>(s.object_offset);
+  ObserveRange(h, sizeof(ObjectHeader) + key.size());
+  // The header may be rewritten under us; every field is checked, and the
+  // caller's StillValid decides whether the comparison counted.
+  if (h->key_len != key.size() || h->key_hash != s.key_hash) return false;
+  return memcmp(reinterpret_cast<const char*>(h + 1), key.data(), key.size()) == 0;
+}
+
+Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t hash) const {
+  for (int attempt = 0; attempt <= kLookupRetries; ++attempt) {
+    // On the last attempt an entry that stays mid-rewrite is skipped rather
+    // than failing every lookup that probes past it.
+    bool last = attempt == kLookupRetries;
+    // Acquire: pairs with the master's release when it raises max_probe, so
+    // an entry inserted further away is reached.
+    uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);  // clamped: shared word
+    if (max_probe >= capacity_) max_probe = capacity_ - 1;
+    bool found = false, retry = false;
+    EntrySnapshot best, s;
+    uint64_t home = HomeSlot(hash);
+    for (uint64_t i = 0; i <= max_probe; ++i) {
+      uint64_t slot = (home + i) & (capacity_ - 1);
+      if (!ReadEntry(slot, &s)) {
+        if (last) continue;
+        retry = true;
+        break;
+      }
+      if (s.state() == EntryState::kEmpty) break;
+      if (!Readable(s.state()) || s.key_hash != hash) continue;
+      if (!KeyMatches(s, key)) continue;
+      if ((s.state() == EntryState::kOnDisk ? (const void*)StubPtr(s, key) : (const void*)ValuePtr(s, key)) ==
+          nullptr) {
+        // A consistent snapshot of an entry only the master writes cannot
+        // point outside the data region: someone wrote into the pool.
+        if (StillValid(s)) {
+          corrupt_seen_.fetch_add(1, std::memory_order_relaxed);
+          uint64_t now = MonoNs(), last = corrupt_last_log_ns_.load(std::memory_order_relaxed);
+          if (now - last > 1000000000ull &&
+              corrupt_last_log_ns_.compare_exchange_strong(last, now, std::memory_order_relaxed))
+            MCXL_LOG(kError, "index", "entry %llu of key '%.*s' is corrupt (value of %llu bytes at offset %llu "
+                     "is outside the data region); skipped", (unsigned long long)slot, int(key.size()),
+                     key.data(), (unsigned long long)s.value_size, (unsigned long long)s.object_offset);
+        }
+        continue;
+      }
+      if (!StillValid(s)) {
+        retry = true;
+        break;
+      }
+      if (!found || s.generation() > best.generation()) best = s;
+      found = true;
+      // Only an entry marked superseded can have a newer one further on.
+      if (!(s.flags & kFlagSuperseded)) break;
+    }
+    // Past a superseded entry, the newer one may have gone while we probed
+    // on; the master unlinks older values first, so if `best` is still
+    // linked now, nothing newer was gone (a reader never returns an older
+    // value than one that was current during its probe).
+    if (!retry && found && (best.flags & kFlagSuperseded) && !StillValid(best)) retry = true;
+    if (!retry) {
+      if (found) return best;
+      return ErrorCode::OBJECT_NOT_FOUND;
+    }
+    _mm_pause();
+  }
+  return ErrorCode::OBJECT_NOT_FOUND;
+}
+
+const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() == EntryState::kOnDisk) return nullptr;
+  // The header is checked first: ValueOffset cannot wrap once it is in bounds.
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  uint64_t off = ValueOffset(s.object_offset, key.size());
+  if (!pool_->InDataRegion(off, s.value_size)) return nullptr;
+  return pool_->base() + off;
+}
+
+const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() != EntryState::kOnDisk || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  uint64_t off = ValueOffset(s.object_offset, key.size());
+  if (!pool_->InDataRegion(off, sizeof(DiskStub))) return nullptr;
+  return reinterpret_cast<const DiskStub*>(pool_->base() + off);
+}
+
+void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
+  IndexEntry& e = entries_[slot];
+  // Relaxed: the lease word publishes no data; it is compared with the clock.
+  uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);
+  // Skip the write (a shared cache line) unless it extends the lease by >1 ms.
+  bool wrote = false;
+  while (until_ns > cur + 1000000 &&
+         !(wrote = e.lease_until_ns.compare_exchange_weak(cur, until_ns, std::memory_order_relaxed))) {
+  }
+  if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+}
+
+void ObjectIndex::LowerLease(uint64_t slot, uint64_t to_ns) const {
+  IndexEntry& e = entries_[slot];
+  // Relaxed: as ExtendLease. A reader raising it meanwhile makes the CAS fail
+  // and the loop re-decide with its value.
+  uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);
+  bool wrote = false;
+  while (cur > to_ns && !(wrote = e.lease_until_ns.compare_exchange_weak(cur, to_ns, std::memory_order_relaxed))) {
+  }
+  if (wrote) PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+}
+
+bool ObjectIndex::LowerLeaseOf(const EntrySnapshot& s, uint64_t to_ns) const {
+  if (!StillValid(s)) return false;
+  IndexEntry& e = entries_[s.slot];
+  uint64_t cur = e.lease_until_ns.load(std::memory_order_relaxed);  // relaxed: as LowerLease
+  bool wrote = false;
+  while (cur > to_ns && !(wrote = e.lease_until_ns.compare_exchange_weak(cur, to_ns, std::memory_order_relaxed))) {
+  }
+  if (!wrote) return true;
+  PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+  // seq_cst: our lease write is ordered before the version re-load, so a
+  // rewrite (tombstone, reinsert) that came first is seen here.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (StillValid(s)) return true;
+  // The slot was reused between the checks: give the new object its lease
+  // back (only if nobody wrote the word since; a reader's raise wins).
+  uint64_t mine = to_ns;
+  if (e.lease_until_ns.compare_exchange_strong(mine, cur, std::memory_order_relaxed))
+    PublishRange(&e.lease_until_ns, sizeof(uint64_t));
+  return false;
+}
+
+uint64_t ObjectIndex::LeaseUntil(uint64_t slot) const {
+  // Relaxed: a hint compared with the clock, as above.
+  return entries_[slot].lease_until_ns.load(std::memory_order_relaxed);
+}
+
+bool ObjectIndex::CasState(uint64_t slot, uint64_t expected, uint64_t desired) const {
+  IndexEntry& e = entries_[slot];
+  // acq_rel: release publishes the value bytes written before a COMPLETE
+  // (PublishRange already fenced them); acquire lets the master, winning an
+  // abort, see the state the client left.
+  bool ok = e.state_gen.compare_exchange_strong(expected, desired, std::memory_order_acq_rel);
+  PublishRange(&e, sizeof(e));
+  return ok;
+}
+
+bool ObjectIndex::PublishComplete(uint64_t slot, uint64_t generation) const {
+  return CasState(slot, PackStateGen(generation, EntryState::kWriting),
+                  PackStateGen(generation, EntryState::kComplete));
+}
+
+bool ObjectIndex::Abort(uint64_t slot, uint64_t generation) const {
+  return CasState(slot, PackStateGen(generation, EntryState::kWriting),
+                  PackStateGen(generation, EntryState::kAborted));
+}
+
+void ObjectIndex::BeginWrite(IndexEntry& e) {
+  // Relaxed load: only this thread writes the version.
+  uint64_t v = e.version.load(std::memory_order_relaxed);
+  e.version.store(v | 1, std::memory_order_relaxed);
+  // Release fence: the odd version is ordered before every field store that
+  // follows, so a reader that sees one of them also sees the odd version.
+  std::atomic_thread_fence(std::memory_order_release);
+}
+
+void ObjectIndex::EndWrite(IndexEntry& e) {
+  uint64_t v = e.version.load(std::memory_order_relaxed);
+  PublishRange(&e, sizeof(e));
+  // Release: the field stores are visible before the even version.
+  e.version.store((v | 1) + 1, std::memory_order_release);
+  PublishRange(&e, sizeof(e));
+}
+
+Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
+  uint64_t home = HomeSlot(a.key_hash);
+  for (uint64_t i = 0; i < capacity_; ++i) {
+    uint64_t slot = (home + i) & (capacity_ - 1);
+    IndexEntry& e = entries_[slot];
+    EntryState st = StateOf(e.state_gen.load(std::memory_order_relaxed));
+    if (st != EntryState::kEmpty && st != EntryState::kTombstone) continue;
+    BeginWrite(e);
+    e.key_hash.store(a.key_hash, std::memory_order_relaxed);
+    e.object_offset.store(a.object_offset, std::memory_order_relaxed);
+    e.value_size.store(a.value_size, std::memory_order_relaxed);
+    e.lease_until_ns.store(0, std::memory_order_relaxed);
+    e.flags.store(a.flags, std::memory_order_relaxed);
+    e.owner_slot.store(a.owner_slot, std::memory_order_relaxed);
+    e.put_time_ns.store(a.put_time_ns, std::memory_order_relaxed);
+    e.state_gen.store(PackStateGen(a.generation, EntryState::kWriting), std::memory_order_relaxed);
+    EndWrite(e);
+    if (i > max_probe_) {
+      max_probe_ = i;
+      // Release: readers that load the larger bound also see the entry.
+      sb_->max_probe.store(i, std::memory_order_release);
+      PublishRange(&sb_->max_probe, sizeof(uint64_t));
+    }
+    return slot;
+  }
+  return ErrorCode::NO_AVAILABLE_HANDLE;
+}
+
+void ObjectIndex::Tombstone(uint64_t slot) {
+  IndexEntry& e = entries_[slot];
+  uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
+  BeginWrite(e);
+  e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
+  e.flags.store(0, std::memory_order_relaxed);
+  EndWrite(e);
+  // A run of tombstones that ends in EMPTY can become EMPTY: no key's probe
+  // sequence passes through it to a live entry (sequences have no EMPTY gap).
+  uint64_t next = (slot + 1) & (capacity_ - 1);
+  if (StateOf(entries_[next].state_gen.load(std::memory_order_relaxed)) != EntryState::kEmpty)
+    return;
+  for (uint64_t i = 0, s = slot; i < capacity_; ++i, s = (s - 1) & (capacity_ - 1)) {
+    IndexEntry& t = entries_[s];
+    uint64_t sg = t.state_gen.load(std::memory_order_relaxed);
+    if (StateOf(sg) != EntryState::kTombstone) break;
+    BeginWrite(t);
+    t.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
+    EndWrite(t);
+  }
+}
+
+void ObjectIndex::SetFlags(uint64_t slot, uint32_t flags) {
+  IndexEntry& e = entries_[slot];
+  BeginWrite(e);
+  e.flags.store(flags, std::memory_order_relaxed);
+  EndWrite(e);
+}
+
+void ObjectIndex::SetMaxProbe(uint64_t v) {
+  max_probe_ = std::min(v, capacity_ - 1);
+  // Release: as in Insert.
+  sb_->max_probe.store(max_probe_, std::memory_order_release);
+  PublishRange(&sb_->max_probe, sizeof(uint64_t));
+}
+
+bool ObjectIndex::RestoreMaxProbe() {
+  ObserveRange(&sb_->max_probe, sizeof(uint64_t));
+  // Relaxed: only the master writes it legitimately; compared with our copy.
+  if (sb_->max_probe.load(std::memory_order_relaxed) == max_probe_) return false;
+  SetMaxProbe(max_probe_);
+  return true;
+}
+
+void ObjectIndex::RepairVersion(uint64_t slot) {
+  IndexEntry& e = entries_[slot];
+  uint64_t v = e.version.load(std::memory_order_relaxed);
+  if (v & 1) e.version.store(v + 1, std::memory_order_release);
+}
+
+}  // namespace mcxl
