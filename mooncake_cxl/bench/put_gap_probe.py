@@ -1,17 +1,16 @@
-"""Put latency against the idle gap before it (issue 14): one client busy-waits
-`gap` µs, then puts (4 KiB and 1 MiB, each followed by an untimed remove, as the
-data bench does); 300 puts per gap, median and p99. A gap longer than the ring
+"""Put latency against the idle gap before it: one client busy-waits `gap` µs,
+then puts (4 KiB and 1 MiB, each followed by an untimed remove, as the data
+bench does); 300 puts per gap, median and p99. A gap longer than the ring
 thread's spin window makes the put pay a wake-up of the master's core.
 
-    cd /tmp && python /path/to/scripts/put_gap_probe.py [--pin] [--master-flag=--ring_max_spin_us=0]
+    cd /tmp && python -m mooncake_cxl.bench.put_gap_probe [--pin] [--master-flag=--ring_max_spin_us=0]
 """
 import argparse
 import os
 import time
 
-from mooncake_cxl.bench import common
-from mooncake_cxl.bench.data import _set_process_affinity
-from mooncake_cxl.launch import MasterProcess
+from ..launch import MasterProcess
+from . import common
 
 GAPS_US = (0, 20, 40, 60, 100, 300)
 
@@ -22,19 +21,20 @@ def spin(us):
         pass
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench.put_gap_probe",
+                                 description=__doc__.splitlines()[0])
     ap.add_argument("--pin", action="store_true", help="this process on the first CPU, the master on the last")
     ap.add_argument("--puts", type=int, default=300)
     ap.add_argument("--master-flag", action="append", default=[], help="extra master flag (repeatable)")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
     pc = time.perf_counter_ns
     with common.temp_pool("mcxl_gap_probe") as pool, \
             MasterProcess(pool, 512 << 20, format=True, extra_flags=["--prefault_pool"] + args.master_flag) as m:
         if args.pin:
             cpus = sorted(os.sched_getaffinity(0))
-            _set_process_affinity(m.proc.pid, {cpus[-1]})
+            common.set_process_affinity(m.proc.pid, {cpus[-1]})
             os.sched_setaffinity(0, {cpus[0]})
         s = common.connect(m.address)
         common.settle_placement(s)
