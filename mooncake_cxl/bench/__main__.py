@@ -99,6 +99,7 @@ def main(argv=None):
         if reference.loopback_only():
             reference.bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     pool_dir = common.default_pool_dir()
+    print(f"Machine: {common.machine()}\nPool: {report.pool_pages(pool_dir)}\n", flush=True)
     results, bodies = _run_sections(args, sections, pd_parts, pool_dir)
     from . import summary
     text = summary.markdown(results)

@@ -371,8 +371,7 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
 
 
 def markdown(result):
-    lines = [f"Machine: {result['machine']}", "",
-             f"Per call through the Python API; writer and reader in different processes; {result['rounds']} "
+    lines = [f"Per call through the Python API; writer and reader in different processes; {result['rounds']} "
              "round(s) per size, stores alternating. ours ÷ Mooncake below 1 means ours is faster. "
              "GB/s = bytes per call / median.", "",
              "| op | size | ours median µs | ours p99 µs | Mooncake median µs | Mooncake p99 µs | "
@@ -465,12 +464,13 @@ def main(out, quick=False, progress=True, reexec=True, argv=(), report_path=None
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
     paths = {ext: os.path.join(out, f"compare.{ext}") for ext in ("md", "json", "png")}
     table = markdown(result)
+    text = f"Machine: {result['machine']}\n\n{table}"
     with open(paths["md"], "w") as f:
-        f.write(table + "\n")
+        f.write(text + "\n")
     with open(paths["json"], "w") as f:
         json.dump(result, f, indent=1)
     chart(result, paths["png"])
-    print(table)
+    print(text)
     print()
     print(f"wrote {paths['md']}, {paths['json']}, {paths['png']} ({result['wall_seconds']} s)")
     if report_path:

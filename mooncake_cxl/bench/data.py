@@ -270,8 +270,7 @@ def _put_on_separate_cores(ctx, master, prefault):
 
 
 def markdown(result):
-    lines = [f"Machine: {result['machine']}", "",
-             "Latency per call through the Python API; writer and reader are separate processes. "
+    lines = ["Latency per call through the Python API; writer and reader are separate processes. "
              "Each row's memcpy is a plain single-thread memcpy of the same size from a /dev/shm "
              "mapping (the pool's medium), timed in the same process, interleaved with that row's "
              "calls so that both see the same drift; from 1 MiB up they alternate one by one and "

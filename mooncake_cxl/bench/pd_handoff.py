@@ -451,5 +451,4 @@ def markdown(res):
                          f"{a['bytes'] / 2**30 / a['load_s']:.2f} |")
     for n in res.get("notes", []):
         lines += ["", f"Note: {n}"]
-    lines += ["", f"Machine: {res['machine']}"]
     return "\n".join(lines)
