@@ -1,7 +1,7 @@
 """Run code written against Mooncake's import path on mooncake_cxl.
 
     from mooncake_cxl import compat
-    compat.install()                  # only if the real mooncake.store is absent
+    compat.install()                  # even where the real Mooncake wheel is installed
     from mooncake.store import MooncakeDistributedStore   # -> mooncake_cxl's
 
     python -m mooncake_cxl.compat run script.py [args...]  # always ours,
@@ -16,10 +16,11 @@ pure-Python modules that are only clients of `mooncake.store`
 test_put_get_tensor.py imports, dataproto_catalog, async_store) load from the
 wheel's files and so run on ours. Every other `mooncake.*` import (the
 transfer engine, native helpers) fails with ModuleNotFoundError rather than
-mixing the two implementations. When the real
-Mooncake wheel is importable, install() does nothing and returns False, unless
-`force=True` or the environment has MOONCAKE_CXL_AS_MOONCAKE=1. `run` always
-forces: asking for it is asking for ours.
+mixing the two implementations. An explicit install() is the caller asking
+for ours, so it installs the shim whether or not the real wheel is there (and
+forgets a real `mooncake` imported before); install(force=False) is the
+conditional form: it leaves a real wheel in charge unless the environment has
+MOONCAKE_CXL_AS_MOONCAKE=1 or MOONCAKE_CXL_COMPAT=1.
 
 The process-tree switch is MOONCAKE_CXL_COMPAT=1: the package installs
 site-packages/mooncake_cxl_compat.pth, whose one line checks that variable at
@@ -147,19 +148,21 @@ def installed():
     return _finder is not None
 
 
-def install(force=None):
-    """Make `import mooncake.store` give mooncake_cxl. Returns True if the shim
-    is in place afterwards, False if the real Mooncake was left in charge.
+def _env_asks_for_ours():
+    return any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes") for v in (ENV_VAR, SWITCH_VAR))
 
-    force=None reads MOONCAKE_CXL_AS_MOONCAKE and MOONCAKE_CXL_COMPAT
-    (1/true/yes forces)."""
+
+def install(force=True):
+    """Make `import mooncake.store` give mooncake_cxl, also where the real
+    Mooncake wheel is installed. Returns True: the shim is in place.
+
+    force=False (or None) is the conditional form: where the real wheel is
+    importable it is left in charge (returns False) unless
+    MOONCAKE_CXL_AS_MOONCAKE or MOONCAKE_CXL_COMPAT is 1/true/yes."""
     global _finder
-    if force is None:
-        force = any(os.environ.get(v, "").strip().lower() in ("1", "true", "yes")
-                    for v in (ENV_VAR, SWITCH_VAR))
     if _finder is not None:
         return True
-    if not force and real_mooncake_available():
+    if not force and not _env_asks_for_ours() and real_mooncake_available():
         return False
     # Forget a real mooncake imported earlier, so the next import finds ours.
     for name in [n for n in sys.modules if n == "mooncake" or n.startswith("mooncake.")]:
@@ -190,7 +193,8 @@ run    runs the script (or module) with `mooncake.store` resolving to mooncake_c
        even when the real Mooncake wheel is installed, in it and in every python
        process it starts (it sets MOONCAKE_CXL_COMPAT=1 for them).
 check  prints which implementation `import mooncake.store` gives in this environment
-       (with MOONCAKE_CXL_AS_MOONCAKE=1 honoured)."""
+       after a conditional install (install(force=False): the real wheel when it is
+       installed, unless MOONCAKE_CXL_AS_MOONCAKE=1 or MOONCAKE_CXL_COMPAT=1)."""
 
 
 def main(argv=None):
@@ -201,7 +205,7 @@ def main(argv=None):
         return 0 if argv else 2
     command, rest = argv[0], argv[1:]
     if command == "check":
-        ours = install()
+        ours = install(force=False)
         import mooncake.store
         where = "mooncake_cxl (shim)" if ours else getattr(mooncake.store, "__file__", "?")
         print(f"mooncake.store -> {where}")
@@ -209,7 +213,7 @@ def main(argv=None):
     if command != "run" or not rest:
         print(_USAGE, file=sys.stderr)
         return 2
-    install(force=True)
+    install()
     os.environ[SWITCH_VAR] = "1"  # children: mooncake_cxl_compat.pth reads it at start-up
     if rest[0] == "-m":
         if len(rest) < 2:

@@ -6,62 +6,27 @@ with no Python frame in between. Here in Python: setup() (its two call forms,
 seven positional arguments plus keywords or one dict with size strings, are
 easier to keep identical to Mooncake's in Python), the tensor family
 (tensor.py), replica descriptors (replica.py), put/get sessions (session.py),
-and the methods of Mooncake's store that mean nothing on a CXL pool
-(segments, tasks, ...), which return NOT_SUPPORTED (-1012) in the reference's
-return shape with one log line saying what to use instead.
+the dummy client (dummy.py), and the methods of Mooncake's store that mean
+nothing on a CXL pool (segments, tasks, ...), which return NOT_SUPPORTED
+(-1012) in the reference's return shape with one log line saying what to use
+instead.
 """
 import logging
 import os
 
 from . import _core
+from .dummy import DummyMethods
 from .errors import ErrorCode
 from .replica import ReplicaMethods
 from .session import SessionMethods
-from .standalone import DummyMethods
+from .setup_args import PROTOCOLS, env_int, valid_tenant, with_port
 from .sizes import parse_size
 from .tensor import TensorMethods
 
 log = logging.getLogger("mooncake_cxl")
 
-_PROTOCOLS = ("tcp", "rdma", "cxl", "")
 _REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
              "protocol", "rdma_devices", "master_server_addr")
-
-
-# Mooncake picks the port of a hostname given without one from this range
-# (its transfer engine's handshake ports: 12300 + rand() % 2000).
-_PORT_LOW, _PORT_SPAN = 12300, 2000
-
-
-def _with_port(hostname):
-    """host:port, as Mooncake reports it: a hostname given without a port gets
-    a port number of Mooncake's range (12300-14299) that is free on 127.0.0.1
-    a moment ago, so that clients of one host stay distinguishable. Nothing
-    listens on it here: the name is an identity only."""
-    if hostname.rsplit(":", 1)[-1].isdigit() and ":" in hostname:
-        return hostname
-    import random
-    import socket
-    for port in random.sample(range(_PORT_LOW, _PORT_LOW + _PORT_SPAN), 64):
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return f"{hostname}:{port}"
-    return f"{hostname}:{random.randrange(_PORT_LOW, _PORT_LOW + _PORT_SPAN)}"  # all busy: still a name
-
-
-def _valid_tenant(tenant_id):
-    """As tenant.h ValidTenantId: 1..128 bytes, no control character."""
-    raw = tenant_id.encode("utf-8", "surrogatepass")
-    return 0 < len(raw) <= 128 and not any(b < 0x20 or b == 0x7F for b in raw)
-
-
-def _env_int(name, default):
-    value = os.environ.get(name, "")
-    return int(value) if value.isdigit() else default
-
 
 _NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
 
@@ -144,29 +109,29 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         if transport not in ("ring", "tcp"):
             log.error("setup(): rpc_transport %r is neither 'ring' nor 'tcp'", transport)
             return int(ErrorCode.INVALID_PARAMS)
-        if protocol.lower() not in _PROTOCOLS:
+        if protocol.lower() not in PROTOCOLS:
             log.error("setup(): unsupported protocol %r (use 'cxl', 'tcp' or 'rdma': "
                       "all of them read and write the CXL pool directly)", protocol)
             return int(ErrorCode.INVALID_PARAMS)
         if tenant_id is None or tenant_id == "":
             tenant_id = "default"  # Mooncake's default tenant
-        if not isinstance(tenant_id, str) or not _valid_tenant(tenant_id):
+        if not isinstance(tenant_id, str) or not valid_tenant(tenant_id):
             log.error("setup(): tenant_id %r refused: 1..128 bytes of UTF-8 without control "
                       "characters", tenant_id)
             return int(ErrorCode.INVALID_PARAMS)
         if self.health_check() != 1:
             self.close()  # a second setup() replaces the first, as in Mooncake
-        local_hostname = _with_port(local_hostname)
+        local_hostname = with_port(local_hostname)
         cxl = protocol.lower() == "cxl"
         pool_path = os.environ.get("MC_CXL_DEV_PATH", "") if cxl else ""
-        pool_size = _env_int("MC_CXL_DEV_SIZE", 0) if cxl else 0
+        pool_size = env_int("MC_CXL_DEV_SIZE", 0) if cxl else 0
         if pool_hint and not pool_path:
             pool_path, pool_size = pool_hint
         return self._setup_core(
             local_hostname, master_server_addr, pool_path, pool_size,
-            _env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
-            _env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
-            _env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id,
+            env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
+            env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
+            env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id,
             # The SSD tier's directory as this host sees it (the reference's
             # variable); default: the master's --root_fs_dir.
             ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),

@@ -1,425 +1,38 @@
-"""Tensors in the store: Mooncake 0.3.13's tensor object format and the tensor
-methods of MooncakeDistributedStore (put_tensor, get_tensor, their batch, _into,
-_from, pub, upsert, _with_tp and _with_parallelism forms).
+"""The tensor methods of MooncakeDistributedStore (put_tensor, get_tensor,
+their batch, _into, _from, pub, upsert, _with_tp and _with_parallelism forms),
+mixed into the store as TensorMethods.
+
+Objects are in Mooncake 0.3.13's tensor format (tensor_codec), so a tensor put
+by either client reads back in the other; shards are stored under Mooncake's
+keys (tensor_parallelism). TP shards (`K_tp_R` for rank R) are split along
+`split_dim` into equal parts (an uneven split is refused, as in 0.3.13).
 
 torch is an optional dependency (`pip install .[torch]`); without it the
 tensor methods log why and return Mooncake's error shapes.
 
-The object format is Mooncake's (mooncake-integration store_py), byte for
-byte, so a tensor put by either client reads back in the other:
-
-    [TensorMetadata: 304 bytes, little-endian][tensor bytes, C order]
-    TensorObjectHeader (40 B): u32 magic 0x4d4f4f4e, u16 version 1,
-        u16 header_size 304, i32 dtype (TensorDtype below), i32 ndim (<= 8),
-        u32 layout_kind (0 full, 1 shard), u32 reserved, u64 data_offset,
-        u64 data_bytes
-    TensorLayoutMetadata (264 B): i64 global_shape[8], i64 local_shape[8]
-        (-1 past ndim), u32 axis_count (<= 4), u32 reserved, then 4 axes of
-        {i32 kind (DP 0, TP 1, EP 2, PP 3), i32 axis_index, i32 shard_rank,
-         i32 shard_count, i32 split_dim (-1: none), i32 expert/stage id,
-         i64 local extent along split_dim}
-
-Headers read back are validated before any tensor is built (the pool is
-memory every client can write): a bad one gives None and a log line.
-
-TP shards are stored as Mooncake does: key `K_tp_R` for rank R, split along
-`split_dim` into equal parts (an uneven split is refused, as in 0.3.13).
+The names of the format and of the parallelism specs are importable from
+here too (from mooncake_cxl.tensor import ParallelAxis, parse_meta, ...).
 """
 import ctypes
 import logging
-import struct
-import warnings
-
-import numpy as np
 
 from .errors import ErrorCode
+from .tensor_codec import (HEADER_SIZE, MANIFEST_SIZE, TP, TensorMeta, canonical_axes, check_tensor,
+                           dtype_tables, pack_manifest, pack_meta, parse_manifest, parse_meta, tensor_at,
+                           tensor_parts, torch_module)
+from .tensor_parallelism import (ParallelAxis, ReadTarget, TensorParallelism, parallelism_key, parse_axes,
+                                 with_tp_rank, writer_manifest_key, writer_shard_key)
+
+__all__ = ["TensorMethods", "ParallelAxis", "TensorParallelism", "ReadTarget", "TensorMeta", "HEADER_SIZE",
+           "pack_meta", "parse_meta", "tensor_parts", "tensor_at", "torch_module"]
 
 log = logging.getLogger("mooncake_cxl")
 
 INVALID = int(ErrorCode.INVALID_PARAMS)
 NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
 
-MAGIC = 0x4D4F4F4E
-VERSION = 1
-MAX_DIMS = 8
-MAX_AXES = 4
-LAYOUT_FULL, LAYOUT_SHARD = 0, 1
-_HEADER = struct.Struct("<IHHiiIIQQ")       # TensorObjectHeader, 40 bytes
-_SHAPES = struct.Struct("<8q8qII")          # global, local shape, axis_count, reserved
-_AXIS = struct.Struct("<iiiiiiq")           # LayoutAxis, 32 bytes
-HEADER_SIZE = _HEADER.size + _SHAPES.size + MAX_AXES * _AXIS.size
-assert HEADER_SIZE == 304
-_FIXED = struct.Struct("<IHHiiIIQQ8q8qII")   # header + shapes, read in one go
-_UNUSED = [(-1,) * (MAX_DIMS - n) for n in range(MAX_DIMS + 1)]
 
-# Mooncake's TensorDtype numbers, by torch attribute name.
-DTYPE_NAMES = ("float32", "float64", "int8", "uint8", "int16", "uint16", "int32", "uint32",
-               "int64", "uint64", "bool", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2")
-
-AXIS_KINDS = ("dp", "tp", "ep", "pp")       # LayoutAxisKind 0..3, and the canonical order
-DP, TP, EP, PP = range(4)
-
-# The writer-partition manifest (key `K__writer_manifest`): u32 magic, u16
-# version, u16 size, i32 dtype, ndim, split_dim, shard_count, reserved, pad,
-# then the global shape (i64[8]): 96 bytes.
-MANIFEST_MAGIC = 0x574D414E
-_MANIFEST = struct.Struct("<IHHiiiii4x8q")
-assert _MANIFEST.size == 96
-
-_torch = None
-_torch_missing_logged = False
-
-
-def torch_module():
-    """torch, or None (logged once) when it is not installed."""
-    global _torch, _torch_missing_logged
-    if _torch is None:
-        try:
-            import torch
-            _torch = torch
-        except ImportError:
-            if not _torch_missing_logged:
-                log.error("tensor methods need torch: pip install 'mooncake-cxl[torch]'")
-                _torch_missing_logged = True
-            return None
-    return _torch
-
-
-_tables = None
-
-
-def _dtype_tables(torch):
-    """({torch dtype: Mooncake code}, {code: torch dtype}), built once."""
-    global _tables
-    if _tables is None:
-        to_code, from_code = {}, {}
-        for code, name in enumerate(DTYPE_NAMES):
-            dt = getattr(torch, name, None)
-            if dt is not None:
-                to_code[dt] = code
-                from_code[code] = dt
-        _tables = (to_code, from_code)
-    return _tables
-
-
-# ---------------------------------------------------------------- the header
-
-class TensorMeta:
-    """A parsed, validated TensorMetadata."""
-    __slots__ = ("dtype", "ndim", "layout_kind", "data_offset", "data_bytes", "global_shape",
-                 "local_shape", "axes")
-
-    def axis(self, kind):
-        for a in self.axes:
-            if a[0] == kind:
-                return a
-        return None
-
-    @property
-    def is_shard(self):
-        return self.layout_kind == LAYOUT_SHARD
-
-    @property
-    def total(self):
-        return self.data_offset + self.data_bytes
-
-
-def pack_meta(dtype, global_shape, local_shape=None, data_bytes=0, layout_kind=LAYOUT_FULL, axes=()):
-    """TensorMetadata bytes. `axes`: (kind, rank, count, split_dim|-1, id, extent) tuples."""
-    local_shape = global_shape if local_shape is None else local_shape
-    ndim = len(global_shape)
-    pad = lambda s: list(s) + [-1] * (MAX_DIMS - len(s))  # noqa: E731
-    out = bytearray(HEADER_SIZE)
-    _HEADER.pack_into(out, 0, MAGIC, VERSION, HEADER_SIZE, dtype, ndim, layout_kind, 0,
-                      HEADER_SIZE, data_bytes)
-    _SHAPES.pack_into(out, _HEADER.size, *pad(global_shape), *pad(local_shape), len(axes), 0)
-    for i, (kind, rank, count, split_dim, ident, extent) in enumerate(axes):
-        _AXIS.pack_into(out, _HEADER.size + _SHAPES.size + i * _AXIS.size, kind, i, rank, count,
-                        split_dim, ident, extent)
-    return out
-
-
-def _itemsize(code):
-    return 2 if code in (4, 5, 11, 12) else 4 if code in (0, 6, 7) else 8 if code in (1, 8, 9) else 1
-
-
-# Valid headers already parsed, by (header bytes, object length): KV blocks
-# repeat a handful of shapes, and parsing is most of a small get_tensor's
-# Python time. The result depends only on the key, so a hit is the same
-# answer; TensorMeta objects are never modified after parse_meta.
-_META_CACHE = {}
-_META_CACHE_MAX = 1024
-
-
-def parse_meta(head, total_length):
-    """TensorMeta from the first bytes of an object of `total_length` bytes,
-    or (None, why). Checks what Mooncake's ValidateTensorMetadata checks, and
-    that data_bytes is exactly the local shape's bytes (so no tensor is ever
-    built over bytes it does not own)."""
-    if total_length < HEADER_SIZE or len(head) < HEADER_SIZE:
-        return None, f"{total_length} bytes is shorter than the {HEADER_SIZE}-byte tensor header"
-    ck = (head if type(head) is bytes and len(head) == HEADER_SIZE else bytes(head[:HEADER_SIZE]), total_length)
-    hit = _META_CACHE.get(ck)
-    if hit is not None:
-        return hit, ""
-    m, why = _parse_meta(ck[0], total_length)
-    if m is not None:
-        if len(_META_CACHE) >= _META_CACHE_MAX:
-            _META_CACHE.clear()
-        _META_CACHE[ck] = m
-    return m, why
-
-
-def _parse_meta(head, total_length):
-    f = _FIXED.unpack_from(head, 0)
-    magic, version, hsize, dtype, ndim, kind, _, off, nbytes = f[:9]
-    if magic != MAGIC or version != VERSION or hsize != HEADER_SIZE:
-        return None, "not a tensor object (magic, version or header size)"
-    if not 0 <= dtype < len(DTYPE_NAMES):
-        return None, f"unknown dtype code {dtype}"
-    if not 0 <= ndim <= MAX_DIMS or kind > LAYOUT_SHARD:
-        return None, f"bad ndim {ndim} or layout kind {kind}"
-    if not HEADER_SIZE <= off <= total_length or nbytes != total_length - off:
-        return None, f"data offset {off} / size {nbytes} do not match the object's {total_length} bytes"
-    gshape, lshape, naxes = f[9:9 + ndim], f[17:17 + ndim], f[25]
-    if naxes > MAX_AXES or min(gshape + lshape, default=0) < 0 or \
-            f[9 + ndim:17] != _UNUSED[ndim] or f[17 + ndim:25] != _UNUSED[ndim]:
-        return None, "bad shape or axis count"
-    axes = []
-    for i in range(naxes):
-        a = _AXIS.unpack_from(head, _HEADER.size + _SHAPES.size + i * _AXIS.size)
-        k, _, rank, count, split_dim, ident, extent = a
-        if not 0 <= k <= 4 or count <= 0 or not 0 <= rank < count or not -1 <= split_dim < ndim:
-            return None, f"bad layout axis {i}"
-        axes.append((k, rank, count, split_dim, ident, extent))
-    m = TensorMeta()
-    m.dtype, m.ndim, m.layout_kind, m.data_offset, m.data_bytes = dtype, ndim, kind, off, nbytes
-    m.global_shape, m.local_shape, m.axes = list(gshape), list(lshape), axes
-    numel = 1
-    for d in m.local_shape:
-        numel *= d
-    if numel * _itemsize(dtype) != nbytes:
-        return None, f"{nbytes} data bytes for shape {m.local_shape} of dtype {DTYPE_NAMES[dtype]}"
-    return m, ""
-
-
-def _axes_of(meta):
-    """The parallelism a shard's header records, canonical: [(kind, rank, size, split_dim|None, id|None)]."""
-    out = []
-    for kind, rank, count, split_dim, ident, _ in meta.axes:
-        out.append((kind, rank, count, split_dim if split_dim >= 0 else None,
-                    ident if kind in (EP, PP) else None))
-    return sorted(out)
-
-
-# ---------------------------------------------------------------- parallelism specs
-
-class ParallelAxis:
-    """One axis of a TensorParallelism (Mooncake's ParallelAxis): kind is
-    "tp", "dp", "ep" or "pp"; TP needs split_dim, EP expert_id, PP stage_id."""
-
-    def __init__(self, kind="", rank=0, size=1, split_dim=None, expert_id=None, stage_id=None):
-        self.kind, self.rank, self.size = kind, rank, size
-        self.split_dim, self.expert_id, self.stage_id = split_dim, expert_id, stage_id
-
-    def __repr__(self):
-        return (f"ParallelAxis(kind={self.kind!r}, rank={self.rank}, size={self.size}, "
-                f"split_dim={self.split_dim}, expert_id={self.expert_id}, stage_id={self.stage_id})")
-
-
-class TensorParallelism:
-    """Mooncake's TensorParallelism: a list of ParallelAxis."""
-
-    def __init__(self, axes=None):
-        self.axes = list(axes or [])
-
-    def __repr__(self):
-        return f"TensorParallelism(axes={self.axes!r})"
-
-
-class ReadTarget:
-    """Mooncake's ReadTarget: mode "as_stored" (default), "shard" or "full",
-    and an optional TensorParallelism."""
-
-    def __init__(self, mode="as_stored", parallelism=None):
-        self.mode = mode
-        self.parallelism = parallelism
-
-    @property
-    def mode(self):
-        return self._mode
-
-    @mode.setter
-    def mode(self, value):
-        v = str(value).lower()
-        if v not in ("as_stored", "shard", "full"):
-            raise RuntimeError("Unsupported ReadTarget mode")
-        self._mode = v
-
-    def __repr__(self):
-        return f"ReadTarget(mode={self.mode!r}, parallelism={self.parallelism!r})"
-
-
-def _parse_axes(parallelism, op):
-    """Validated axes [(kind, rank, size, split_dim, id)] of a TensorParallelism
-    (ours or the reference's: read by attribute), in the caller's order (the
-    order of a shard header's axes, as Mooncake writes them), or None (logged)."""
-    try:
-        raw = list(parallelism.axes)
-    except (AttributeError, TypeError):
-        log.error("%s: parallelism must be a TensorParallelism with .axes", op)
-        return None
-    if not raw or len(raw) > MAX_AXES:
-        log.error("%s: parallelism needs 1 to %d axes, has %d", op, MAX_AXES, len(raw))
-        return None
-    axes, seen = [], set()
-    for a in raw:
-        try:
-            kind = AXIS_KINDS.index(str(a.kind).lower())
-            rank, size = int(a.rank), int(a.size)
-            split_dim, eid, sid = a.split_dim, a.expert_id, a.stage_id
-        except (AttributeError, ValueError, TypeError):
-            log.error("%s: bad ParallelAxis %r (kind must be tp, dp, ep or pp)", op, a)
-            return None
-        why = None
-        if size <= 0 or not 0 <= rank < size:
-            why = f"rank {rank} / size {size}"
-        elif kind in seen:
-            why = "duplicate axis kinds"
-        elif kind == TP and split_dim is None:
-            why = "a TP axis needs split_dim"
-        elif kind != TP and split_dim is not None:
-            why = f"a {AXIS_KINDS[kind].upper()} axis takes no split_dim"
-        elif kind == EP and eid is None:
-            why = "an EP axis needs expert_id"
-        elif kind == PP and sid is None:
-            why = "a PP axis needs stage_id"
-        if why:
-            log.error("%s: invalid parallelism: %s", op, why)
-            return None
-        seen.add(kind)
-        axes.append((kind, rank, size, None if split_dim is None else int(split_dim),
-                     int(eid) if kind == EP else int(sid) if kind == PP else None))
-    return axes
-
-
-def parallelism_key(base, axes):
-    """Mooncake's key of one shard: K_tp_R for a single TP axis, else
-    K__tp_0of2_sd1__ep_... in canonical axis order."""
-    if len(axes) == 1 and axes[0][0] == TP:
-        return f"{base}_tp_{axes[0][1]}"
-    key = base
-    for kind, rank, size, split_dim, ident in sorted(axes):
-        key += f"__{AXIS_KINDS[kind]}_{rank}of{size}"
-        if split_dim is not None:
-            key += f"_sd{split_dim}"
-        if kind == EP:
-            key += f"_eid{ident}"
-        if kind == PP:
-            key += f"_sid{ident}"
-    return key
-
-
-def writer_shard_key(base, rank, size, split_dim):
-    return f"{base}__writer_{rank}of{size}_sd{split_dim}"
-
-
-def writer_manifest_key(base):
-    return f"{base}__writer_manifest"
-
-
-def _with_tp_rank(axes, rank):
-    return [(k, rank if k == TP else r, s, d, i) for k, r, s, d, i in axes]
-
-
-# ---------------------------------------------------------------- tensors <-> bytes
-
-class _Parts:
-    """A tensor ready to be stored: its header and its bytes, kept alive."""
-    __slots__ = ("meta", "data_ptr", "nbytes", "_keep")
-
-    def __init__(self, meta, data_ptr, nbytes, keep):
-        self.meta, self.data_ptr, self.nbytes, self._keep = meta, data_ptr, nbytes, keep
-
-    def buffers(self):
-        """(pointers, sizes) for the multi-buffer put paths."""
-        ptrs, sizes = [ctypes.addressof(ctypes.c_char.from_buffer(self.meta))], [HEADER_SIZE]
-        if self.nbytes:
-            ptrs.append(self.data_ptr)
-            sizes.append(self.nbytes)
-        return ptrs, sizes
-
-
-def _check_tensor(torch, tensor, op, key):
-    if torch is None:
-        return None
-    if not isinstance(tensor, torch.Tensor):
-        log.error("%s(%r): not a torch tensor but %s", op, key, type(tensor).__name__)
-        return None
-    if tensor.device.type != "cpu":
-        log.error("%s(%r): tensor is on %s; this build stores CPU tensors (use .cpu())", op, key,
-                  tensor.device)
-        return None
-    if tensor.dim() > MAX_DIMS:
-        log.error("%s(%r): tensor has %d dimensions, at most %d are supported", op, key,
-                  tensor.dim(), MAX_DIMS)
-        return None
-    if tensor.dtype not in _dtype_tables(torch)[0]:
-        log.error("%s(%r): unsupported tensor dtype %s", op, key, tensor.dtype)
-        return None
-    return tensor
-
-
-def tensor_parts(tensor, op="put_tensor", key="", full_shape=None, axes=()):
-    """_Parts of a CPU tensor (a shard when `axes` is given), or None (logged)."""
-    torch = torch_module()
-    t = _check_tensor(torch, tensor, op, key)
-    if t is None:
-        return None
-    c = t.detach().contiguous()  # no copy when it already is
-    nbytes = c.numel() * c.element_size()
-    code = _dtype_tables(torch)[0][t.dtype]
-    shape = list(t.shape)
-    if axes:
-        meta = pack_meta(code, list(full_shape), shape, nbytes, LAYOUT_SHARD, axes)
-    else:
-        meta = pack_meta(code, shape, shape, nbytes)
-    return _Parts(meta, c.data_ptr(), nbytes, c)
-
-
-def tensor_at(ptr, length, op, key, copy=True, owner=None):
-    """The tensor stored in the `length` bytes at `ptr`, or None (logged).
-    copy=True: a new tensor of its own (one copy). copy=False: a tensor viewing
-    that memory, kept alive through `owner` (a buffer object over it: a
-    BufferHandle, or caller memory)."""
-    torch = torch_module()
-    if torch is None:
-        return None
-    if length < HEADER_SIZE:
-        log.error("%s(%r): %d bytes cannot hold a tensor object", op, key, length)
-        return None
-    meta, why = parse_meta(ctypes.string_at(ptr, HEADER_SIZE), length)
-    if meta is None:
-        log.error("%s(%r): invalid tensor object: %s", op, key, why)
-        return None
-    dtype = _dtype_tables(torch)[1].get(meta.dtype)
-    if dtype is None:
-        log.error("%s(%r): dtype %s is not in this torch", op, key, DTYPE_NAMES[meta.dtype])
-        return None
-    if copy or not meta.data_bytes:
-        out = torch.empty(meta.local_shape, dtype=dtype)
-        if meta.data_bytes:
-            ctypes.memmove(out.data_ptr(), ptr + meta.data_offset, meta.data_bytes)
-        return out
-    numel = meta.data_bytes // _itemsize(meta.dtype)
-    if isinstance(owner, ctypes.Array):  # caller memory: writable
-        flat = torch.frombuffer(owner, dtype=dtype, count=numel, offset=meta.data_offset)
-    else:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # a read-only BufferHandle: torch warns; documented
-            flat = torch.frombuffer(owner, dtype=dtype, count=numel, offset=meta.data_offset)
-    return flat.reshape(meta.local_shape)
-
+# ---------------------------------------------------------------- caller memory and arguments
 
 def _memory_at(ptr, size):
     return (ctypes.c_uint8 * size).from_address(ptr)
@@ -486,7 +99,7 @@ class TensorMethods:
     # -- writes --
 
     def _write_parts(self, keys, parts, config, upsert):
-        """Stores prepared _Parts (None entries are -600): one master round trip."""
+        """Stores prepared TensorParts (None entries are -600): one master round trip."""
         from ._core import ReplicateConfig
         config = ReplicateConfig() if config is None else config
         out = [INVALID] * len(keys)
@@ -515,7 +128,7 @@ class TensorMethods:
         out = [INVALID] * len(keys)
         torch = torch_module()
         for i, (key, t) in enumerate(zip(keys, tensors)):
-            t = _check_tensor(torch, t, op, key)
+            t = check_tensor(torch, t, op, key)
             shards = _shards(t, tp_size, split_dim, op, key)
             if shards is None:
                 continue
@@ -783,10 +396,10 @@ class TensorMethods:
             if config is not None and not _valid_config(config, op):
                 return INVALID
             return self._put_tensors([key], [tensor], config, upsert, op)[0]
-        axes = _parse_axes(parallelism, op)
+        axes = parse_axes(parallelism, op)
         if axes is None:
             return INVALID
-        t = _check_tensor(torch_module(), tensor, op, key)
+        t = check_tensor(torch_module(), tensor, op, key)
         if t is None:
             return INVALID
         tp = next((a for a in axes if a[0] == TP), None)
@@ -807,7 +420,7 @@ class TensorMethods:
             return self._write_parts([skey], [parts], config, upsert)[0]
 
         def axes_of(base, rank, shard):
-            mine = _with_tp_rank(axes, rank)
+            mine = with_tp_rank(axes, rank)
             return header(mine, shard.shape), parallelism_key(base, mine)
         if from_buffer:  # every TP rank's shard
             return self._put_tp([key], [t], config, tp[2], tp[3], upsert, op, axes_of)[0]
@@ -825,7 +438,7 @@ class TensorMethods:
             log.error("%s: writer_partition must provide rank, size and split_dim", op)
             return INVALID
         torch = torch_module()
-        t = _check_tensor(torch, tensor, op, key)
+        t = check_tensor(torch, tensor, op, key)
         if t is None:
             return INVALID
         if size <= 0 or not 0 <= rank < size or not 0 <= split_dim < t.dim():
@@ -844,9 +457,7 @@ class TensorMethods:
         rc = self._write_parts([skey], [tensor_parts(shard, op, skey, t.shape, axes)], config, upsert)[0]
         if rc != 0:
             return rc
-        shape = list(t.shape) + [-1] * (MAX_DIMS - t.dim())
-        manifest = _MANIFEST.pack(MANIFEST_MAGIC, 1, _MANIFEST.size, _dtype_tables(torch)[0][t.dtype],
-                                  t.dim(), split_dim, size, 0, *shape)
+        manifest = pack_manifest(dtype_tables(torch)[0][t.dtype], t.shape, split_dim, size)
         from ._core import ReplicateConfig
         write = self.upsert if upsert else self.put
         return write(writer_manifest_key(key), manifest, ReplicateConfig() if config is None else config)
@@ -959,7 +570,7 @@ class TensorMethods:
             return ("as_stored", key, None)
         if mode == "full" and par is None:
             return ("writer_full", key, None)
-        axes = _parse_axes(par, op)
+        axes = parse_axes(par, op)
         if axes is None:
             return None
         if mode == "full":
@@ -969,13 +580,13 @@ class TensorMethods:
             return ("full", key, axes)
         read_key = parallelism_key(key, axes)
         meta = self._meta_of(read_key)
-        if meta is not None and meta.is_shard and _axes_of(meta) == sorted(axes):
+        if meta is not None and meta.is_shard and canonical_axes(meta) == sorted(axes):
             return ("shard", read_key, axes)
         if len(axes) == 1 and axes[0][0] == TP:  # a writer partition with the same split
             _, rank, size, split_dim, _ = axes[0]
             wkey = writer_shard_key(key, rank, size, split_dim or 0)
             meta = self._meta_of(wkey)
-            if meta is not None and meta.is_shard and _axes_of(meta) == sorted(axes):
+            if meta is not None and meta.is_shard and canonical_axes(meta) == sorted(axes):
                 return ("shard", wkey, axes)
         log.error("%s: parallelism metadata mismatch for key %r", op, key)
         return None
@@ -987,20 +598,18 @@ class TensorMethods:
             return None
         if how == "writer_full":
             raw = self.get(writer_manifest_key(key))
-            if len(raw) != _MANIFEST.size:
+            if len(raw) != MANIFEST_SIZE:
                 return self.get_tensor(key)
-            f = _MANIFEST.unpack(raw)
-            magic, version, hsize, dtype, ndim, split_dim, count = f[:7]
-            if magic != MANIFEST_MAGIC or version != 1 or hsize != _MANIFEST.size or \
-                    not 0 <= split_dim < ndim <= MAX_DIMS or count <= 0 or count > 1 << 16:
+            manifest = parse_manifest(raw)
+            if manifest is None:
                 log.error("%s: invalid writer manifest for %r", op, key)
                 return None
+            _, shape, split_dim, count = manifest
             keys = [writer_shard_key(key, r, count, split_dim) for r in range(count)]
-            shape = list(f[8:8 + ndim])
         else:
             tp = next(a for a in axes if a[0] == TP)
             count, split_dim = tp[2], tp[3]
-            keys = [parallelism_key(key, _with_tp_rank(axes, r)) for r in range(count)]
+            keys = [parallelism_key(key, with_tp_rank(axes, r)) for r in range(count)]
             shape = None
         shards = []
         for r, k in enumerate(keys):

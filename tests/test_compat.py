@@ -107,40 +107,69 @@ def test_install_when_the_real_package_is_hidden(tmp_path):
                      "other submodule refused", "install again True", "after uninstall: hidden"]
 
 
-def test_install_leaves_a_real_package_alone_unless_forced(tmp_path):
+def test_install_takes_over_from_a_real_package(tmp_path):
+    """An explicit install() asks for ours: it installs the shim even where the
+    real wheel is installed (and forgets a real mooncake imported before)."""
     code = textwrap.dedent("""\
         from mooncake_cxl import compat
         real = compat.real_mooncake_available()
         print("real", real)
+        if real:
+            import mooncake.store
+            print("real imported", not getattr(mooncake.store, "__mooncake_cxl_shim__", False))
         print("install", compat.install())
+        import mooncake.store, mooncake_cxl
+        print("ours", mooncake.store.MooncakeDistributedStore is mooncake_cxl.MooncakeDistributedStore)
+        print("installed", compat.installed())
+        """)
+    lines = [line for line in _python(code, tmp_path) if line]
+    if lines[0] == "real True":
+        assert lines[1:] == ["real imported True", "install True", "ours True", "installed True"]
+    else:
+        assert lines == ["real False", "install True", "ours True", "installed True"]
+
+
+def test_conditional_install_leaves_a_real_package_alone(tmp_path):
+    """install(force=False): the real wheel, when importable, stays in charge."""
+    code = textwrap.dedent("""\
+        from mooncake_cxl import compat
+        print("real", compat.real_mooncake_available())
+        print("install", compat.install(force=False))
         import mooncake.store
         print("ours", getattr(mooncake.store, "__mooncake_cxl_shim__", False))
-        print("forced", compat.install(force=True))
+        print("explicit", compat.install())
         import mooncake.store
         import mooncake_cxl
         print("ours now", mooncake.store.MooncakeDistributedStore is mooncake_cxl.MooncakeDistributedStore)
         """)
     lines = [line for line in _python(code, tmp_path) if line]
-    if lines[0] == "real True":  # the reference wheel is installed: it wins unless forced
-        assert lines[1:] == ["install False", "ours False", "forced True", "ours now True"]
+    if lines[0] == "real True":  # the reference wheel is installed: it wins the conditional install
+        assert lines[1:] == ["install False", "ours False", "explicit True", "ours now True"]
     else:
-        assert lines == ["real False", "install True", "ours True", "forced True", "ours now True"]
+        assert lines == ["real False", "install True", "ours True", "explicit True", "ours now True"]
 
 
-def test_environment_variable_forces_the_shim(tmp_path):
+def test_environment_variable_makes_the_conditional_install_ours(tmp_path):
     code = textwrap.dedent("""\
         from mooncake_cxl import compat
-        print("install", compat.install())
+        print("install", compat.install(force=False))
         import mooncake.store, mooncake_cxl
         print("ours", mooncake.store.MooncakeDistributedStore is mooncake_cxl.MooncakeDistributedStore)
         """)
-    lines = [line for line in _python(code, tmp_path, env={"MOONCAKE_CXL_AS_MOONCAKE": "1"}) if line]
-    assert lines == ["install True", "ours True"]
+    for var in ("MOONCAKE_CXL_AS_MOONCAKE", "MOONCAKE_CXL_COMPAT"):
+        lines = [line for line in _python(code, tmp_path, env={var: "1"}) if line]
+        assert lines == ["install True", "ours True"], var
 
 
 def test_check_and_usage(tmp_path):
     lines = _python(["-m", "mooncake_cxl.compat", "check"], tmp_path, env={"MOONCAKE_CXL_AS_MOONCAKE": "1"})
     assert lines[0] == "mooncake.store -> mooncake_cxl (shim)"
+    real = _python("from mooncake_cxl import compat; print(compat.real_mooncake_available())", tmp_path)[0]
+    lines = _python(["-m", "mooncake_cxl.compat", "check"], tmp_path)
+    if real == "True":  # check reports the conditional install: the wheel
+        assert lines[0].startswith("mooncake.store -> ") and "shim" not in lines[0], lines
+    else:
+        assert lines[0] == "mooncake.store -> mooncake_cxl (shim)"
     out = subprocess.run([sys.executable, "-m", "mooncake_cxl.compat", "bogus"], cwd=str(tmp_path),
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 2 and "usage:" in out.stderr

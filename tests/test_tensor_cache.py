@@ -1,11 +1,11 @@
-"""The parsed-header cache of mooncake_cxl.tensor (parse_meta): a hit is the
+"""The parsed-header cache of mooncake_cxl.tensor_codec (parse_meta): a hit is the
 answer a full parse gives for the same header bytes and object length, and
 anything else (another length, one byte changed) is parsed and checked again."""
 import pytest
 
 torch = pytest.importorskip("torch")
 
-from mooncake_cxl import tensor as T  # noqa: E402
+from mooncake_cxl import tensor_codec as T  # noqa: E402
 
 
 def _object(t):

@@ -9,31 +9,39 @@ same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.p
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
 (pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
 itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
+
+--report [PATH] rewrites the sections that ran in the performance document
+(default docs/performance.md of the source checkout, see report.py); without
+it nothing is written into the source tree.
 """
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
 
-from . import common
+from .. import extras
+from . import common, reference, report
 
+PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
 SECTIONS = ("data", "control", "eviction", "tiering", "pd")
 DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
-PD_PARTS = (("pd_handoff", "hand-off"), ("pd_ttft", "TTFT in vLLM"))
+PD_PARTS = ("pd_handoff", "pd_ttft")
+NEEDS_NUMPY = ("data", "tiering", "pd")
 
 
-def main(argv=None):
-    argv = list(sys.argv[1:] if argv is None else argv)
-    ap = argparse.ArgumentParser(prog="python -m mooncake_cxl.bench", description=__doc__,
+def _parser():
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
     ap.add_argument("--no-prefault", action="store_true",
                     help="data/eviction: let pool pages fault in on first touch (default: master "
                          "--prefault_pool and clients MC_CXL_PREFAULT=1)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    ap.add_argument("--report", nargs="?", const="", metavar="PATH",
+                    help="rewrite this run's sections of the performance document at PATH (default: "
+                         "docs/performance.md of the source checkout, else one under "
+                         "~/.cache/mooncake_cxl/bench); its other sections stay as they are")
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object), "
@@ -44,64 +52,108 @@ def main(argv=None):
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
     ap.add_argument("--pd-tokens", metavar="N,N,...",
-                    help="with --only pd: TTFT prompt lengths (default 2048,8192; 30720 is the issue's 30k "
+                    help="with --only pd: TTFT prompt lengths (default 2048,8192; 30720 adds the 30k-token "
                          "row: one 30k prefill takes ~5 min on 2 cores and the part runs four)")
     ap.add_argument("--pd-rows", metavar="ROW,...",
                     help="with --only pd: TTFT rows (default all: recompute, vllm-on-ours, ours, "
                          "vllm-on-mooncake)")
     ap.add_argument("--pd-no-parallel", action="store_true", help="with --only pd: skip the parallel-load pair")
     ap.add_argument("--compare", choices=["mooncake"],
-                    help="run the same workloads on Mooncake's own store too (needs the oracle extra)")
-    ap.add_argument("--out", default="bench_out", metavar="DIR",
-                    help="with --compare: where compare.{md,json,png} go (default: ./bench_out)")
+                    help="run the same workloads on Mooncake's own store too (needs the oracle and "
+                         "compare extras)")
+    ap.add_argument("--out", metavar="DIR",
+                    help="with --compare: where compare.{md,json,png} go (default: ~/.cache/mooncake_cxl/bench)")
     ap.add_argument("--no-progress", action="store_true", help="with --compare: no progress bar")
     ap.add_argument("--no-reexec", action="store_true",
                     help="with --compare: fail instead of re-running under `unshare -n` when not in a "
                          "loopback-only network namespace")
+    return ap
+
+
+def main(argv=None):
+    argv = list(sys.argv[1:] if argv is None else argv)
+    ap = _parser()
     args = ap.parse_args(argv)
-    if args.compare:
-        from . import compare
-        return compare.main(out=args.out, quick=args.quick, progress=not args.no_progress,
-                            reexec=not args.no_reexec, argv=argv)
     sections = [x for x in args.only.split(",") if x]
     unknown = set(sections) - set(SECTIONS)
-    if unknown:
+    if unknown and not args.compare:
         ap.error(f"unknown section(s): {', '.join(sorted(unknown))}")
-    if "pd" in sections:
+    pd_parts = [p for p in PD_PARTS if p[3:] in {x.strip() for x in args.pd_parts.split(",")}]
+    try:
+        _require_extras(args, sections, pd_parts)
+    except extras.MissingExtra as e:
+        print(f"{PROG}: {e}", file=sys.stderr)
+        return extras.EXIT_MISSING
+    report_path = None
+    if args.report is not None:
+        report_path = os.path.abspath(args.report or report.default_report_path())
+    if args.compare:
         from . import compare
-        if not compare.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" and shutil.which("unshare") \
-                and subprocess.run(["unshare", "-n", "true"], capture_output=True).returncode == 0:
-            env = dict(os.environ, **{_PD_NETNS_ENV: "1"})
-            return subprocess.call(["unshare", "-n", "--", sys.executable, "-m", "mooncake_cxl.bench", *argv],
-                                   env=env)
-        if compare.loopback_only():
-            compare._bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
+        out = args.out or report.output_dir()
+        return compare.main(out=out, quick=args.quick, progress=not args.no_progress,
+                            reexec=not args.no_reexec, argv=argv, report_path=report_path)
+    if "pd" in sections:
+        if not reference.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" \
+                and reference.netns_unavailable() is None:
+            return reference.rerun_in_netns(argv, _PD_NETNS_ENV)
+        if reference.loopback_only():
+            reference.bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     pool_dir = common.default_pool_dir()
-    results = {}
+    print(f"Machine: {common.machine()}\nPool: {report.pool_pages(pool_dir)}\n", flush=True)
+    results, bodies = _run_sections(args, sections, pd_parts, pool_dir)
+    from . import summary
+    text = summary.markdown(results)
+    if text:
+        _show(bodies, "summary", text)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(results, f, indent=1)
+        print(f"wrote {args.json}")
+    if report_path:
+        report.update(report_path, bodies, report.run_context(argv, pool_dir))
+        print(f"wrote the {', '.join(bodies)} section(s) of {report_path}")
+    return 0
+
+
+def _require_extras(args, sections, pd_parts):
+    """Raises MissingExtra, before anything runs, when this run needs an extra that is missing."""
+    if args.compare:
+        from . import compare
+        compare.require_extras(progress=not args.no_progress)
+        return
+    for name in sections:
+        if name in NEEDS_NUMPY:
+            extras.require(f"--only {name}", "bench")
+    if "pd" in sections and "pd_ttft" in pd_parts:
+        from . import pd_ttft
+        pd_ttft.require_vllm(pd_ttft.vllm_python())
+
+
+def _show(bodies, key, text):
+    bodies[key] = text
+    print(f"## {report.TITLES[key]}\n\n{text}\n", flush=True)
+
+
+def _run_sections(args, sections, pd_parts, pool_dir):
+    """Runs the sections asked for, in this order, printing each; (results, {key: markdown})."""
+    results, bodies = {}, {}
+    prefault = not args.no_prefault
     if "data" in sections:
         from . import data
-        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
-        print("## Data path\n\n" + data.markdown(results["data"]) + "\n", flush=True)
+        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
+        _show(bodies, "data", data.markdown(results["data"]))
     if "control" in sections:
         from . import control
         results["control"] = control.run(quick=args.quick, pool_dir=pool_dir)
-        print("## Control path: CXL RPC rings vs TCP\n\n" + control.markdown(results["control"]) + "\n",
-              flush=True)
+        _show(bodies, "control", control.markdown(results["control"]))
     if "eviction" in sections:
         from . import eviction
-        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=not args.no_prefault)
-        print("## Eviction and master memory\n\n" + eviction.markdown(results["eviction"]) + "\n",
-              flush=True)
+        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
+        _show(bodies, "eviction", eviction.markdown(results["eviction"]))
     if "pd" in sections:
         import importlib
-        import importlib.util
         results["pd"] = {}
-        wanted = {"pd_" + x.strip() for x in args.pd_parts.split(",") if x.strip()}
-        for name, title in PD_PARTS:
-            if name not in wanted:
-                continue
-            if importlib.util.find_spec(f"{__package__}.{name}") is None:
-                continue
+        for name in pd_parts:
             mod = importlib.import_module(f".{name}", __package__)
             kw = {}
             if name == "pd_ttft":
@@ -112,19 +164,12 @@ def main(argv=None):
                 if args.pd_no_parallel:
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
-            print(f"## Prefill/decode: {title}\n\n" + mod.markdown(results["pd"][name]) + "\n", flush=True)
+            _show(bodies, name, mod.markdown(results["pd"][name]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)
-        print("## SSD tier\n\n" + tiering.markdown(results["tiering"]) + "\n", flush=True)
-    from . import summary
-    text = summary.markdown(results)
-    if text:
-        print("## Issue 14's figures, each beside its same-run baseline\n\n" + text + "\n", flush=True)
-    if args.json:
-        with open(args.json, "w") as f:
-            json.dump(results, f, indent=1)
-    return 0
+        _show(bodies, "tiering", tiering.markdown(results["tiering"]))
+    return results, bodies
 
 
 if __name__ == "__main__":

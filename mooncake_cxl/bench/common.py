@@ -1,5 +1,6 @@
 """What every benchmark section shares: sizes, the values written, one
-client's setup, percentiles, the machine line, and a throw-away pool file.
+client's setup, percentiles, the machine line, CPU placement, and a
+throw-away pool file.
 
 Depends on nothing else in mooncake_cxl.bench (the sections import it, never
 the other way round).
@@ -44,15 +45,22 @@ def connect(address):
 
 
 def machine():
-    model = "unknown CPU"
+    """The machine line: lscpu's model name, cores, memory, kernel, Python."""
+    model = None
     try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
-    except OSError:
+        out = subprocess.run(["lscpu"], capture_output=True, text=True, timeout=10).stdout
+        model = next((line.split(":", 1)[1].strip() for line in out.splitlines()
+                      if line.startswith("Model name:")), None)
+    except (OSError, subprocess.SubprocessError):
         pass
-    return f"{model}, {os.cpu_count()} cores, Linux {platform.release()}, Python {platform.python_version()}"
+    try:
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        memory = f", {kib / (1 << 20):.1f} GiB memory"
+    except (OSError, StopIteration, ValueError):
+        memory = ""
+    return (f"{model or 'unknown CPU'}, {os.cpu_count()} cores{memory}, Linux {platform.release()}, "
+            f"Python {platform.python_version()}")
 
 
 def default_pool_dir():
@@ -69,6 +77,15 @@ def cpu_seconds(pid):
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def set_process_affinity(pid, cpus):
+    """Every thread of `pid` on `cpus` (sched_setaffinity(pid) alone moves its main thread)."""
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            os.sched_setaffinity(int(tid), cpus)
+        except OSError:
+            pass  # the thread exited meanwhile
 
 
 def settle_placement(store, seconds=0.3):

@@ -1,4 +1,4 @@
-"""Against Mooncake: python -m mooncake_cxl.bench --compare mooncake [--quick] [--out DIR]
+"""Against Mooncake: python -m mooncake_cxl.bench --compare mooncake [--quick] [--out DIR] [--report [PATH]]
 [--no-progress] [--no-reexec].
 
 The same workloads run against both stores in one run:
@@ -25,7 +25,8 @@ over TCP on loopback (protocol "tcp", P2PHANDSHAKE), as two hosts would.
 Latency is per call through the Python API (perf_counter_ns), median and p99;
 throughput is value bytes / median latency. The output is a markdown table
 (ours ÷ Mooncake: below 1 means ours is faster), a JSON file and a PNG chart,
-in --out (default ./bench_out).
+in --out (default ~/.cache/mooncake_cxl/bench), and with --report the table
+in the performance document (report.py).
 
 Network: Mooncake's client listens on 0.0.0.0 whatever it is told, so this
 benchmark runs inside a private network namespace with only loopback. When it
@@ -37,16 +38,13 @@ import importlib.util
 import json
 import multiprocessing as mp
 import os
-import shutil
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
 
-from . import common
+from .. import extras
+from . import common, reference, report
 from .common import KIB, MIB
 
 SIZES = [4 * KIB, 64 * KIB, 1 * MIB, 16 * MIB]
@@ -79,103 +77,6 @@ def batch_size(size):
 
 def read_set_len(size):
     return max(batch_size(size), min(64, READ_SET_BYTES // size))
-
-
-# ---------------------------------------------------------------- network namespace
-
-def loopback_only():
-    try:
-        return [name for _, name in socket.if_nameindex()] == ["lo"]
-    except OSError:
-        return False
-
-
-def _bring_loopback_up():
-    """`ip link set lo up`, without needing iproute2."""
-    import fcntl
-    import struct
-    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        req = struct.pack("16sh", b"lo", 0)
-        flags = struct.unpack("16sh", fcntl.ioctl(s.fileno(), siocgifflags, req)[:18])[1]
-        if not flags & iff_up:
-            fcntl.ioctl(s.fileno(), siocsifflags, struct.pack("16sh", b"lo", flags | iff_up))
-
-
-def _reexec_in_netns(argv):
-    """Runs `python -m mooncake_cxl.bench <argv>` again under `unshare -n`."""
-    unshare = shutil.which("unshare")
-    if unshare is None:
-        sys.exit(f"{_PROG}: Mooncake's client binds 0.0.0.0, so it must run in a private network "
-                 "namespace, and `unshare` (util-linux) is not installed")
-    env = dict(os.environ, **{_NETNS_ENV: "1"})
-    cmd = [unshare, "-n", "--", sys.executable, "-m", "mooncake_cxl.bench", *argv]
-    proc = subprocess.Popen(cmd, env=env)
-    try:
-        return proc.wait()
-    except KeyboardInterrupt:
-        proc.send_signal(signal.SIGINT)
-        return proc.wait()
-
-
-# ---------------------------------------------------------------- the reference master
-
-def reference_master_binary():
-    import importlib.util
-    try:
-        spec = importlib.util.find_spec("mooncake")
-    except ImportError:
-        return None
-    for loc in (spec.submodule_search_locations or []) if spec else []:
-        path = os.path.join(loc, "mooncake_master")
-        if os.access(path, os.X_OK):
-            return path
-    return None
-
-
-def _die_with_parent():
-    """preexec_fn: SIGTERM the master if this process dies first."""
-    import ctypes
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
-
-
-class ReferenceMaster:
-    """Mooncake's mooncake_master on 127.0.0.1 (free RPC and metrics ports)."""
-
-    def __init__(self, log_path):
-        self.log_path = log_path
-        self.proc = None
-        self.port = None
-
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
-    def __enter__(self):
-        binary = reference_master_binary()
-        if binary is None:
-            raise RuntimeError("the reference wheel's mooncake_master was not found")
-        self.port = common.free_port()
-        self._log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [binary, "--rpc_address=127.0.0.1", f"--rpc_port={self.port}", "--metrics_host=127.0.0.1",
-             f"--metrics_port={common.free_port()}", "--logtostderr"],
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return self
-            except OSError:
-                time.sleep(0.05)
-        self.__exit__()
-        raise RuntimeError(f"mooncake_master did not start; see {self.log_path}")
-
-    def __exit__(self, *exc):
-        if self.proc and self.proc.poll() is None:
-            self.proc.terminate()
-            common.wait_or_kill(self.proc, 10)
-        self._log.close()
 
 
 # ---------------------------------------------------------------- workers
@@ -443,7 +344,7 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
     with common.temp_pool("mcxl_compare", pool_dir) as pool, \
             MasterProcess(pool, pool_size, format=True, extra_flags=["--prefault_pool"],
                           log_path=os.path.join(log_dir, "ours_master.log")) as ours, \
-            ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as theirs:
+            reference.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as theirs:
         addresses = {"mooncake_cxl": ours.address, "mooncake": theirs.address}
         _measure(ctx, addresses, plan, rounds, samples, progress, log_dir)
     rows = []
@@ -470,8 +371,7 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
 
 
 def markdown(result):
-    lines = [f"Machine: {result['machine']}", "",
-             f"Per call through the Python API; writer and reader in different processes; {result['rounds']} "
+    lines = [f"Per call through the Python API; writer and reader in different processes; {result['rounds']} "
              "round(s) per size, stores alternating. ours ÷ Mooncake below 1 means ours is faster. "
              "GB/s = bytes per call / median.", "",
              "| op | size | ours median µs | ours p99 µs | Mooncake median µs | Mooncake p99 µs | "
@@ -526,34 +426,54 @@ def chart(result, path):
     plt.close(fig)
 
 
-def main(out="bench_out", quick=False, progress=True, reexec=True, argv=()):
-    """The --compare run of python -m mooncake_cxl.bench; `argv` is that
-    command's own arguments, to run it again under `unshare -n` when this
-    process is not in a loopback-only namespace. Returns the exit status."""
-    if not loopback_only():
+def require_extras(progress=True):
+    """Raises MissingExtra unless the reference wheel and the compare extra
+    (matplotlib for the chart; tqdm for the progress bar) are installed."""
+    extras.require("--compare mooncake", "oracle")
+    extras.require("--compare mooncake", "compare", ("matplotlib", "tqdm") if progress else ("matplotlib",))
+    extras.require("--compare mooncake", "bench")
+
+
+def main(out, quick=False, progress=True, reexec=True, argv=(), report_path=None):
+    """The --compare run of python -m mooncake_cxl.bench: compare.{md,json,png}
+    into `out`, and with report_path its tables into that performance document
+    (report.py). `argv` is that command's own arguments, to run it again under
+    `unshare -n` when this process is not in a loopback-only namespace.
+    Returns the exit status."""
+    if not reference.loopback_only():
         if not reexec or os.environ.get(_NETNS_ENV) == "1":
             sys.exit(f"{_PROG}: not in a loopback-only network namespace (Mooncake's client binds "
                      "0.0.0.0); run it under `unshare -n` or without --no-reexec")
-        return _reexec_in_netns(list(argv))
-    _bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
+        why = reference.netns_unavailable()
+        if why:
+            sys.exit(f"{_PROG}: Mooncake's client binds 0.0.0.0, so it must run in a private network "
+                     f"namespace, and {why}")
+        return reference.rerun_in_netns(list(argv), _NETNS_ENV)
+    reference.bring_loopback_up()  # a fresh `unshare -n` namespace has lo down
     try:
         import mooncake.store  # noqa: F401
     except ImportError as e:
         sys.exit(f"{_PROG}: the reference store is not importable ({e}); "
-                 "pip install 'mooncake-cxl[oracle,compare]' (needs Debian's libibverbs1)")
+                 f"{extras.install_hint('oracle')} (needs Debian's libibverbs1)")
 
     os.makedirs(out, exist_ok=True)
+    pool_dir = "/dev/shm" if os.path.isdir("/dev/shm") else common.default_pool_dir()
     t0 = time.monotonic()
-    result = run(quick=quick, log_dir=tempfile.mkdtemp(prefix="mcxl_compare_logs_"), progress=progress)
+    result = run(quick=quick, pool_dir=pool_dir, log_dir=tempfile.mkdtemp(prefix="mcxl_compare_logs_"),
+                 progress=progress)
     result["wall_seconds"] = round(time.monotonic() - t0, 1)
     paths = {ext: os.path.join(out, f"compare.{ext}") for ext in ("md", "json", "png")}
     table = markdown(result)
+    text = f"Machine: {result['machine']}\n\n{table}"
     with open(paths["md"], "w") as f:
-        f.write(table + "\n")
+        f.write(text + "\n")
     with open(paths["json"], "w") as f:
         json.dump(result, f, indent=1)
     chart(result, paths["png"])
-    print(table)
+    print(text)
     print()
     print(f"wrote {paths['md']}, {paths['json']}, {paths['png']} ({result['wall_seconds']} s)")
+    if report_path:
+        report.update(report_path, {"compare": table}, report.run_context(argv, pool_dir))
+        print(f"wrote the compare section of {report_path}")
     return 0

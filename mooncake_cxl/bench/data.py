@@ -174,7 +174,7 @@ def reader(address, plan, out, prefault=True):
 
             # Baselines: BATCH plain memcpys of 64 KiB into BATCH distinct
             # buffers, from /dev/shm and from anonymous memory; and one plain
-            # memcpy of the same 2 MiB from anonymous memory (issue 14's bar).
+            # memcpy of the same 2 MiB from anonymous memory (the goal's bar).
             per = _baseline(size, size * nkeys, size * BATCH)
             per_anon = _baseline(size, size * nkeys, size * BATCH, anonymous=True)
             whole_anon = _baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
@@ -244,15 +244,6 @@ def run(quick=False, pool_dir="/dev/shm", prefault=True):
             "pool_bytes": pool_bytes, "rows": table, "put_4k_separate_cores": placed}
 
 
-def _set_process_affinity(pid, cpus):
-    """Every thread of `pid` (sched_setaffinity(pid) alone moves its main thread)."""
-    for tid in os.listdir(f"/proc/{pid}/task"):
-        try:
-            os.sched_setaffinity(int(tid), cpus)
-        except OSError:
-            pass  # the thread exited meanwhile
-
-
 def _put_on_separate_cores(ctx, master, prefault):
     """4 KiB puts as the writer times them, with the writer on CPU 0 and every
     master thread on the last CPU. Unpinned, the kernel at first often runs a new
@@ -264,7 +255,7 @@ def _put_on_separate_cores(ctx, master, prefault):
     if len(cpus) < 2:
         return None
     everything = set(cpus)
-    _set_process_affinity(master.proc.pid, {cpus[-1]})
+    common.set_process_affinity(master.proc.pid, {cpus[-1]})
     try:
         q = ctx.Queue()
         p = ctx.Process(target=writer, args=(master.address, [(4 * KIB, 16, 4000, 0)], q, prefault, cpus[0]))
@@ -272,15 +263,14 @@ def _put_on_separate_cores(ctx, master, prefault):
         _, data = q.get(timeout=600)
         p.join()
     finally:
-        _set_process_affinity(master.proc.pid, everything)
+        common.set_process_affinity(master.proc.pid, everything)
     lat, _ = data[4 * KIB]["put"]
     med, p99 = common.percentiles(lat)
     return {"median_us": med, "p99_us": p99, "writer_cpu": cpus[0], "master_cpu": cpus[-1], "samples": len(lat)}
 
 
 def markdown(result):
-    lines = [f"Machine: {result['machine']}", "",
-             "Latency per call through the Python API; writer and reader are separate processes. "
+    lines = ["Latency per call through the Python API; writer and reader are separate processes. "
              "Each row's memcpy is a plain single-thread memcpy of the same size from a /dev/shm "
              "mapping (the pool's medium), timed in the same process, interleaved with that row's "
              "calls so that both see the same drift; from 1 MiB up they alternate one by one and "

@@ -34,7 +34,7 @@ import statistics
 import struct
 import time
 
-from . import common
+from . import common, reference
 
 LAYOUT = dict(num_layers=16, block_tokens=16, num_kv_heads=8, head_dim=64, dtype="bfloat16")
 TOKENS, QUICK_TOKENS = 30720, 4096
@@ -352,13 +352,11 @@ def _one(method, tokens, ours_address, mooncake_address, salt):
 
 
 def _mooncake_available():
-    from . import compare
-    return compare.loopback_only() and compare.reference_master_binary() is not None
+    return reference.loopback_only() and reference.reference_master_binary() is not None
 
 
 def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METHODS, aggregation=True):
     from ..launch import MasterProcess
-    from . import compare
     tokens = tokens or (QUICK_TOKENS if quick else TOKENS)
     rounds = rounds or (QUICK_ROUNDS if quick else ROUNDS)
     payload = tokens * 2 * LAYOUT["num_layers"] * LAYOUT["num_kv_heads"] * LAYOUT["head_dim"] * 2
@@ -379,8 +377,8 @@ def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METH
         theirs = None
         try:
             if "mooncake" in methods:
-                theirs = compare.ReferenceMaster(os.path.join("/tmp", f"mcxl_pd_mooncake_{os.getpid()}.log"))
-                theirs.__enter__()
+                theirs = reference.ReferenceMaster(os.path.join("/tmp", f"mcxl_pd_mooncake_{os.getpid()}.log"))
+                theirs.start()
             for rnd in range(rounds):
                 order = methods if rnd % 2 == 0 else methods[::-1]
                 for m in order:
@@ -390,7 +388,7 @@ def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METH
                 agg = _aggregation(ours.address, tokens, quick)
         finally:
             if theirs is not None:
-                theirs.__exit__(None, None, None)
+                theirs.stop()
             ours.stop()
     del log_dir
     med = {m: {k: statistics.median(s[k] for s in samples[m]) for k in samples[m][0]} for m in methods}
@@ -453,5 +451,4 @@ def markdown(res):
                          f"{a['bytes'] / 2**30 / a['load_s']:.2f} |")
     for n in res.get("notes", []):
         lines += ["", f"Note: {n}"]
-    lines += ["", f"Machine: {res['machine']}"]
     return "\n".join(lines)

@@ -41,6 +41,8 @@ import tempfile
 import threading
 import time
 
+from .. import extras
+from . import reference
 from .common import wait_or_kill
 
 LAYERS, KV_HEADS, HEAD_DIM = 16, 8, 64
@@ -54,6 +56,23 @@ VLLM_ENV = {"VLLM_HOST_IP": "127.0.0.1", "VLLM_CPU_KVCACHE_SPACE": "1",
             "VLLM_CPU_NUM_OF_RESERVED_CPU": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
             "VLLM_ENABLE_V1_MULTIPROCESSING": "0", "TOKENIZERS_PARALLELISM": "false"}
 _TIMED_PREFIXES = ("batch_", "get", "put", "is_exist", "remove", "exist")
+
+
+def vllm_python():
+    """The Python that runs vLLM: MCXL_VLLM_PYTHON (a vLLM venv), else this one."""
+    return os.environ.get("MCXL_VLLM_PYTHON") or sys.executable
+
+
+def require_vllm(python):
+    """Raises MissingExtra when `python` cannot import vllm."""
+    if python == sys.executable:
+        extras.require("TTFT in vLLM (--only pd)", "vllm")
+        return
+    probe = subprocess.run([python, "-c", "import importlib.util, sys; "
+                            "sys.exit(importlib.util.find_spec('vllm') is None)"], capture_output=True, timeout=120)
+    if probe.returncode != 0:
+        raise extras.MissingExtra(f"TTFT in vLLM (--only pd) needs vLLM in {python} (MCXL_VLLM_PYTHON): "
+                                  f"{extras.install_hint('vllm')} there")
 
 
 # ---------------------------------------------------------------- the model
@@ -396,9 +415,8 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
         parallel=True, parallel_tokens=None):
     """The TTFT rows (and the parallel-load pair); returns a dict for markdown()."""
     from mooncake_cxl.launch import MasterProcess
-    from . import compare
 
-    python = python or os.environ.get("MCXL_VLLM_PYTHON") or sys.executable
+    python = python or vllm_python()
     tokens = tuple(tokens or (QUICK_TOKENS if quick else TOKENS))
     toks = ",".join(map(str, tokens))
     max_len = max(tokens) + 256
@@ -478,7 +496,7 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
                 os.unlink(pool)
     # vLLM's connector on Mooncake 0.3.13, standalone-store
     if "vllm-on-mooncake" in rows:
-        if not compare.loopback_only():
+        if not reference.loopback_only():
             res["rows"]["vllm-on-mooncake"] = {"error": "not run: needs a loopback-only network namespace "
                                                         "(python -m mooncake_cxl.bench --only pd re-executes "
                                                         "itself under `unshare -n`)"}
@@ -489,7 +507,7 @@ def run(quick=False, pool_dir="/dev/shm", python=None, tokens=None, log_dir=None
             os.environ.setdefault("MC_TCP_MAX_QUEUED_TRANSFERS_PER_PEER", "32768")  # 65536 is rejected
 
             def reference():
-                with compare.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
+                with reference.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as ref:
                     holder = _MooncakeSegmentHolder(python, ref.address, pool_size,
                                                     os.path.join(log_dir, "mooncake_holder.log"))
                     try:
@@ -572,9 +590,13 @@ def main(argv=None):
     ap.add_argument("--parallel-tokens", type=int, help=f"its prompt length (default min(longest, {PARALLEL_MAX}))")
     ap.add_argument("--json")
     args = ap.parse_args(argv)
-    from . import compare
-    if compare.loopback_only():
-        compare._bring_loopback_up()
+    try:
+        require_vllm(vllm_python())
+    except extras.MissingExtra as e:
+        print(f"{ap.prog}: {e}", file=sys.stderr)
+        return extras.EXIT_MISSING
+    if reference.loopback_only():
+        reference.bring_loopback_up()
     res = run(quick=args.quick, tokens=[int(x) for x in args.tokens.split(",")] if args.tokens else None,
               rows=args.rows.split(","), parallel=not args.no_parallel, parallel_tokens=args.parallel_tokens)
     print(markdown(res))

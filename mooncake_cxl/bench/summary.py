@@ -1,10 +1,12 @@
-"""Issue 14's four figures, each beside the baseline measured in the same
-run (the machine drifts between runs: compare within a run, not across).
+"""The headline figures (the goals of the data and control paths and of
+eviction), each beside the baseline measured in the same run (the machine
+drifts between runs: compare within a run, not across).
 
 Depends on the result dicts of data, control and eviction; prints the rows
 whose sections ran.
 """
-from .common import KIB, MIB
+from . import common
+from .common import KIB
 
 
 def _row(rows, op, size):
@@ -35,8 +37,7 @@ def markdown(results):
                          f"{b['median_us']:.1f} µs | ≥ 0.9× |")
         # The goal holds at every size: every put row with its memcpy tail.
         for r in sorted((r for r in rows if r["op"] == "put" and r.get("memcpy_p99_us")), key=lambda r: r["size"]):
-            size = r["size"]
-            label = f"{size // MIB} MiB" if size >= MIB else f"{size // KIB} KiB"
+            label = common.size_name(r["size"])
             lines.append(f"| put {label} p99 ÷ median ({r['samples']} puts) | {r['p99_over_median']:.1f}× | "
                          f"plain memcpy of the same size: {r['memcpy_p99_us'] / r['memcpy_median_us']:.1f}× | ≤ 3× |")
     if evict:

@@ -250,8 +250,7 @@ def run(quick=False, pool_dir="/dev/shm", tier_root=None):
 
 
 def markdown(r):
-    def size(b):
-        return f"{b // MIB} MiB" if b >= MIB else f"{b // KIB} KiB"
+    size = common.size_name
     lines = [f"Tier directory on {r['tier_root']} (O_DIRECT where supported; segment files dropped from the "
              "page cache with posix_fadvise before every tier read).", "",
              "| value | pool get_into µs | GB/s | tier get_into µs | GB/s | staged read (promotion + read) µs |",

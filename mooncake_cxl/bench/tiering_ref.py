@@ -34,21 +34,18 @@ import glob
 import json
 import os
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
-from . import common
+from . import common, reference
 from .common import KIB, MIB
 
 SIZES = (64 * KIB, MIB, 16 * MIB)
 THRESHOLD = 2
 _MARK = "MCXL_TIERING_REF_RESULT "
-_PKG = "mooncake-transfer-engine-non-cuda==0.3.13.post1"
 
 
 def _segment(size):
@@ -66,24 +63,11 @@ def _env(size):
 
 def skip_reason():
     """None when the reference can run here, else why not."""
-    from .compare import reference_master_binary
-    try:
-        import importlib.util
-        if importlib.util.find_spec("mooncake") is None:
-            return f"the reference wheel is not installed (`pip install {_PKG}`)"
-    except (ImportError, ValueError) as e:
-        return f"the reference wheel cannot be found: {e}"
-    if reference_master_binary() is None:
-        return "the reference wheel has no mooncake_master binary"
-    from .compare import loopback_only
-    if loopback_only():
-        return None
-    if shutil.which("unshare") is None:
-        return "its client binds 0.0.0.0, so it runs only in a private network namespace, and `unshare` is missing"
-    r = subprocess.run(["unshare", "-n", "true"], capture_output=True, text=True)
-    if r.returncode != 0:
-        return f"its client binds 0.0.0.0 and `unshare -n` is not permitted here: {r.stderr.strip()}"
-    return None
+    why = reference.reference_unavailable()
+    if why or reference.loopback_only():
+        return why
+    why = reference.netns_unavailable()
+    return f"its client binds 0.0.0.0, so it runs only in a private network namespace, and {why}" if why else None
 
 
 def run(quick=False, tier_root="/var/tmp"):
@@ -91,10 +75,9 @@ def run(quick=False, tier_root="/var/tmp"):
     if why:
         print(f"Mooncake tiering rows skipped: {why}", flush=True)
         return {"skipped": why}
-    from .compare import loopback_only
     cmd = [sys.executable, "-m", "mooncake_cxl.bench.tiering_ref", "--child", json.dumps(
         {"quick": quick, "tier_root": tier_root})]
-    if not loopback_only():
+    if not reference.loopback_only():
         cmd = ["unshare", "-n", "--"] + cmd
     log = tempfile.NamedTemporaryFile(prefix="mcxl_bench_tiering_ref_", suffix=".log", delete=False)
     print(f"Mooncake tiering rows: running the reference under `unshare -n` (its log: {log.name})", flush=True)
@@ -111,36 +94,6 @@ def run(quick=False, tier_root="/var/tmp"):
 
 
 # ---------------------------------------------------------------- child side
-
-class _Master:
-    def __init__(self, flags, log_path):
-        from .compare import _die_with_parent, reference_master_binary
-        self.port = common.free_port()
-        self._log = open(log_path, "ab")
-        self.proc = subprocess.Popen(
-            [reference_master_binary(), "--rpc_address=127.0.0.1", f"--rpc_port={self.port}",
-             "--metrics_host=127.0.0.1", f"--metrics_port={common.free_port()}", "--logtostderr"] + flags,
-            stdin=subprocess.DEVNULL, stdout=self._log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline and self.proc.poll() is None:
-            try:
-                socket.create_connection(("127.0.0.1", self.port), 0.2).close()
-                return
-            except OSError:
-                time.sleep(0.05)
-        self.stop()
-        raise RuntimeError(f"mooncake_master did not start; see {log_path}")
-
-    @property
-    def address(self):
-        return f"127.0.0.1:{self.port}"
-
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            common.wait_or_kill(self.proc, 10)
-        self._log.close()
-
 
 def _client(address, segment, tier_dir=None):
     from mooncake.store import MooncakeDistributedStore
@@ -204,7 +157,7 @@ def _reads(size, quick, tier_root, logdir):
     segment = _segment(size)
     tier_dir = tempfile.mkdtemp(prefix="mcref_bench_tier_", dir=tier_root)
     saved = _with_env(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
-    m = _Master(_flags(tier_dir), os.path.join(logdir, f"master_{size}.log"))
+    m = reference.ReferenceMaster(os.path.join(logdir, f"master_{size}.log"), _flags(tier_dir)).start()
     try:
         s = _client(m.address, segment, tier_dir)
         value = os.urandom(size)
@@ -296,13 +249,13 @@ def _puts(quick, tier_root, logdir):
     tier_dir = tempfile.mkdtemp(prefix="mcref_bench_tier_", dir=tier_root)
     out = {"size": size, "segment": segment, "puts": n}
     try:
-        m = _Master([], os.path.join(logdir, "master_plain.log"))
+        m = reference.ReferenceMaster(os.path.join(logdir, "master_plain.log")).start()
         try:
             out["without"] = _put_rate(m.address, segment, None, n, value, "p")
         finally:
             m.stop()
         saved = _with_env(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
-        m = _Master(_flags(tier_dir), os.path.join(logdir, "master_offload.log"))
+        m = reference.ReferenceMaster(os.path.join(logdir, "master_offload.log"), _flags(tier_dir)).start()
         try:
             out["with"] = _put_rate(m.address, segment, tier_dir, n, value, "p")
         finally:
@@ -315,8 +268,7 @@ def _puts(quick, tier_root, logdir):
 
 
 def _child(cfg):
-    from .compare import _bring_loopback_up
-    _bring_loopback_up()
+    reference.bring_loopback_up()
     logdir = tempfile.mkdtemp(prefix="mcref_bench_logs_")
     result = {"reads": [], "logdir": logdir}
     for size in SIZES:
@@ -329,8 +281,7 @@ def _child(cfg):
 # ---------------------------------------------------------------- markdown
 
 def markdown(r):
-    def size(b):
-        return f"{b // MIB} MiB" if b >= MIB else f"{b // KIB} KiB"
+    size = common.size_name
 
     def num(x, fmt="{:.0f}"):
         return "n/a" if x is None else fmt.format(x)

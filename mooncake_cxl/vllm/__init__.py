@@ -31,6 +31,10 @@ cache shape), metadata.py (scheduler -> worker), watch.py (channel state),
 scheduler.py, worker.py, connector.py.
 Importing mooncake_cxl never imports this package; this package needs vLLM.
 """
-from .connector import MooncakeCXLConnector
+from ..extras import require
+
+require("mooncake_cxl.vllm (the vLLM connector)", "vllm")
+
+from .connector import MooncakeCXLConnector  # noqa: E402 (after the check: it imports vllm)
 
 __all__ = ["MooncakeCXLConnector"]
