@@ -5,157 +5,39 @@
 // index load limit, and restart recovery (complete objects kept with their
 // bytes, unfinished puts revoked).
 #include "mooncake_cxl/master/master.h"
-#include "master_test_util.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
-#include <stdlib.h>
 #include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "mooncake_cxl/common/clock.h"
-#include "mooncake_cxl/pool/key_hash.h"
-#include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/control/shm_ring.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "test_util/master_fixture.h"
 
 namespace mcxl {
 namespace {
 
 using testutil::Enc;
-using testutil::Hostname;
 using testutil::kMiB;
 using testutil::StatusOf;
+using testutil::ValueFor;
 
-// Value bytes derived from the key, so a read can be checked.
-std::string ValueFor(const std::string& key, size_t size) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; ++i) v[i] = char(KeyHash(key) >> (i % 8 * 8)) ^ char(i);
-  return v;
-}
-
-class MasterTest : public ::testing::Test {
+class MasterTest : public testutil::MasterFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kError);
-    char tmpl[] = "/dev/shm/mcxl_master_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    config_.cxl_path = dir_ + "/pool";
-    config_.cxl_size = 64 * kMiB;
-    config_.format = true;
-    StartMaster();
+    MasterFixture::SetUp();
+    if (!HasFatalFailure()) StartMaster();
   }
-  void TearDown() override {
-    index_.reset();
-    master_.reset();
-    std::filesystem::remove_all(dir_);
-    SetLogLevel(LogLevel::kInfo);
-  }
-  void StartMaster() {
-    index_.reset();
-    master_.reset();
-    auto m = Master::Create(config_);
-    ASSERT_TRUE(m.ok());
-    master_ = std::move(m.value());
-    index_ = std::make_unique<ObjectIndex>(&master_->pool());
-  }
-
-  std::string Call(MessageType type, const std::string& payload) {
-    return master_->Handle(uint16_t(type), payload, &conn_slot_);
-  }
-  // Calls and decodes the reply (kept alive while decoding).
-  template <typename R>
-  R CallFor(MessageType type, const std::string& payload) {
-    const std::string bytes = Call(type, payload);
-    Decoder d(bytes);
-    R r;
-    EXPECT_TRUE(Decode(&d, &r)) << MessageTypeName(uint16_t(type));
-    return r;
-  }
-
-  ClientRef Attach(const std::string& name = "client:1") {
-    AttachRequest req;
-    req.local_hostname = name;
-    req.machine = Hostname();
-    req.pid = uint64_t(getpid());
-    SetToken(&req);
-    auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-    EXPECT_EQ(reply.status, ErrorCode::OK);
-    return {reply.slot, reply.slot_generation};
-  }
-  // The pool's credential, as a client reads it from the pool it maps.
-  void SetToken(AttachRequest* req) const {
-    testutil::SetToken(master_->pool(), req);
-  }
-  // The client bound to this test's "connection" (the last Attach).
-  ClientRef Conn() const {
-    if (conn_slot_ == Master::kNoSlot) return {};
-    return {conn_slot_, master_->pool().client_slot(conn_slot_)->generation.load()};
-  }
-
-  PutStartReply PutStart(const ClientRef& c, const std::vector<std::string>& keys,
-                         const std::vector<uint64_t>& sizes, bool upsert = false) {
-    PutStartRequest req;
-    req.client = c;
-    conn_slot_ = c.slot;  // each client has a connection of its own
-    req.upsert = upsert;
-    req.keys = keys;
-    req.sizes = sizes;
-    return CallFor<PutStartReply>(MessageType::kPutStart, Enc(req));
-  }
-  // What a client does after PutStart: copy the value, publish COMPLETE.
-  void WriteAndPublish(const PutStartItem& item, const std::string& value) {
-    memcpy(master_->pool().base() + item.value_offset, value.data(), value.size());
-    ASSERT_TRUE(index_->PublishComplete(item.entry_slot, item.generation));
-  }
-  // A whole put of one key; returns the item.
-  PutStartItem Put(const ClientRef& c, const std::string& key, size_t size, bool upsert = false) {
-    PutStartReply r = PutStart(c, {key}, {size}, upsert);
-    EXPECT_EQ(r.status, ErrorCode::OK);
-    EXPECT_EQ(r.items.size(), 1u);
-    if (r.items.size() != 1 || r.items[0].status != ErrorCode::OK) {
-      ADD_FAILURE() << "put of " << key << " failed";
-      return {};
-    }
-    WriteAndPublish(r.items[0], ValueFor(key, size));
-    master_->Tick();
-    return r.items[0];
-  }
-  // The value a reader sees, or "" when not found.
-  std::string Get(const std::string& key) {
-    auto s = index_->FindComplete(key, KeyHash(key));
-    if (!s.ok()) return "";
-    const char* p = index_->ValuePtr(*s, key);
-    EXPECT_NE(p, nullptr);
-    std::string v(p, s->value_size);
-    EXPECT_TRUE(index_->StillValid(*s));
-    return v;
-  }
-  ErrorCode Remove(const std::string& key, bool force = false) {
-    return StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{Conn(), {key}, force})));
-  }
-  CountReply RemoveMatching(MessageType type, const std::string& pattern, bool force) {
-    return CallFor<CountReply>(type, Enc(RemoveByRegexRequest{Conn(), pattern, force}));
-  }
-
-  std::string dir_;
-  MasterConfig config_;
-  std::unique_ptr<Master> master_;
-  std::unique_ptr<ObjectIndex> index_;
-  uint32_t conn_slot_ = Master::kNoSlot;
 };
 
 TEST_F(MasterTest, AttachGivesSlotsAndPoolIdentity) {
-  AttachRequest req;
-  req.local_hostname = "c:1";
-  req.machine = Hostname();
-  req.pid = uint64_t(getpid());
-  SetToken(&req);
-  auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  AttachRequest req = AttachRequestFor("c:1");
+  AttachReply reply = AttachWith(req);
   EXPECT_EQ(reply.status, ErrorCode::OK);
   EXPECT_EQ(reply.slot, 0u);
   EXPECT_EQ(conn_slot_, 0u);
@@ -184,11 +66,7 @@ TEST_F(MasterTest, ClientSlotsRunOut) {
   StartMaster();
   Attach("a");
   Attach("b");
-  AttachRequest req;
-  req.local_hostname = "c";
-  SetToken(&req);
-  auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-  EXPECT_EQ(reply.status, ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(AttachWith(AttachRequestFor("c")).status, ErrorCode::NO_AVAILABLE_HANDLE);
 }
 
 TEST_F(MasterTest, PutPublishTickThenReadable) {
@@ -552,7 +430,7 @@ TEST_F(MasterTest, RestartOnUnformattedOrForeignFileFails) {
   master_.reset();
   index_.reset();
   MasterConfig cfg = config_;
-  cfg.cxl_path = dir_ + "/missing";
+  cfg.cxl_path = dir() + "/missing";
   cfg.format = false;
   cfg.cxl_size = 0;  // no size to create it at: a missing pool fails
   EXPECT_FALSE(Master::Create(cfg).ok());
@@ -577,16 +455,12 @@ TEST_F(MasterTest, RestartOnUnformattedOrForeignFileFails) {
   EXPECT_EQ(Master::Create(cfg).error(), ErrorCode::INVALID_PARAMS);
 }
 
-// Found while writing these tests (see the report): a put that is published
-// and then removed before the master's next Tick (a put immediately followed
-// by a remove over TCP does this) stays in pending_ with its entry already
-// tombstoned, and RemoveKey decrements complete_keys that were never
-// incremented. When that pending put is later revoked (Detach here,
-// put_start_discard_timeout_sec otherwise), RevokePending's failed Abort
-// calls FinishPending, which unlinks the slot a second time and frees the
-// extent handle again; by then that handle belongs to another object, whose
-// extent is freed under it and handed to the next put. (Fixed: pending
-// records are checked against the entry's generation and state.)
+// A put published and then removed before the master's next Tick (a put
+// at once followed by a remove over TCP) is still pending when the remove
+// unlinks it: complete_keys must not underflow, and a later revoke of the
+// pending put (Detach here, put_start_discard_timeout_sec otherwise) must
+// not unlink or free it a second time, when its extent already belongs to
+// another object.
 TEST_F(MasterTest, RemoveBeforeTickDoesNotDoubleFree) {
   ClientRef c = Attach();
   PutStartReply a = PutStart(c, {"a"}, {4096});
@@ -632,8 +506,8 @@ TEST_F(MasterTest, EvictionSkipsUnfinishedPutsAndKeepsGroupsWhole) {
   EXPECT_EQ(Get("writing"), ValueFor("writing", kMiB));
 }
 
-// ---- issue 10, item 1: the newest generation is the key's value for eviction
-// and removal even before Tick settles the upsert.
+// ---- The newest generation is the key's value for eviction and removal,
+// also before Tick settles the upsert.
 
 // A reader's lease for the next hour.
 static void LeaseEntry(ObjectIndex* index, uint64_t slot) { index->ExtendLease(slot, NowNs() + 3600ull * 1000000000ull); }
@@ -700,7 +574,7 @@ TEST_F(MasterTest, RemoveOfAnUnsettledUpsertJudgesTheNewestValue) {
   EXPECT_EQ(master_->stats().allocated_bytes, 0u);
 }
 
-// ---- issue 10, item 2: pins of a live process outlive its attachment.
+// ---- Pins of a live process outlive its attachment.
 
 // What Client::PinValue leaves in the pool: a claimed record.
 static void PinInTable(const Pool& pool, uint32_t slot, uint32_t record, const EntrySnapshot& s) {
@@ -735,14 +609,10 @@ TEST_F(MasterTest, RestartKeepsALiveClientsPinsAndTheViewedExtent) {
   }
   EXPECT_EQ(std::string(bytes, 4096), ValueFor("viewed", 4096));
   // The owner re-attaches naming its old identity: same slot, pins kept.
-  AttachRequest req;
-  req.local_hostname = "client:1";
-  req.machine = Hostname();
-  req.pid = uint64_t(getpid());
+  AttachRequest req = AttachRequestFor("client:1");
   req.prev_slot = c.slot;
   req.prev_generation = c.generation;
-  SetToken(&req);
-  auto back = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  AttachReply back = AttachWith(req);
   ASSERT_EQ(back.status, ErrorCode::OK);
   EXPECT_EQ(back.slot, c.slot);
   EXPECT_NE(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
@@ -787,12 +657,8 @@ TEST_F(MasterTest, DetachWithALiveViewRetiresTheSlotUntilTheViewGoes) {
 TEST_F(MasterTest, RetiredTableOfAnotherHostExpires) {
   config_.put_start_release_timeout_sec = 0;  // expire at the next client check
   StartMaster();
-  AttachRequest req;
-  req.local_hostname = "remote:1";
-  req.machine = "some-other-host";  // its pid cannot be checked from here
-  req.pid = 1;
-  SetToken(&req);
-  auto r = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  // Another host's process: its pid cannot be checked from here.
+  AttachReply r = AttachWith(AttachRequestFor("remote:1", 1, "some-other-host"));
   ASSERT_EQ(r.status, ErrorCode::OK);
   ClientRef c{r.slot, r.slot_generation};
   Put(c, "remote-view", 4096);
@@ -813,17 +679,12 @@ TEST_F(MasterTest, RetiredTableOfAnotherHostExpires) {
   EXPECT_EQ(Remove("remote-view"), ErrorCode::OK);
 }
 
-}  // namespace
-}  // namespace mcxl
-
-// Issue 10, items 5 and 6: one request must not stall or crash the master.
-namespace mcxl {
-namespace {
+// ---- One request must not stall or crash the master.
 
 TEST_F(MasterTest, RegexIsRe2LinearOverBytes) {
   ClientRef c = Attach();
-  Put(c, std::string(20000, 'a'), 16);  // std::regex recursed once per character
-  Put(c, std::string(28, 'a'), 16);     // ^(a|a)*b$ backtracked 2^28 ways
+  Put(c, std::string(20000, 'a'), 16);  // a recursive matcher would recurse once per character
+  Put(c, std::string(28, 'a'), 16);     // a backtracking one would try ^(a|a)*b$ 2^28 ways
   Put(c, "\xc3\xa9/x", 16);             // two bytes, then "/x"
   EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "^(a|a)*b$", false).count, 0u);
   EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "(a)\\1", false).status, ErrorCode::INVALID_PARAMS);

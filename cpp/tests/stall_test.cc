@@ -5,88 +5,44 @@
 // current attachment of a slot.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstring>
 #include <memory>
-#include <vector>
-#include <filesystem>
 #include <string>
 #include <thread>
+#include <vector>
 
-#include "mooncake_cxl/common/log.h"
-#include "mooncake_cxl/master/master.h"
-#include "master_test_util.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "mooncake_cxl/control/ring_server.h"
 #include "mooncake_cxl/control/shm_ring.h"
+#include "mooncake_cxl/master/master.h"
+#include "test_util/master_fixture.h"
 
 namespace mcxl {
 namespace {
 
 using testutil::Enc;
-using testutil::Hostname;
 using testutil::kMiB;
 using testutil::StatusOf;
 
-class StallTest : public ::testing::Test {
+class StallTest : public testutil::MasterFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kError);
-    char tmpl[] = "/dev/shm/mcxl_stall_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    config_.cxl_path = dir_ + "/pool";
-    config_.cxl_size = 64 * kMiB;
-    config_.format = true;
+    MasterFixture::SetUp();
     config_.put_start_release_timeout_sec = 0;  // a remote owner's quarantine ends at once
   }
   void TearDown() override {
-    master_.reset();
     if (child_ > 0) {
       kill(child_, SIGKILL);
       waitpid(child_, nullptr, 0);
     }
-    std::filesystem::remove_all(dir_);
-    SetLogLevel(LogLevel::kInfo);
+    MasterFixture::TearDown();
   }
-  void StartMaster() {
-    auto m = Master::Create(config_);
-    ASSERT_TRUE(m.ok());
-    master_ = std::move(m.value());
-  }
-  std::string Call(MessageType type, const std::string& payload) {
-    return master_->Handle(uint16_t(type), payload, &conn_slot_);
-  }
-  ClientRef Attach(const std::string& machine, uint64_t pid) {
-    AttachRequest req;
-    req.local_hostname = "client:1";
-    req.machine = machine;
-    req.pid = pid;
-    testutil::SetToken(master_->pool(), &req);
-    const std::string bytes = Call(MessageType::kAttach, Enc(req));
-    Decoder d(bytes);
-    AttachReply reply;
-    EXPECT_TRUE(Decode(&d, &reply));
-    EXPECT_EQ(reply.status, ErrorCode::OK);
-    return {reply.slot, reply.slot_generation};
-  }
-  PutStartReply PutStart(const ClientRef& c, const std::string& key, uint64_t size) {
-    PutStartRequest req;
-    req.client = c;
-    req.keys = {key};
-    req.sizes = {size};
-    req.groups = {""};
-    const std::string bytes = Call(MessageType::kPutStart, Enc(req));
-    Decoder d(bytes);
-    PutStartReply r;
-    EXPECT_TRUE(Decode(&d, &r));
-    return r;
-  }
-  // Ticks until the client check interval (500 ms) has surely passed.
+  // Ticks until `ms` have passed: the master checks its clients' pids
+  // every 500 ms, and a test of that check can only wait for it.
   void TickFor(int ms) {
     auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(ms);
     while (std::chrono::steady_clock::now() < end) {
@@ -103,10 +59,6 @@ class StallTest : public ::testing::Test {
     return pid;
   }
 
-  std::string dir_;
-  MasterConfig config_;
-  std::unique_ptr<Master> master_;
-  uint32_t conn_slot_ = Master::kNoSlot;
   pid_t child_ = -1;
 };
 
@@ -115,8 +67,8 @@ TEST_F(StallTest, RevokedPutOfALiveLocalWriterStaysQuarantinedUntilItExits) {
   child_ = SpawnSleeper();
   ASSERT_GT(child_, 0);
   uint64_t empty = master_->stats().allocated_bytes;
-  ClientRef c = Attach(Hostname(), uint64_t(child_));
-  PutStartReply r = PutStart(c, "stalled", 4 * kMiB);
+  ClientRef c = Attach(AttachRequestFor("client:1", uint64_t(child_)));
+  PutStartReply r = PutStart(c, {"stalled"}, {4 * kMiB});
   ASSERT_EQ(r.items.size(), 1u);
   ASSERT_EQ(r.items[0].status, ErrorCode::OK);
   uint64_t with_put = master_->stats().allocated_bytes;
@@ -137,8 +89,8 @@ TEST_F(StallTest, RevokedPutOfALiveLocalWriterStaysQuarantinedUntilItExits) {
 TEST_F(StallTest, RevokedPutOfARemoteWriterIsReleasedAfterTheTimeout) {
   StartMaster();
   uint64_t empty = master_->stats().allocated_bytes;
-  ClientRef c = Attach("another-host", 1);
-  PutStartReply r = PutStart(c, "stalled", 4 * kMiB);
+  ClientRef c = Attach(AttachRequestFor("client:1", 1, "another-host"));
+  PutStartReply r = PutStart(c, {"stalled"}, {4 * kMiB});
   ASSERT_EQ(r.items.size(), 1u);
   ASSERT_EQ(r.items[0].status, ErrorCode::OK);
   EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
@@ -241,9 +193,9 @@ TEST(ShmRingTest, RequestIdsTagTheAttachment) {
 
 TEST_F(StallTest, RingServerServesOnlyTheCurrentAttachment) {
   StartMaster();
-  ClientRef a = Attach(Hostname(), uint64_t(getpid()));
+  ClientRef a = Attach();
   EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(a))), ErrorCode::OK);
-  ClientRef b = Attach(Hostname(), uint64_t(getpid()));
+  ClientRef b = Attach();
   ASSERT_EQ(b.slot, a.slot);
   const Pool& pool = master_->pool();
   uint32_t ring_bytes = pool.superblock()->ring_bytes;
