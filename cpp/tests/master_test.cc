@@ -603,7 +603,7 @@ TEST_F(MasterTest, RestartKeepsALiveClientsPinsAndTheViewedExtent) {
   ClientRef other = Attach("client:2");
   EXPECT_NE(other.slot, c.slot) << "a retired slot was handed to another client";
   for (int i = 0; i < 80; ++i) {
-    PutStartReply r = PutStart(other, {"f" + std::to_string(i)}, {kMiB});
+    PutStartReply r = PutStart(other, {"fill/" + std::to_string(i)}, {kMiB});
     if (r.items.at(0).status != ErrorCode::OK) break;
     WriteAndPublish(r.items[0], std::string(kMiB, 'f'));
   }
