@@ -22,6 +22,7 @@
 #include "mooncake_cxl/control/shm_ring.h"
 #include "mooncake_cxl/control/spin_window.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "test_util/deadline.h"
 #include "test_util/fake_service.h"
 #include "test_util/shm_dir.h"
 #include "test_util/wire.h"
@@ -34,8 +35,9 @@ using testutil::Frame;
 using testutil::kGuard;
 using testutil::kMiB;
 
+using testutil::kGuardNs;
+
 constexpr uint64_t kHourMs = 3600 * 1000;
-constexpr uint64_t kGuardNs = std::chrono::duration_cast<std::chrono::nanoseconds>(kGuard).count();
 
 class RingServerTest : public ::testing::Test {
  protected:
@@ -80,14 +82,9 @@ class RingServerTest : public ::testing::Test {
     EXPECT_TRUE(testutil::SplitFrame(bytes, &f));
     return f;
   }
-  // Waits (yielding) until the server's state word says `state`, or the guard.
+  // Waits until the server's state word says `state`, or the guard.
   bool WaitForState(uint32_t state) {
-    auto give_up = std::chrono::steady_clock::now() + kGuard;
-    while (sb()->ring_server_sleeping.load() != state) {
-      if (std::chrono::steady_clock::now() > give_up) return false;
-      std::this_thread::yield();
-    }
-    return true;
+    return testutil::WaitUntil([&] { return sb()->ring_server_sleeping.load() == state; });
   }
 
   testutil::ShmDir dir_{"ring_server_test"};

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "mooncake_cxl/common/log.h"
+#include "test_util/deadline.h"
 #include "test_util/fake_service.h"
 #include "test_util/wire.h"
 

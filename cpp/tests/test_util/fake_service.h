@@ -31,11 +31,10 @@
 #include "mooncake_cxl/control/service.h"
 #include "mooncake_cxl/control/shm_ring.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "deadline.h"
 
 namespace mcxl {
 namespace testutil {
-
-constexpr auto kGuard = std::chrono::seconds(60);
 
 class FakeService : public Service {
  public:
@@ -166,11 +165,7 @@ class FakeService : public Service {
       ++idle_started_;
       cv_.notify_all();
     }
-    auto give_up = std::chrono::steady_clock::now() + kGuard;
-    while (!interrupted()) {
-      if (std::chrono::steady_clock::now() > give_up) return;
-      std::this_thread::yield();
-    }
+    if (!WaitUntil(interrupted)) return;
     idle_wanted_.store(false, std::memory_order_relaxed);
     std::lock_guard<std::mutex> lock(mu_);
     ++idle_interrupted_;

@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <cctype>
+
 #include <filesystem>
 #include <string>
 
@@ -13,9 +15,11 @@ namespace testutil {
 
 class ShmDir {
  public:
-  // `tag` names the directory (/dev/shm/mcxl_<tag>.XXXXXX), so a leftover
-  // tells which test left it.
-  explicit ShmDir(const std::string& tag) {
+  // `tag` names the directory (/dev/shm/mcxl_<tag>.XXXXXX, other than
+  // letters and digits as '_'), so that a leftover tells who left it.
+  explicit ShmDir(std::string tag) {
+    for (char& ch : tag)
+      if (!isalnum(static_cast<unsigned char>(ch))) ch = '_';  // a suite name may hold '/'
     std::string tmpl = "/dev/shm/mcxl_" + tag + ".XXXXXX";
     if (mkdtemp(tmpl.data()) == nullptr) {
       ADD_FAILURE() << "mkdtemp " << tmpl;
