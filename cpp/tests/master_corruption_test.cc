@@ -26,14 +26,11 @@ std::string AllKeysOf(const Master& m) {
   return m.AllKeys(UINT64_MAX, &truncated);
 }
 
-class MasterCorruptionTest : public testutil::MasterFixture {
+class MasterCorruptionTest : public testutil::StartedMasterFixture {
  protected:
   void SetUp() override {
-    MasterFixture::SetUp();
-    if (HasFatalFailure()) return;
-    StartMaster();
-    if (HasFatalFailure()) return;
-    client_ = Attach("c");
+    StartedMasterFixture::SetUp();
+    if (!HasFatalFailure()) client_ = Attach("c");
   }
   PutStartItem Put(const std::string& key, uint64_t size) { return MasterFixture::Put(client_, key, size); }
   IndexEntry& Entry(uint64_t slot) { return master_->pool().index()[slot]; }

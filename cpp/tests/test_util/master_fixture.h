@@ -4,10 +4,10 @@
 // Contract: SetUp makes the pool's directory and a default config (a 64 MiB
 // pool, formatted); a test adjusts config_ and calls StartMaster(), which
 // (re)creates the master, the old one destroyed first (a restart when
-// config_.format is false). A suite whose tests all start at once calls
-// StartMaster() from its own SetUp. TearDown destroys the master and removes
-// the directory. Calls go over "connection" conn_slot_ unless given another;
-// Attach binds it as a transport's connection would be bound.
+// config_.format is false); StartedMasterFixture starts it in SetUp.
+// TearDown destroys the master and removes the directory. Calls go over
+// "connection" conn_slot_ unless given another; Attach binds it as a
+// transport's connection would be bound.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -178,6 +178,15 @@ class MasterFixture : public ::testing::Test {
 
  private:
   std::unique_ptr<ShmDir> dir_;
+};
+
+// The same, with the master started in SetUp (the default config).
+class StartedMasterFixture : public MasterFixture {
+ protected:
+  void SetUp() override {
+    MasterFixture::SetUp();
+    if (!HasFatalFailure()) StartMaster();
+  }
 };
 
 }  // namespace testutil
