@@ -102,7 +102,7 @@ class ClientTest : public testutil::MasterFixture, public ::testing::WithParamIn
 
   std::unique_ptr<TcpServer> tcp_;
   std::unique_ptr<RingServer> rings_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false};  // the server loop polls it; seq_cst stores and loads (the default)
   std::thread tcp_thread_;
   std::vector<std::shared_ptr<Client>> clients_;
 };

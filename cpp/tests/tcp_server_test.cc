@@ -174,7 +174,7 @@ class TcpServerTest : public ::testing::Test {
 
   FakeService service_;
   std::unique_ptr<TcpServer> server_;
-  std::atomic<bool> stop_{false};
+  std::atomic<bool> stop_{false};  // the server loop polls it; seq_cst stores and loads (the default)
   std::thread thread_;
 };
 

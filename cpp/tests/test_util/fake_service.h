@@ -11,9 +11,11 @@
 // ring side serves a Pool the test made (pool may be null for TCP): the
 // slots whose bits the test set are attached, ServeRing answers each
 // request frame with the echo frame of the same id, and IdleWork (while
-// the test wants it) works until a request interrupts it. Waits are bounded by a
-// generous deadline, a don't-hang guard only: they return false when it
-// passes.
+// the test wants it) works until a request interrupts it. The Wait*
+// methods give up at the guard (deadline.h) and then return false.
+//
+// Thread safety: every method, from any thread (the transports' threads
+// and the test's).
 #pragma once
 
 #include <atomic>
@@ -30,8 +32,8 @@
 #include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/control/service.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "mooncake_cxl/pool/pool.h"
 #include "deadline.h"
+#include "mooncake_cxl/pool/pool.h"
 
 namespace mcxl {
 namespace testutil {
@@ -175,9 +177,9 @@ class FakeService : public Service {
  private:
   static constexpr uint32_t kWords = 4;  // 256 slots
   const Pool* pool_;
-  std::atomic<uint64_t> attached_[kWords] = {};
-  std::atomic<bool> idle_wanted_{false};
-  std::atomic<uint64_t> ticks_{0};
+  std::atomic<uint64_t> attached_[kWords] = {};  // release by SetAttached, acquire by AttachedWord
+  std::atomic<bool> idle_wanted_{false};         // relaxed: a hint the ring thread polls
+  std::atomic<uint64_t> ticks_{0};               // relaxed: a count the test compares
   mutable std::mutex mu_;
   std::condition_variable cv_;
   size_t reply_bytes_ = 0;
