@@ -20,9 +20,8 @@
 #include <filesystem>
 #include <string>
 
-#include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/master/master.h"
-#include "master_test_util.h"
+#include "test_util/master_fixture.h"
 
 namespace mcxl {
 namespace {
@@ -106,67 +105,16 @@ TEST(AccessDecisionTest, TokensEqual) {
   }
 }
 
-class AccessTest : public ::testing::Test {
+class AccessTest : public testutil::MasterFixture {
  protected:
   void SetUp() override {
-    SetLogLevel(LogLevel::kError);
-    char tmpl[] = "/dev/shm/mcxl_access_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    config_.cxl_path = dir_ + "/pool";
+    MasterFixture::SetUp();
     config_.cxl_size = 16 * kMiB;
-    config_.format = true;
     config_.client_slots = 8;
   }
-  void TearDown() override {
-    master_.reset();
-    std::filesystem::remove_all(dir_);
-    SetLogLevel(LogLevel::kInfo);
-  }
-  void StartMaster() {
-    master_.reset();
-    auto m = Master::Create(config_);
-    ASSERT_TRUE(m.ok());
-    master_ = std::move(m.value());
-  }
-  std::string Call(MessageType type, const std::string& payload, uint32_t* conn) {
-    return master_->Handle(uint16_t(type), payload, conn);
-  }
   AttachRequest Request(const std::string& name, uint64_t pid, bool with_token) {
-    AttachRequest req;
-    req.local_hostname = name;
-    req.machine = Hostname();
-    req.pid = pid;
-    if (with_token) testutil::SetToken(master_->pool(), &req);
-    return req;
+    return AttachRequestFor(name, pid, Hostname(), with_token);
   }
-  AttachReply Attach(const AttachRequest& req, uint32_t* conn) {
-    std::string bytes = Call(MessageType::kAttach, Enc(req), conn);
-    Decoder d(bytes);
-    AttachReply r;
-    EXPECT_TRUE(Decode(&d, &r));
-    return r;
-  }
-  // A client put of `key` on connection `conn` (PutStart, copy, publish, Tick).
-  void Put(const ClientRef& c, uint32_t* conn, const std::string& key) {
-    PutStartRequest req;
-    req.client = c;
-    req.keys = {key};
-    req.sizes = {64};
-    std::string bytes = Call(MessageType::kPutStart, Enc(req), conn);
-    Decoder d(bytes);
-    PutStartReply r;
-    ASSERT_TRUE(Decode(&d, &r));
-    ASSERT_EQ(r.status, ErrorCode::OK);
-    ASSERT_EQ(r.items.size(), 1u);
-    ObjectIndex index(&master_->pool());
-    ASSERT_TRUE(index.PublishComplete(r.items[0].entry_slot, r.items[0].generation));
-    master_->Tick();
-  }
-
-  std::string dir_;
-  MasterConfig config_;
-  std::unique_ptr<Master> master_;
 };
 
 TEST_F(AccessTest, FormatWritesARandomToken) {
@@ -186,16 +134,16 @@ TEST_F(AccessTest, FormatWritesARandomToken) {
 TEST_F(AccessTest, AttachWithoutTokenTakesNoSlot) {
   StartMaster();
   uint32_t conn = Master::kNoSlot;
-  // Far more tokenless attaches (claiming pid 1, as in the issue) than slots.
+  // Far more tokenless attaches (claiming pid 1) than slots.
   for (int i = 0; i < 100; ++i) {
     AttachRequest bad = Request("flood", 1, false);
     if (i % 2) memset(bad.token, 0x5a, 16);  // a wrong token
-    EXPECT_EQ(Attach(bad, &conn).status, ErrorCode::ILLEGAL_CLIENT);
+    EXPECT_EQ(AttachWith(bad, &conn).status, ErrorCode::ILLEGAL_CLIENT);
   }
   EXPECT_EQ(conn, Master::kNoSlot);
   EXPECT_EQ(master_->stats().attached_clients, 0u);
   EXPECT_EQ(master_->stats().refused_requests, 100u);
-  AttachReply ok = Attach(Request("real", uint64_t(getpid()), true), &conn);
+  AttachReply ok = AttachWith(Request("real", uint64_t(getpid()), true), &conn);
   EXPECT_EQ(ok.status, ErrorCode::OK);
   EXPECT_EQ(conn, ok.slot);
 }
@@ -203,17 +151,15 @@ TEST_F(AccessTest, AttachWithoutTokenTakesNoSlot) {
 TEST_F(AccessTest, RequestsFromAnUnattachedConnectionChangeNothing) {
   StartMaster();
   uint32_t real_conn = Master::kNoSlot;
-  AttachReply a = Attach(Request("real", uint64_t(getpid()), true), &real_conn);
-  ASSERT_EQ(a.status, ErrorCode::OK);
-  ClientRef real{a.slot, a.slot_generation};
-  Put(real, &real_conn, "keep");
+  ClientRef real = Attach(Request("real", uint64_t(getpid()), true), &real_conn);
+  Put(real, "keep", 64);  // over real's connection
   ASSERT_EQ(master_->stats().complete_keys, 1u);
 
   // A peer that knows (or guesses) the real client's slot and generation but
   // never attached, and one attached as another client, both naming `real`.
   uint32_t none = Master::kNoSlot;
   uint32_t other_conn = Master::kNoSlot;
-  ASSERT_EQ(Attach(Request("other", uint64_t(getpid()), true), &other_conn).status, ErrorCode::OK);
+  ASSERT_EQ(AttachWith(Request("other", uint64_t(getpid()), true), &other_conn).status, ErrorCode::OK);
   ASSERT_NE(other_conn, real.slot);
   PutStartRequest put;
   put.client = real;
@@ -253,14 +199,14 @@ TEST_F(AccessTest, RequestsFromAnUnattachedConnectionChangeNothing) {
 TEST_F(AccessTest, LocalPidClaimMustNameARunningProcess) {
   StartMaster();
   uint32_t conn = Master::kNoSlot;
-  EXPECT_EQ(Attach(Request("dead", DeadPid(), true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
-  EXPECT_EQ(Attach(Request("zero", 0, true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
-  EXPECT_EQ(Attach(Request("huge", ~0ull, true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(AttachWith(Request("dead", DeadPid(), true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(AttachWith(Request("zero", 0, true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
+  EXPECT_EQ(AttachWith(Request("huge", ~0ull, true), &conn).status, ErrorCode::ILLEGAL_CLIENT);
   EXPECT_EQ(master_->stats().attached_clients, 0u);
   // Another machine's pid cannot be checked here: taken as a hint.
   AttachRequest remote = Request("remote", 12345, true);
   remote.machine = "some-other-host";
-  EXPECT_EQ(Attach(remote, &conn).status, ErrorCode::OK);
+  EXPECT_EQ(AttachWith(remote, &conn).status, ErrorCode::OK);
 }
 
 TEST_F(AccessTest, FullTableGivesUpSlotsOfDeadLocalProcesses) {
@@ -272,14 +218,14 @@ TEST_F(AccessTest, FullTableGivesUpSlotsOfDeadLocalProcesses) {
   }
   for (uint32_t i = 0; i < 8; ++i) {
     uint32_t conn = Master::kNoSlot;
-    ASSERT_EQ(Attach(Request("child", uint64_t(child), true), &conn).status, ErrorCode::OK) << i;
+    ASSERT_EQ(AttachWith(Request("child", uint64_t(child), true), &conn).status, ErrorCode::OK) << i;
   }
   uint32_t conn = Master::kNoSlot;
-  EXPECT_EQ(Attach(Request("late", uint64_t(getpid()), true), &conn).status, ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(AttachWith(Request("late", uint64_t(getpid()), true), &conn).status, ErrorCode::NO_AVAILABLE_HANDLE);
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   // No Tick in between: the attach itself finds the slots of the dead process.
-  AttachReply r = Attach(Request("late", uint64_t(getpid()), true), &conn);
+  AttachReply r = AttachWith(Request("late", uint64_t(getpid()), true), &conn);
   EXPECT_EQ(r.status, ErrorCode::OK);
   EXPECT_EQ(master_->stats().attached_clients, 1u);
 }
@@ -301,7 +247,7 @@ TEST_F(AccessTest, CreatedPoolFileWithGroupIs0660) {
   ASSERT_EQ(stat(config_.cxl_path.c_str(), &st), 0);
   EXPECT_EQ(st.st_gid, getgid());
   master_.reset();
-  config_.cxl_path = dir_ + "/other";
+  config_.cxl_path = dir() + "/other";
   config_.pool_group = "no-such-group-mcxl";
   EXPECT_EQ(Master::Create(config_).error(), ErrorCode::INVALID_PARAMS);
   EXPECT_FALSE(std::filesystem::exists(config_.cxl_path));

@@ -2,160 +2,34 @@
 // /dev/shm pool: attach/detach, PutStart + client-side publish + Tick,
 // duplicate puts, upsert, Remove / BatchRemove / RemoveAll / RemoveByRegex,
 // leases, malformed payloads of every request type and unknown types, the
-// index load limit, and restart recovery (complete objects kept with their
-// bytes, unfinished puts revoked).
+// index load limit, eviction, and requests that must not stall the master.
+// Restarts and views: master_recovery_test.cc.
 #include "mooncake_cxl/master/master.h"
-#include "master_test_util.h"
 
 #include <gtest/gtest.h>
-#include <sys/stat.h>
-#include <stdlib.h>
-#include <unistd.h>
 
 #include <cstring>
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "mooncake_cxl/common/clock.h"
-#include "mooncake_cxl/pool/key_hash.h"
-#include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/control/shm_ring.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "test_util/master_fixture.h"
 
 namespace mcxl {
 namespace {
 
 using testutil::Enc;
-using testutil::Hostname;
 using testutil::kMiB;
 using testutil::StatusOf;
+using testutil::ValueFor;
 
-// Value bytes derived from the key, so a read can be checked.
-std::string ValueFor(const std::string& key, size_t size) {
-  std::string v(size, '\0');
-  for (size_t i = 0; i < size; ++i) v[i] = char(KeyHash(key) >> (i % 8 * 8)) ^ char(i);
-  return v;
-}
-
-class MasterTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    SetLogLevel(LogLevel::kError);
-    char tmpl[] = "/dev/shm/mcxl_master_test.XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    config_.cxl_path = dir_ + "/pool";
-    config_.cxl_size = 64 * kMiB;
-    config_.format = true;
-    StartMaster();
-  }
-  void TearDown() override {
-    index_.reset();
-    master_.reset();
-    std::filesystem::remove_all(dir_);
-    SetLogLevel(LogLevel::kInfo);
-  }
-  void StartMaster() {
-    index_.reset();
-    master_.reset();
-    auto m = Master::Create(config_);
-    ASSERT_TRUE(m.ok());
-    master_ = std::move(m.value());
-    index_ = std::make_unique<ObjectIndex>(&master_->pool());
-  }
-
-  std::string Call(MessageType type, const std::string& payload) {
-    return master_->Handle(uint16_t(type), payload, &conn_slot_);
-  }
-  // Calls and decodes the reply (kept alive while decoding).
-  template <typename R>
-  R CallFor(MessageType type, const std::string& payload) {
-    const std::string bytes = Call(type, payload);
-    Decoder d(bytes);
-    R r;
-    EXPECT_TRUE(Decode(&d, &r)) << MessageTypeName(uint16_t(type));
-    return r;
-  }
-
-  ClientRef Attach(const std::string& name = "client:1") {
-    AttachRequest req;
-    req.local_hostname = name;
-    req.machine = Hostname();
-    req.pid = uint64_t(getpid());
-    SetToken(&req);
-    auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-    EXPECT_EQ(reply.status, ErrorCode::OK);
-    return {reply.slot, reply.slot_generation};
-  }
-  // The pool's credential, as a client reads it from the pool it maps.
-  void SetToken(AttachRequest* req) const {
-    testutil::SetToken(master_->pool(), req);
-  }
-  // The client bound to this test's "connection" (the last Attach).
-  ClientRef Conn() const {
-    if (conn_slot_ == Master::kNoSlot) return {};
-    return {conn_slot_, master_->pool().client_slot(conn_slot_)->generation.load()};
-  }
-
-  PutStartReply PutStart(const ClientRef& c, const std::vector<std::string>& keys,
-                         const std::vector<uint64_t>& sizes, bool upsert = false) {
-    PutStartRequest req;
-    req.client = c;
-    conn_slot_ = c.slot;  // each client has a connection of its own
-    req.upsert = upsert;
-    req.keys = keys;
-    req.sizes = sizes;
-    return CallFor<PutStartReply>(MessageType::kPutStart, Enc(req));
-  }
-  // What a client does after PutStart: copy the value, publish COMPLETE.
-  void WriteAndPublish(const PutStartItem& item, const std::string& value) {
-    memcpy(master_->pool().base() + item.value_offset, value.data(), value.size());
-    ASSERT_TRUE(index_->PublishComplete(item.entry_slot, item.generation));
-  }
-  // A whole put of one key; returns the item.
-  PutStartItem Put(const ClientRef& c, const std::string& key, size_t size, bool upsert = false) {
-    PutStartReply r = PutStart(c, {key}, {size}, upsert);
-    EXPECT_EQ(r.status, ErrorCode::OK);
-    EXPECT_EQ(r.items.size(), 1u);
-    if (r.items.size() != 1 || r.items[0].status != ErrorCode::OK) {
-      ADD_FAILURE() << "put of " << key << " failed";
-      return {};
-    }
-    WriteAndPublish(r.items[0], ValueFor(key, size));
-    master_->Tick();
-    return r.items[0];
-  }
-  // The value a reader sees, or "" when not found.
-  std::string Get(const std::string& key) {
-    auto s = index_->FindComplete(key, KeyHash(key));
-    if (!s.ok()) return "";
-    const char* p = index_->ValuePtr(*s, key);
-    EXPECT_NE(p, nullptr);
-    std::string v(p, s->value_size);
-    EXPECT_TRUE(index_->StillValid(*s));
-    return v;
-  }
-  ErrorCode Remove(const std::string& key, bool force = false) {
-    return StatusOf(Call(MessageType::kRemove, Enc(RemoveRequest{Conn(), {key}, force})));
-  }
-  CountReply RemoveMatching(MessageType type, const std::string& pattern, bool force) {
-    return CallFor<CountReply>(type, Enc(RemoveByRegexRequest{Conn(), pattern, force}));
-  }
-
-  std::string dir_;
-  MasterConfig config_;
-  std::unique_ptr<Master> master_;
-  std::unique_ptr<ObjectIndex> index_;
-  uint32_t conn_slot_ = Master::kNoSlot;
-};
+class MasterTest : public testutil::StartedMasterFixture {};
 
 TEST_F(MasterTest, AttachGivesSlotsAndPoolIdentity) {
-  AttachRequest req;
-  req.local_hostname = "c:1";
-  req.machine = Hostname();
-  req.pid = uint64_t(getpid());
-  SetToken(&req);
-  auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
+  AttachRequest req = AttachRequestFor("c:1");
+  AttachReply reply = AttachWith(req);
   EXPECT_EQ(reply.status, ErrorCode::OK);
   EXPECT_EQ(reply.slot, 0u);
   EXPECT_EQ(conn_slot_, 0u);
@@ -184,11 +58,7 @@ TEST_F(MasterTest, ClientSlotsRunOut) {
   StartMaster();
   Attach("a");
   Attach("b");
-  AttachRequest req;
-  req.local_hostname = "c";
-  SetToken(&req);
-  auto reply = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-  EXPECT_EQ(reply.status, ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(AttachWith(AttachRequestFor("c")).status, ErrorCode::NO_AVAILABLE_HANDLE);
 }
 
 TEST_F(MasterTest, PutPublishTickThenReadable) {
@@ -480,113 +350,12 @@ TEST_F(MasterTest, SlotInsideARingCallIsRetiredNotHandedOn) {
   EXPECT_EQ(ShmRing::CallerOf(master_->pool().ring(third.slot, 0)), third.generation);
 }
 
-TEST_F(MasterTest, RestartKeepsCompleteObjectsAndRevokesUnfinished) {
-  ClientRef c = Attach();
-  std::vector<std::string> keys;
-  for (int i = 0; i < 50; ++i) {
-    keys.push_back("obj/" + std::to_string(i));
-    Put(c, keys.back(), 100 + i * 97);
-  }
-  PutStartReply unfinished = PutStart(c, {"half"}, {4096});
-  ASSERT_EQ(unfinished.items.size(), 1u);
-  const PutStartItem half = unfinished.items[0];
-  memset(master_->pool().base() + half.value_offset, 'h', 1000);  // partly written
-  PutStartReply up = PutStart(c, {keys[0]}, {64}, /*upsert=*/true);  // an upsert in flight
-  ASSERT_EQ(up.items.size(), 1u);
-  ASSERT_EQ(Remove(keys[1]), ErrorCode::OK);
-  uint64_t incarnation = master_->pool().superblock()->master_incarnation.load();
-  uint8_t uuid[16];
-  memcpy(uuid, master_->pool().superblock()->uuid, 16);
-
-  config_.format = false;
-  StartMaster();  // destroys the old master first
-  EXPECT_TRUE(master_->pool().Verify(uuid).ok());
-  EXPECT_EQ(master_->pool().superblock()->master_incarnation.load(), incarnation + 1);
-  MasterStats st = master_->stats();
-  EXPECT_EQ(st.recovered_objects, 49u);
-  EXPECT_EQ(st.complete_keys, 49u);
-  EXPECT_EQ(st.revoked_puts, 2u);
-  EXPECT_EQ(st.pending_puts, 0u);
-  EXPECT_EQ(st.attached_clients, 0u);
-  for (int i = 0; i < 50; ++i)
-    EXPECT_EQ(Get(keys[i]), i == 1 ? "" : ValueFor(keys[i], 100 + i * 97)) << keys[i];
-  EXPECT_EQ(Get("half"), "");
-  EXPECT_FALSE(index_->PublishComplete(half.entry_slot, half.generation));
-  EXPECT_FALSE(index_->PublishComplete(up.items[0].entry_slot, up.items[0].generation));
-  auto s = index_->FindComplete(keys[0], KeyHash(keys[0]));
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->flags & kFlagSuperseded, 0u);
-
-  // Clients must re-attach; the store keeps working and rejects duplicates.
-  EXPECT_EQ(PutStart(c, {"new"}, {10}).status, ErrorCode::ILLEGAL_CLIENT);
-  ClientRef c2 = Attach();
-  PutStartReply dup = PutStart(c2, {keys[2]}, {10});
-  ASSERT_EQ(dup.items.size(), 1u);
-  EXPECT_EQ(dup.items[0].status, ErrorCode::OBJECT_ALREADY_EXISTS);
-  Put(c2, "half", 4096);
-  EXPECT_EQ(Get("half"), ValueFor("half", 4096));
-  EXPECT_EQ(Remove(keys[3]), ErrorCode::OK);
-  CountReply all = RemoveMatching(MessageType::kRemoveAll, "", true);
-  EXPECT_EQ(all.count, 49u);
-}
-
-TEST_F(MasterTest, RestartAfterUnsettledUpsertKeepsNewest) {
-  ClientRef c = Attach();
-  Put(c, "k", 100);
-  PutStartReply up = PutStart(c, {"k"}, {3000}, /*upsert=*/true);
-  ASSERT_EQ(up.items.size(), 1u);
-  std::string v2(3000, 'n');
-  WriteAndPublish(up.items[0], v2);  // both COMPLETE; the master never ticked
-  config_.format = false;
-  StartMaster();
-  EXPECT_EQ(Get("k"), v2);
-  MasterStats st = master_->stats();
-  EXPECT_EQ(st.complete_keys, 1u);
-  EXPECT_EQ(st.allocated_bytes, ExtentBytes(1, 3000));  // the old extent is free
-  auto s = index_->FindComplete("k", KeyHash("k"));
-  ASSERT_TRUE(s.ok());
-  EXPECT_EQ(s->flags & kFlagSuperseded, 0u);
-}
-
-TEST_F(MasterTest, RestartOnUnformattedOrForeignFileFails) {
-  master_.reset();
-  index_.reset();
-  MasterConfig cfg = config_;
-  cfg.cxl_path = dir_ + "/missing";
-  cfg.format = false;
-  cfg.cxl_size = 0;  // no size to create it at: a missing pool fails
-  EXPECT_FALSE(Master::Create(cfg).ok());
-  // With --cxl_size, a missing path is created as --format would (Mooncake's
-  // master starts before its CXL file exists): 0600, that size, formatted.
-  cfg.cxl_size = config_.cxl_size;
-  {
-    auto created = Master::Create(cfg);
-    ASSERT_TRUE(created.ok());
-    struct stat st {};
-    ASSERT_EQ(stat(cfg.cxl_path.c_str(), &st), 0);
-    EXPECT_EQ(st.st_mode & 0777, 0600u);
-    EXPECT_EQ(uint64_t(st.st_size), config_.cxl_size);
-  }
-  cfg.cxl_path = config_.cxl_path;
-  // Corrupt the layout version: the master refuses rather than re-formatting.
-  {
-    auto pool = Pool::Open(cfg.cxl_path, 0, false);
-    ASSERT_TRUE(pool.ok());
-    (*pool)->superblock()->layout_version += 1;
-  }
-  EXPECT_EQ(Master::Create(cfg).error(), ErrorCode::INVALID_PARAMS);
-}
-
-// Found while writing these tests (see the report): a put that is published
-// and then removed before the master's next Tick (a put immediately followed
-// by a remove over TCP does this) stays in pending_ with its entry already
-// tombstoned, and RemoveKey decrements complete_keys that were never
-// incremented. When that pending put is later revoked (Detach here,
-// put_start_discard_timeout_sec otherwise), RevokePending's failed Abort
-// calls FinishPending, which unlinks the slot a second time and frees the
-// extent handle again; by then that handle belongs to another object, whose
-// extent is freed under it and handed to the next put. (Fixed: pending
-// records are checked against the entry's generation and state.)
+// A put published and then removed before the master's next Tick (a put
+// at once followed by a remove over TCP) is still pending when the remove
+// unlinks it: complete_keys must not underflow, and a later revoke of the
+// pending put (Detach here, put_start_discard_timeout_sec otherwise) must
+// not unlink or free it a second time, when its extent already belongs to
+// another object.
 TEST_F(MasterTest, RemoveBeforeTickDoesNotDoubleFree) {
   ClientRef c = Attach();
   PutStartReply a = PutStart(c, {"a"}, {4096});
@@ -632,8 +401,8 @@ TEST_F(MasterTest, EvictionSkipsUnfinishedPutsAndKeepsGroupsWhole) {
   EXPECT_EQ(Get("writing"), ValueFor("writing", kMiB));
 }
 
-// ---- issue 10, item 1: the newest generation is the key's value for eviction
-// and removal even before Tick settles the upsert.
+// ---- The newest generation is the key's value for eviction and removal,
+// also before Tick settles the upsert.
 
 // A reader's lease for the next hour.
 static void LeaseEntry(ObjectIndex* index, uint64_t slot) { index->ExtendLease(slot, NowNs() + 3600ull * 1000000000ull); }
@@ -700,130 +469,12 @@ TEST_F(MasterTest, RemoveOfAnUnsettledUpsertJudgesTheNewestValue) {
   EXPECT_EQ(master_->stats().allocated_bytes, 0u);
 }
 
-// ---- issue 10, item 2: pins of a live process outlive its attachment.
-
-// What Client::PinValue leaves in the pool: a claimed record.
-static void PinInTable(const Pool& pool, uint32_t slot, uint32_t record, const EntrySnapshot& s) {
-  ClientSlot* cs = pool.client_slot(slot);
-  PinRecord& rec = pool.pin_table(slot)[record];
-  rec.object_offset.store(s.object_offset);
-  rec.generation.store(s.generation());
-  cs->pins_in_use.fetch_add(1);
-  if (cs->pin_high_water.load() < record + 1) cs->pin_high_water.store(record + 1);
-}
-
-TEST_F(MasterTest, RestartKeepsALiveClientsPinsAndTheViewedExtent) {
-  ClientRef c = Attach();
-  Put(c, "viewed", 4096);
-  auto snap = index_->FindComplete("viewed", KeyHash("viewed"));
-  ASSERT_TRUE(snap.ok());
-  PinInTable(master_->pool(), c.slot, 0, *snap);
-  const char* bytes = index_->ValuePtr(*snap, "viewed");
-  ASSERT_EQ(Remove("viewed"), ErrorCode::OK);  // a view does not refuse: unlinked, extent kept
-  uint64_t used = master_->stats().allocated_bytes;
-  config_.format = false;
-  StartMaster();  // this process (the pin's owner) is alive
-  EXPECT_EQ(master_->stats().allocated_bytes, used) << "recovery freed an extent a live view shows";
-  EXPECT_NE(master_->pool().client_slot(c.slot)->generation.load() & kSlotRetired, 0u);
-  // Another client fills the pool: the viewed bytes stay.
-  ClientRef other = Attach("client:2");
-  EXPECT_NE(other.slot, c.slot) << "a retired slot was handed to another client";
-  for (int i = 0; i < 80; ++i) {
-    PutStartReply r = PutStart(other, {"f" + std::to_string(i)}, {kMiB});
-    if (r.items.at(0).status != ErrorCode::OK) break;
-    WriteAndPublish(r.items[0], std::string(kMiB, 'f'));
-  }
-  EXPECT_EQ(std::string(bytes, 4096), ValueFor("viewed", 4096));
-  // The owner re-attaches naming its old identity: same slot, pins kept.
-  AttachRequest req;
-  req.local_hostname = "client:1";
-  req.machine = Hostname();
-  req.pid = uint64_t(getpid());
-  req.prev_slot = c.slot;
-  req.prev_generation = c.generation;
-  SetToken(&req);
-  auto back = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-  ASSERT_EQ(back.status, ErrorCode::OK);
-  EXPECT_EQ(back.slot, c.slot);
-  EXPECT_NE(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
-  // Dropping the view frees the extent.
-  master_->pool().pin_table(c.slot)[0].object_offset.store(0);
-  master_->pool().client_slot(c.slot)->pins_in_use.fetch_sub(1);
-  uint64_t before = master_->stats().allocated_bytes;
-  for (int i = 0; i < 100 && master_->stats().allocated_bytes == before; ++i) {
-    master_->Tick();
-    usleep(10000);
-  }
-  EXPECT_EQ(master_->stats().allocated_bytes, before - ExtentBytes(6, 4096));
-}
-
-TEST_F(MasterTest, DetachWithALiveViewRetiresTheSlotUntilTheViewGoes) {
-  ClientRef c = Attach();
-  Put(c, "v", 4096);
-  auto snap = index_->FindComplete("v", KeyHash("v"));
-  ASSERT_TRUE(snap.ok());
-  PinInTable(master_->pool(), c.slot, 3, *snap);
-  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
-  ClientRef other = Attach("client:2");  // removes go over its connection
-  EXPECT_NE(other.slot, c.slot);
-  uint64_t before = master_->stats().allocated_bytes;
-  EXPECT_EQ(Remove("v"), ErrorCode::OK);  // a view does not refuse a remove
-  EXPECT_EQ(Get("v"), "");
-  for (int i = 0; i < 20; ++i) master_->Tick();
-  EXPECT_EQ(master_->stats().allocated_bytes, before) << "a closed client's view lost its pin";
-  master_->pool().pin_table(c.slot)[3].object_offset.store(0);  // the view is dropped
-  for (int i = 0; i < 200 && master_->stats().allocated_bytes == before; ++i) {
-    master_->Tick();
-    usleep(10000);
-  }
-  EXPECT_LT(master_->stats().allocated_bytes, before) << "the viewed extent was never freed";
-  for (int i = 0; i < 200 && master_->pool().client_slot(c.slot)->generation.load() != 0; ++i) {
-    master_->Tick();
-    usleep(10000);
-  }
-  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u) << "the retired slot was never released";
-}
-
-TEST_F(MasterTest, RetiredTableOfAnotherHostExpires) {
-  config_.put_start_release_timeout_sec = 0;  // expire at the next client check
-  StartMaster();
-  AttachRequest req;
-  req.local_hostname = "remote:1";
-  req.machine = "some-other-host";  // its pid cannot be checked from here
-  req.pid = 1;
-  SetToken(&req);
-  auto r = CallFor<AttachReply>(MessageType::kAttach, Enc(req));
-  ASSERT_EQ(r.status, ErrorCode::OK);
-  ClientRef c{r.slot, r.slot_generation};
-  Put(c, "remote-view", 4096);
-  auto snap = index_->FindComplete("remote-view", KeyHash("remote-view"));
-  ASSERT_TRUE(snap.ok());
-  PinInTable(master_->pool(), c.slot, 0, *snap);
-  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
-  EXPECT_NE(master_->pool().client_slot(c.slot)->generation.load() & kSlotRetired, 0u);
-  for (int i = 0; i < 200 && master_->pool().pin_table(c.slot)[0].object_offset.load() != 0; ++i) {
-    master_->Tick();
-    usleep(10000);
-  }
-  // The residual: the record is dropped (the handle's PinHeld check fails
-  // and access raises) and the slot is free again.
-  EXPECT_EQ(master_->pool().pin_table(c.slot)[0].object_offset.load(), 0u);
-  EXPECT_EQ(master_->pool().client_slot(c.slot)->generation.load(), 0u);
-  Attach("client:2");  // removes go over an attached client's connection
-  EXPECT_EQ(Remove("remote-view"), ErrorCode::OK);
-}
-
-}  // namespace
-}  // namespace mcxl
-
-// Issue 10, items 5 and 6: one request must not stall or crash the master.
-namespace mcxl {
-namespace {
+// ---- One request must not stall or crash the master.
 
 TEST_F(MasterTest, RegexIsRe2LinearOverBytes) {
   ClientRef c = Attach();
-  Put(c, std::string(20000, 'a'), 16);  // std::regex recursed once per character
-  Put(c, std::string(28, 'a'), 16);     // ^(a|a)*b$ backtracked 2^28 ways
+  Put(c, std::string(20000, 'a'), 16);  // a recursive matcher would recurse once per character
+  Put(c, std::string(28, 'a'), 16);     // a backtracking one would try ^(a|a)*b$ 2^28 ways
   Put(c, "\xc3\xa9/x", 16);             // two bytes, then "/x"
   EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "^(a|a)*b$", false).count, 0u);
   EXPECT_EQ(RemoveMatching(MessageType::kRemoveByRegex, "(a)\\1", false).status, ErrorCode::INVALID_PARAMS);

@@ -201,39 +201,46 @@ void TcpServer::OnReadable(int fd, Conn& c) {
 }
 
 void TcpServer::Process(int fd, Conn& c) {
-  size_t pos = 0;
-  while (!c.busy && c.out.size() < options_.out_pause_bytes && c.in.size() - pos >= sizeof(FrameHeader)) {
-    FrameHeader h;
-    memcpy(&h, c.in.data() + pos, sizeof(h));
-    FrameCheck check = CheckFrameHeader(h);
-    if (check != FrameCheck::kOk) {
-      MCXL_LOG(kWarn, "rpc", "frame rejected (%s: magic %08x version %u, %u payload bytes); closing connection",
-               FrameCheckName(check), h.magic, h.version, h.payload_bytes);
-      Encoder e;
-      EncodeStatus(ErrorCode::INVALID_PARAMS, &e);
-      c.out += MakeFrame(MessageType::kError, h.request_id, e.data());
-      c.closing = true;
-      pos = c.in.size();
-      break;
-    }
-    if (c.in.size() - pos - sizeof(h) < h.payload_bytes) break;  // wait for the rest
-    std::string_view payload(c.in.data() + pos + sizeof(h), h.payload_bytes);
-    pos += sizeof(h) + h.payload_bytes;
-    if (RunsInSlices(h.type)) {
-      // A whole-index scan: on the worker, so that this loop keeps serving.
-      {
-        std::lock_guard<std::mutex> lock(jobs_mu_);
-        jobs_.push_back(Job{fd, c.id, h.request_id, h.type, std::string(payload), c.client_slot});
+  for (;;) {
+    size_t pos = 0;
+    while (!c.busy && c.out.size() < options_.out_pause_bytes && c.in.size() - pos >= sizeof(FrameHeader)) {
+      FrameHeader h;
+      memcpy(&h, c.in.data() + pos, sizeof(h));
+      FrameCheck check = CheckFrameHeader(h);
+      if (check != FrameCheck::kOk) {
+        MCXL_LOG(kWarn, "rpc", "frame rejected (%s: magic %08x version %u, %u payload bytes); closing connection",
+                 FrameCheckName(check), h.magic, h.version, h.payload_bytes);
+        Encoder e;
+        EncodeStatus(ErrorCode::INVALID_PARAMS, &e);
+        c.out += MakeFrame(MessageType::kError, h.request_id, e.data());
+        c.closing = true;
+        pos = c.in.size();
+        break;
       }
-      jobs_cv_.notify_one();
-      c.busy = true;
-      break;
+      if (c.in.size() - pos - sizeof(h) < h.payload_bytes) break;  // wait for the rest
+      std::string_view payload(c.in.data() + pos + sizeof(h), h.payload_bytes);
+      pos += sizeof(h) + h.payload_bytes;
+      if (RunsInSlices(h.type)) {
+        // A whole-index scan: on the worker, so that this loop keeps serving.
+        {
+          std::lock_guard<std::mutex> lock(jobs_mu_);
+          jobs_.push_back(Job{fd, c.id, h.request_id, h.type, std::string(payload), c.client_slot});
+        }
+        jobs_cv_.notify_one();
+        c.busy = true;
+        break;
+      }
+      std::string reply = service_->Handle(h.type, payload, &c.client_slot);
+      c.out += MakeFrame(MessageType(h.type), h.request_id, reply);
     }
-    std::string reply = service_->Handle(h.type, payload, &c.client_slot);
-    c.out += MakeFrame(MessageType(h.type), h.request_id, reply);
+    const bool stopped_for_room = !c.busy && !c.closing && c.out.size() >= options_.out_pause_bytes;
+    c.in.erase(0, pos);
+    Flush(fd, c);
+    // A flush the kernel takes whole arms no EPOLLOUT to come back on, so
+    // the frames still in c.in would wait for the peer's next byte: answer
+    // them now, as far as the room Flush made lets.
+    if (!stopped_for_room || c.closing || c.out.size() >= options_.out_pause_bytes) return;
   }
-  c.in.erase(0, pos);
-  Flush(fd, c);
 }
 
 void TcpServer::WorkerLoop() {

@@ -1,5 +1,6 @@
 // Internals of the SSD tier (disk_tier.h): on-disk structs, encode/verify,
-// aligned buffers and I/O helpers shared by disk_tier*.cc.
+// aligned buffers, record images and I/O helpers shared by disk_tier*.cc,
+// and the tier's state (DiskTier::Impl).
 #pragma once
 
 #include <cstddef>
@@ -138,7 +139,7 @@ struct KeyState {
 // A single-chunk record is one pwrite (in Finish, header patched in); a longer
 // one is written body first and block 0 (the header) last. Either way only
 // the record being written when the process dies can be torn, and rebuild
-// verifies the value crc of a segment's last record (disk_tier.cc).
+// verifies the value crc of a segment's last record (disk_tier_open.cc).
 struct ImageWriter {
   int fd = -1;
   uint64_t base = 0;
@@ -149,6 +150,25 @@ struct ImageWriter {
   void Put(uint64_t pos, uint8_t* data, uint64_t n);  // n block aligned; data aligned
   int Finish(const RecordHeader& h);
 };
+
+// ---- record images (disk_tier_record.cc) ----
+// A record header with everything but value_crc (the caller sets it, then seals).
+RecordHeader NewRecordHeader(uint16_t kind, std::string_view key, uint32_t seg, uint64_t off,
+                             uint64_t value_len, uint64_t generation, uint64_t seq);
+// Fills record image bytes [pos, pos + n) into out: header placeholder, key,
+// value, zero padding; value bytes are crc'd in order as copied.
+void FillImage(uint8_t* out, uint64_t pos, uint64_t n, std::string_view key, const uint8_t* value,
+               uint64_t len, uint32_t* crc);
+// Writes the record *h names (key, then h->value_len bytes of value) at
+// h->offset of fd through an ImageWriter, staged kChunkBytes at a time in
+// `stage` (block0: kBlockSize), aligned buffers; fills in h's value_crc and
+// seals it; fdatasync after when `sync`. 0 or an errno value.
+int WriteImage(int fd, uint8_t* stage, uint8_t* block0, bool sync, RecordHeader* h, std::string_view key,
+               const uint8_t* value);
+// The sealed image of one record (RecordBytes(key, len) bytes) at out, for a
+// write of records packed back to back; its header.
+RecordHeader PackRecord(uint8_t* out, uint16_t kind, std::string_view key, const uint8_t* value, uint64_t len,
+                        uint32_t seg, uint64_t off, uint64_t generation, uint64_t seq);
 
 struct CompactCursor {
   uint32_t victim = 0;
@@ -202,6 +222,7 @@ struct DiskTier::Impl {
   void AddLive(uint32_t seg, int64_t delta);
 };
 
+// NO_AVAILABLE_HANDLE for a full filesystem (ENOSPC, EDQUOT), else WRITE_FAIL (disk_tier_space.cc).
 ErrorCode WriteErrorCode(int err);
 
 }  // namespace mcxl::tier
