@@ -325,7 +325,7 @@ def worker(a):
         return rc
 
     # A TCP client's requests make the master Tick after each one, which
-    # narrows item 1's window (completion noticed late) to nothing: the TCP
+    # narrows the window of a completion noticed late to nothing: the TCP
     # worker works in bursts, so that rings alone drive the master half the time.
     tcp = os.environ.get("MC_CXL_RPC") == "tcp"
     phase_end, busy = time.monotonic() + rnd.uniform(1, 3), True

@@ -1,10 +1,10 @@
-"""Access control (issue 10, items 12 and 13): the master's RPC is for
+"""Access control: the master's RPC is for
 processes that can read the pool, and the pool file is not world-readable.
 
-A raw TCP peer here speaks the frame format of cpp/include/mooncake_cxl/
+A raw TCP peer here speaks the frame format of the control library's
 message.h and rpc_protocol.h by hand. The real client it attacks is another
-process (spawn context), so the attack and the victim are separate processes
-as in the issue. Nothing asserts on time; waits are hang guards only.
+process (spawn context), so the attack and the victim are separate
+processes. Nothing asserts on time; waits are hang guards only.
 """
 import grp
 import multiprocessing as mp
@@ -288,7 +288,7 @@ def test_key_listing_from_loopback(master):
 
 
 # --------------------------------------------------------------------------
-# Pool file modes (item 13).
+# Pool file modes.
 
 def test_launcher_creates_the_pool_owner_only(master_factory, pool_path):
     old = os.umask(0)  # the mode must not depend on the umask

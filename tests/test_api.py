@@ -1,5 +1,7 @@
-"""Every method of the façade against the contract (MOONCAKE_API.md), one
-process: core operations, batch forms, leases, ReplicateConfig, error codes."""
+"""Every method of the façade against the contract, in one process: the
+Python API of Mooncake's MooncakeDistributedStore (names, parameters and
+defaults, return values, error codes) as ours keeps it: core operations,
+batch forms, leases, ReplicateConfig, error codes."""
 import numpy as np
 import pytest
 

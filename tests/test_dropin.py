@@ -1,4 +1,4 @@
-"""The whole drop-in (issue 12, item 1): every public method of Mooncake
+"""The whole drop-in: every public method of Mooncake
 0.3.13's MooncakeDistributedStore exists on ours with the reference's
 parameters and defaults, every one is in the README's decision table, and the
 ones that mean nothing on a CXL pool return NOT_SUPPORTED (-1012) in the

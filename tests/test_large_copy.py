@@ -1,5 +1,5 @@
-"""The copy paths of large values (cpp/src/pool_copy.h): a put of 1 MiB or
-more streams into the pool with non-temporal stores, every part of a
+"""The copy paths of large values (the pool library's pool_copy.h): a put of
+1 MiB or more streams into the pool with non-temporal stores, every part of a
 multi-part value included (parts at any alignment); reads of 16 KiB or more
 copy out with a vector loop. Sizes straddle both thresholds, destinations
 and parts sit at odd offsets, and the bytes next to every destination must

@@ -1,4 +1,4 @@
-"""Pool prefault (issue 14): master --prefault_pool allocates and maps every
+"""Pool prefault: master --prefault_pool allocates and maps every
 pool page at start, a client with MC_CXL_PREFAULT=1 maps them at attach, so
 a large put into never-touched space takes no page faults (without it, a
 16 MiB put into fresh pages faulted ~4096 times and took ~17x a warm one).

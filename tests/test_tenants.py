@@ -1,4 +1,4 @@
-"""Tenants (issue 12 item 6): setup(..., tenant_id=T) gives a client its own
+"""Tenants: setup(..., tenant_id=T) gives a client its own
 key namespace on a shared pool. Two tenants run in separate processes on one
 pool and master; the same key holds each tenant's own value; no call of one
 (get, get_into, batch forms, zero-copy, is_exist, remove, batch_remove,

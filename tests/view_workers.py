@@ -52,7 +52,7 @@ def holder(address, key, q, steps, close_first):
         rc = s.put(f"{key}/holder-after", b"x" * 4096)
         if rc == -901:
             # A put racing the heartbeat thread's re-attach after a resume can
-            # time out on the reset ring (issue 10, item 4): once more.
+            # time out on the reset ring: once more.
             rc = s.put(f"{key}/holder-after", b"x" * 4096)
         h2 = s.get_buffer(f"{key}/holder-after")  # a new view in the table it holds now
         ok = s.get(f"{key}/holder-after") == b"x" * 4096 and h2 is not None and bytes(h2) == b"x" * 4096
