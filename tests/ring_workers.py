@@ -21,8 +21,9 @@ def put_remove_worker(address, wid, n, q):
     s.close()
 
 
-def hammer_then_wait(address, q):
-    """Issues requests in a loop until killed; reports that it started."""
+def hammer_then_wait(address, q, requests):
+    """Issues requests in a loop until killed; reports that it started, and
+    counts its requests in the shared `requests`."""
     s = connect(address)
     q.put("started")
     i = 0
@@ -30,6 +31,7 @@ def hammer_then_wait(address, q):
         s.put(f"hammer/{i}", b"h" * 4096)
         s.remove(f"hammer/{i}", force=True)
         i += 1
+        requests.value = 2 * i
 
 
 def attached_then_sleep(address, q):

@@ -7,9 +7,10 @@ stops and resumes it, and B, which attaches to the slot A lost."""
 import os
 import random
 import threading
-import time
 import traceback
 import zlib
+
+from conftest import poll
 
 MiB = 1 << 20
 NO_AVAILABLE_HANDLE = -200
@@ -86,12 +87,9 @@ def stalled_writer(conn, address, key, size, stall_at):
         th.start()
         rc = s.put(key, memoryview(mm))
         th.join(60)
-        after = -1
-        deadline = time.monotonic() + 10  # it re-attaches by itself first
-        while after != 0 and time.monotonic() < deadline:
-            after = s.put(key + "/after", b"a put after the stalled one")
-            if after != 0:
-                time.sleep(0.2)
+        # It re-attaches by itself first.
+        after = poll(lambda: s.put(key + "/after", b"a put after the stalled one"), interval=0.2,
+                     done=lambda rc: rc == 0)
         s.close()
         conn.send(("done", rc, after))
     except BaseException:

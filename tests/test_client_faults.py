@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from conftest import CALL_TIMEOUT, CHILD_START_TIMEOUT, baseline_fill, connect, open_store, poll_fill_matches
+from conftest import CALL_TIMEOUT, CHILD_START_TIMEOUT, baseline_fill, connect, open_store, wait_for_space_back
 
 
 pytestmark = pytest.mark.usefixtures("no_put_wait")
@@ -81,7 +81,7 @@ def test_client_killed_mid_put_is_reclaimed(master, children):
 
         # The master must notice the dead client and free its unfinished
         # extent: poll (a hang guard, not a timing assertion).
-        poll_fill_matches(s, baseline, master, "the killed client's unfinished put was not reclaimed")
+        wait_for_space_back(s, baseline, master, "reclaim of the killed client's unfinished put")
         # Informational: whether the kill landed inside a put this time (the
         # test below makes that case deterministic).
         print("killed mid-put:", "revoked unfinished put" in master.log_tail(100_000))
@@ -126,7 +126,7 @@ def test_client_dying_during_its_copy_is_reclaimed(master, children, tmp_path):
         assert s.get("copy/ok") == b"fine"
         assert s.is_exist("copy/doomed") == 0, "a put whose client died mid-copy became visible"
         assert s.get("copy/doomed") == b""
-        poll_fill_matches(s, baseline, master, "the dead client's unfinished put was not reclaimed")
+        wait_for_space_back(s, baseline, master, "reclaim of the dead client's unfinished put")
         # The key is free for a new put.
         assert s.put("copy/doomed", b"second try") == 0
         assert s.get("copy/doomed") == b"second try"

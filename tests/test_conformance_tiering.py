@@ -1,4 +1,4 @@
-"""Conformance of the SSD tier (issue 13): the behaviours ours and Mooncake's
+"""Conformance of the SSD tier: the behaviours ours and Mooncake's
 store (the reference wheel 0.3.13.post1, see oracle.py) share, each test
 parametrized over both.
 
@@ -46,6 +46,7 @@ import numpy as np
 import pytest
 
 import oracle
+from conftest import metric, poll, wait_until
 
 IMPLS = ["mooncake_cxl", "mooncake"]
 MIB = 1 << 20
@@ -75,22 +76,13 @@ def kinds(store, key):
     return tuple(out)
 
 
-def wait_for(cond, timeout, what):
-    deadline = time.monotonic() + timeout  # a hang guard, not a timing assertion
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-
-
 class Tiered:
     """A store of one kind over a tier, filled past the watermark."""
 
     def __init__(self, name, store, settle):
         self.name = name
         self.store = store
-        self.settle = settle        # seconds for an asynchronous offload to show
+        self.settle = settle        # returns once an asynchronous offload shows
         self.small = {}             # below the watermark
         self.small_kinds = {}
         self.values = {}            # acknowledged puts of the fill
@@ -108,24 +100,19 @@ class Tiered:
             k = f"small_{i}"
             self.small[k] = os.urandom(4096)
             assert s.put(k, self.small[k]) == 0
-        time.sleep(self.settle)
+        self.settle()
         self.small_kinds = {k: kinds(s, k) for k in self.small}
         self.reads_before_fill = s.get_offload_rpc_read_count()
         for i in range(N):
             k = f"fill_{i}"
             v = os.urandom(SIZE)
-            deadline = time.monotonic() + 15
-            while True:
-                rc = s.put(k, v)
-                # the reference: -200 until its next offload heartbeat frees memory
-                if rc != -200 or time.monotonic() > deadline:
-                    break
-                time.sleep(0.05)
+            # The reference: -200 until its next offload heartbeat frees memory.
+            rc = poll(lambda: s.put(k, v), timeout=15, done=lambda rc: rc != -200)
             if rc == 0:
                 self.values[k] = v
             else:
                 self.failed_puts += 1
-        time.sleep(self.settle)
+        self.settle()
         for k in self.values:
             kk = kinds(s, k)
             if kk and "M" not in kk and "T" in kk:
@@ -154,7 +141,11 @@ def tiered(request, tmp_path_factory):
             m = MasterProcess(pool, POOL, format=True, extra_flags=master_flags(tier_dir),
                               log_path=str(tmp_path_factory.mktemp("tier_ours") / "master.log")).start()
             try:
-                t = _filled(name, oracle.ours_module(), m, tier_dir, settle=0.5)
+                def drained():
+                    wait_until(lambda: metric(m, "mooncake_cxl_tier_queue") == 0,
+                               "the tier thread to drain its queue", master=m)
+
+                t = _filled(name, oracle.ours_module(), m, tier_dir, settle=drained)
                 yield t
                 t.store.close()
             finally:
@@ -171,7 +162,9 @@ def tiered(request, tmp_path_factory):
             saved = {k: os.environ.get(k) for k in list(REF_ENV) + ["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"]}
             os.environ.update(REF_ENV, MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir)
             try:
-                t = _filled(name, oracle.reference_module(), m, tier_dir, settle=2.5)
+                # The reference shows no sign of its offload heartbeat (every
+                # second, REF_ENV): its fill waits out two and a half of them.
+                t = _filled(name, oracle.reference_module(), m, tier_dir, settle=lambda: time.sleep(2.5))
                 if not t.disk_only:
                     pytest.skip(f"the reference offloaded nothing on this machine: {len(t.values)} of {N} "
                                 f"puts acknowledged, {t.failed_puts} gave -200 for 15 s; master log "
@@ -251,7 +244,7 @@ def test_promotion_on_hit_gives_a_memory_replica(tiered):
     # The first read is served from disk (the reference may promote after it,
     # since its get_replica_desc in the fill counted toward the admission).
     assert s.get_offload_rpc_read_count() >= before + 1
-    wait_for(lambda: "M" in kinds(s, k), 40 if tiered.reference else 20, f"a MEMORY replica of {k}")
+    wait_until(lambda: "M" in kinds(s, k), f"a MEMORY replica of {k}")
     n = s.get_offload_rpc_read_count()
     assert s.get(k) == tiered.values[k]
     assert s.get_offload_rpc_read_count() == n  # served from memory

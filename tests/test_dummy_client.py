@@ -1,4 +1,4 @@
-"""Dummy clients and the standalone client (issue 12, item 5): a master, a
+"""Dummy clients and the standalone client: a master, a
 `mooncake_cxl_client` process, and dummy clients in other processes attached
 with setup_dummy(mem_pool_size, local_buffer_size, "host:port").
 
@@ -14,19 +14,18 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 
 import pytest
 
 import mooncake_cxl
 import oracle
-from conftest import connect, value_for
+from conftest import connect, value_for, wait_for_leases_to_lapse
 from mooncake_cxl import MooncakeDistributedStore
 from mooncake_cxl.launch import StandaloneClientProcess
 
 RPC_FAIL = -900
 INVALID = -600
-LEASE_MS = 100  # the master's --default_kv_lease_ttl here: removes after a get wait this long
+LEASE_MS = 100  # the master's --default_kv_lease_ttl here: removes after a get wait for it
 
 
 @pytest.fixture
@@ -50,8 +49,6 @@ def dummy(standalone):
     s.close()
 
 
-def after_lease():
-    time.sleep(2 * LEASE_MS / 1000)
 
 
 # ------------------------------------------------------------------ processes
@@ -113,7 +110,7 @@ def test_dummy_data_path_does_not_go_through_the_standalone_client(dummy, standa
     standalone.kill()
     assert dummy.put("after", b"y" * 1000) == 0
     assert dummy.get("before") == b"x" * 1000 and dummy.get("after") == b"y" * 1000
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert dummy.remove("before") == 0 and dummy.is_exist("before") == 0
     normal = connect(lease_master)
     try:
@@ -312,16 +309,16 @@ def test_alloc_from_mem_pool_memory_is_registered_and_bounded(dummy):
 
 # ------------------------------------- behaviours of Mooncake's test_dummy_client.py
 
-def test_ref_dummy_basic_put_get_exist_put_again_and_remove_after_lease(dummy):
+def test_ref_dummy_basic_put_get_exist_put_again_and_remove_after_lease(dummy, lease_master):
     assert dummy.put("basic", b"Hello, World!") == 0
     assert dummy.get_size("basic") == 13 and dummy.get("basic") == b"Hello, World!"
     assert dummy.is_exist("basic") == 1
     assert dummy.put("basic", b"Hello, World!") == 0  # same key again: success
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert dummy.remove("basic") == 0 and dummy.is_exist("basic") == 0
 
 
-def test_ref_dummy_batch_is_exist_mixed_empty_single_missing(dummy):
+def test_ref_dummy_batch_is_exist_mixed_empty_single_missing(dummy, lease_master):
     keys = [f"bie/{i}" for i in range(20)]
     for k in keys[:10]:
         assert dummy.put(k, b"Hello, Batch World!") == 0
@@ -329,11 +326,11 @@ def test_ref_dummy_batch_is_exist_mixed_empty_single_missing(dummy):
     assert dummy.batch_is_exist([]) == []
     assert dummy.batch_is_exist([keys[0]]) == [1]
     assert dummy.batch_is_exist(["non_existent_key"]) == [0]
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert all(dummy.remove(k) == 0 for k in keys[:10])
 
 
-def test_ref_dummy_get_into_ranges_two_mem_pool_buffers(dummy):
+def test_ref_dummy_get_into_ranges_two_mem_pool_buffers(dummy, lease_master):
     d1 = b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ"
     d2 = b"abcdefghijklmnopqrstuvwxyz0123456789"
     assert dummy.put("r1", d1) == 0 and dummy.put("r2", d2) == 0
@@ -355,10 +352,10 @@ def test_ref_dummy_get_into_ranges_two_mem_pool_buffers(dummy):
                                  [[[4], [4]]])
     assert miss[0][0][0] < 0 and miss[0][1][0] == 4
     # Ranges that do not match for one key: a negative code for it (the exact
-    # shape of the others is issue 12 item 7's, pinned in test_conformance).
+    # shape of the others is pinned in test_conformance).
     mism = dummy.get_into_ranges([b0], [["r1", "r2"]], [[[0], []]], [[[0, 1], []]], [[[4, 4], []]])
     assert len(mism) == 1 and len(mism[0]) == 2 and mism[0][0][0] < 0
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert dummy.unregister_buffer(b0) == 0 and dummy.unregister_buffer(b1) == 0
     assert dummy.remove("r1") == 0 and dummy.remove("r2") == 0
 
@@ -369,7 +366,7 @@ def _spaced_buffer(dummy, n, spacing=1 << 20):
     return base, [base + i * spacing for i in range(n)]
 
 
-def test_ref_dummy_batch_get_into_one_large_buffer_mismatch_and_empty(dummy):
+def test_ref_dummy_batch_get_into_one_large_buffer_mismatch_and_empty(dummy, lease_master):
     data = [b"Hello, Batch World 1! " * 100, b"Hello, Batch World 2! " * 200,
             b"Hello, Batch World 3! " * 150]
     keys = [f"bgi/{i}" for i in range(3)]
@@ -381,12 +378,12 @@ def test_ref_dummy_batch_get_into_one_large_buffer_mismatch_and_empty(dummy):
     bad = dummy.batch_get_into(keys[:2], ptrs, [1 << 20] * 3)  # mismatched lengths
     assert len(bad) == 2 and all(r < 0 for r in bad)
     assert dummy.batch_get_into([], [], []) == []
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert dummy.unregister_buffer(base) == 0
     assert all(dummy.remove(k) == 0 for k in keys)
 
 
-def test_ref_dummy_batch_put_from_one_large_buffer_mismatch_and_empty(dummy):
+def test_ref_dummy_batch_put_from_one_large_buffer_mismatch_and_empty(dummy, lease_master):
     data = [b"Batch Put Data 1! " * 100, b"Batch Put Data 2! " * 200, b"Batch Put Data 3! " * 150]
     keys = [f"bpf/{i}" for i in range(3)]
     base, ptrs = _spaced_buffer(dummy, 3)
@@ -397,7 +394,7 @@ def test_ref_dummy_batch_put_from_one_large_buffer_mismatch_and_empty(dummy):
     bad = dummy.batch_put_from(keys[:2], ptrs, [len(d) for d in data])
     assert len(bad) == 2 and all(r < 0 for r in bad)
     assert dummy.batch_put_from([], [], []) == []
-    after_lease()
+    wait_for_leases_to_lapse(lease_master)
     assert dummy.unregister_buffer(base) == 0
     assert all(dummy.remove(k) == 0 for k in keys)
 

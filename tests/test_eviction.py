@@ -1,33 +1,17 @@
 """Leases, pins, groups and watermark eviction, observed through the master's
 monitoring port (/metrics parsed with prometheus_client's parser)."""
 import re
-import time
 import urllib.error
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import connect
+from conftest import connect, counter, metrics, wait_for_leases_to_lapse
 from mooncake_cxl import ReplicateConfig, SoftPinAction
 
 POOL = 64 << 20
 VALUE = 512 << 10
 HIGH = 0.9
-
-
-def metrics(master):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    out = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            key = s.name if not s.labels else (s.name, tuple(sorted(s.labels.items())))
-            out[key] = s.value
-    return out
-
-
-def counter(m, name):
-    return m.get(name, m.get(name + "_total", 0))
 
 
 def start(master_factory, *flags):
@@ -138,7 +122,7 @@ def test_soft_pinned_objects_go_last(master_factory, allow, monkeypatch):
         for i in range(int(cap // VALUE)):
             assert s.put(f"plain{i}", b"p" * VALUE) == 0
         assert all(s.is_exist(f"soft{i}") for i in range(n_soft))
-        time.sleep(0.1)  # let those leases lapse
+        wait_for_leases_to_lapse(m)
         # Now ask for more than the plain objects can give back.
         big = ReplicateConfig()
         big.with_hard_pin = True

@@ -61,8 +61,7 @@ import sys
 import time
 import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
+from conftest import http_get as http, metrics, poll
 from mooncake_cxl.launch import MasterError, MasterProcess
 
 POOL = 32 << 20
@@ -73,7 +72,7 @@ CLIENT_TTL = 3
 # Short client TTL and put timeouts: a worker stopped for CLIENT_TTL + 2..4 s is
 # reclaimed, and its unfinished put revoked and its extent freed, while stopped.
 # Mooncake's default lease: readers lease nearly every object, so the objects
-# eviction can take are mostly fresh, never-read ones (item 1's case).
+# eviction can take are mostly fresh, never-read ones (read-your-writes' case).
 MASTER_FLAGS = [f"--client_ttl={CLIENT_TTL}", "--put_start_discard_timeout_sec=2",
                 "--put_start_release_timeout_sec=1",
                 "--default_kv_lease_ttl=" + os.environ.get("MCXL_FAULT_LEASE_MS", "10000")]
@@ -90,18 +89,6 @@ def extent_bytes(key_len, value_size):
     """layout.h ExtentBytes: what the master allocates for one object."""
     up = lambda v: (v + 63) // 64 * 64
     return up(HEADER_BYTES + key_len) + up(value_size)
-
-
-def http(master, path, timeout=10):
-    return urllib.request.urlopen(master.metrics_url + path, timeout=timeout).read().decode()
-
-
-def metrics(master):
-    out = {}
-    for family in text_string_to_metric_families(http(master, "/metrics")):
-        for s in family.samples:
-            out[s.name if not s.labels else (s.name, tuple(sorted(s.labels.items())))] = s.value
-    return out
 
 
 class Run:
@@ -243,7 +230,7 @@ class Run:
             self.stopped[slot] = now + dur
             self.events["sigstop"] += 1
         elif r < 0.65:
-            # The monitoring pages walk the index (item 3's crash was there).
+            # The monitoring pages walk the index: a crash there would show.
             try:
                 http(self.master, "/get_all_keys")
                 metrics(self.master)
@@ -293,7 +280,7 @@ def test_random_faults(pool_path, tmp_path):
 
 
 def test_random_faults_with_ssd_tier(pool_path, tmp_path):
-    """The same driver over the SSD tier (issue 13): eviction demotes, reads
+    """The same driver over the SSD tier: eviction demotes, reads
     of disk-resident keys read records or promote them, removes write
     tombstones, restarts recover kOnDisk entries; the tier's capacity is
     small so its own LRU drops and compaction run too. The invariants are
@@ -432,18 +419,19 @@ def check_space(run, when):
 
 def _check_space(run, when):
     m = run.master
-    deadline = time.monotonic() + 30
-    while True:
+
+    def unsettled():
+        """The metrics, and what must reach 0 before space adds up: clients,
+        writing, removed_but_viewed and revoked_quarantined objects (revoked
+        puts' extents stay quarantined until their writer is known dead; the
+        master checks every 0.5 s)."""
         mt = metrics(m)
-        writing = mt.get(("master_objects", (("state", "writing"),)), 0)
-        viewed = mt.get(("master_objects", (("state", "removed_but_viewed"),)), 0)
-        # Revoked puts' extents stay quarantined until their writer is known
-        # dead (the master checks every 0.5 s): wait for that too.
-        quarantined = mt.get(("master_objects", (("state", "revoked_quarantined"),)), 0)
-        if (mt["master_client_count"] == 0 and writing == 0 and viewed == 0 and quarantined == 0) \
-                or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
+        objects = lambda state: mt.get(("master_objects", (("state", state),)), 0)
+        return mt, (mt["master_client_count"], objects("writing"), objects("removed_but_viewed"),
+                    objects("revoked_quarantined"))
+
+    # What is still unsettled past the hang guard is reported below.
+    mt, (_, writing, viewed, quarantined) = poll(unsettled, interval=0.5, done=lambda r: not any(r[1]))
     keys = [k for k in http(m, "/get_all_keys?tenant=*").split("\n") if k]  # tenant<TAB>key
     live = stubs = 0
     for line in keys:

@@ -1,14 +1,14 @@
-"""Announcement channels in the pool (mooncake_cxl.kv.announce over
-cpp announce.h): a decode process started before the prefill loads each run
-as it is announced (acks flow back through another channel: no TCP between
-them); lapped readers are told what they lost; one live producer per channel,
+"""Announcement channels in the pool (mooncake_cxl.kv.announce over the
+control library's announce.h): a decode process started before the prefill
+loads each run as it is announced (acks flow back through another channel: no
+TCP between them); lapped readers are told what they lost; one live producer per channel,
 taken over after its process dies; a futex wait is woken across processes."""
-import time
+import os
 
 import pytest
 
 import kv_workers as W
-from conftest import connect
+from conftest import connect, wait_until
 from mooncake_cxl.kv import Announcer, KVCacheError, Listener
 
 
@@ -74,10 +74,32 @@ def test_one_live_producer_per_channel_taken_over_after_death(master, children):
     s.close()
 
 
+FUTEX = {"x86_64": 202, "aarch64": 98}  # syscall numbers
+
+
+def in_futex_wait_on(pid, path):
+    """Whether the main thread of `pid` sleeps in futex() on a word of its
+    mapping of the file `path` (/proc/PID/syscall: number, then arguments)."""
+    with open(f"/proc/{pid}/syscall") as f:
+        fields = f.read().split()
+    if not fields or fields[0] != str(FUTEX[os.uname().machine]):
+        return False
+    word = int(fields[1], 16)
+    with open(f"/proc/{pid}/maps") as f:
+        for line in f:
+            parts = line.split(maxsplit=5)
+            if len(parts) == 6 and parts[5].strip() == path:
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                if lo <= word < hi:
+                    return True
+    return False
+
+
 def test_futex_wait_is_woken_by_another_process(master, children):
     waiter = children(W.wait_one, master.address, "wake", 60)
     assert waiter.recv() == "waiting"
-    time.sleep(0.3)  # let it pass its spin phase and sleep on the futex
+    wait_until(lambda: in_futex_wait_on(waiter.proc.pid, master.pool_path),
+               "the waiter to pass its spin phase and sleep on the channel's futex")
     s = connect(master)
     ann = Announcer(s, "wake")
     ann.blocks_ready("w", 4, 5)

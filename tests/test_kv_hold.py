@@ -6,7 +6,7 @@ deadline passes when no consumer comes. Not held: evicted by the first storm."""
 import time
 
 import kv_hold_workers as H
-from conftest import connect
+from conftest import WAIT_TIMEOUT, connect, wait_for_leases_to_lapse
 
 POOL = 64 << 20
 LEASE_MS = 200  # the master's read lease here: a released hold lapses this fast
@@ -19,6 +19,12 @@ def storm(children, address, tag):
     res = [f.result() for f in fl]
     assert sum(ok for ok, _ in res) > 3 * POOL // (1 << 20), res
     return res
+
+
+def object_keys(store, seed, n):
+    """The pool keys of the objects a prefill of request `seed` stores."""
+    cache = H.make_cache(store)
+    return [stem + "/g0" for _, _, stem in cache.stored_prefix(cache.block_hashes(H.request(cache, seed, n, 3))).objects]
 
 
 def test_announced_blocks_survive_eviction_until_consumed_or_deadline(master_factory, children):
@@ -41,14 +47,14 @@ def test_announced_blocks_survive_eviction_until_consumed_or_deadline(master_fac
         assert children(H.present, m.address, 2, n).result()[0] == 8
     assert children(H.present, m.address, 3, n).result()[0] == 0  # not held: evicted
     # Past B's deadline, a second storm evicts B; A (still unconsumed) stays.
-    time.sleep(max(0.0, hold_b - (time.monotonic() - t_b)) + 0.5)
+    wait_for_leases_to_lapse(m, object_keys(s, 2, n), timeout=hold_b + WAIT_TIMEOUT)
     storm(children, m.address, "storm2")
     assert children(H.present, m.address, 2, n).result()[0] == 0
     assert children(H.present, m.address, 1, n).result()[0] == 8
     # The consumer loads A through the channel (every byte checked) and releases it.
     d = children(H.decode, m.address, 1, n, "hold-a").result()
     assert d["loaded"] == n and d["bad"] == 0 and "error" not in d, d
-    time.sleep(2 * LEASE_MS / 1000)
+    wait_for_leases_to_lapse(m, object_keys(s, 1, n))
     storm(children, m.address, "storm3")
     assert children(H.present, m.address, 1, n).result()[0] == 0  # consumed: evictable again
     s.close()
@@ -65,11 +71,14 @@ def test_hold_refuses_unforced_remove_and_reports_missing(master_factory):
     assert cache.save(hashes, range(6), hold=60.0) == 2  # (0..3), (4..5)
     p = cache.stored_prefix(hashes)
     assert cache.lookup(hashes).objects == p.objects
-    time.sleep(2 * LEASE_MS / 1000)  # lookup's own read lease lapses; the hold does not
+    # Lookup's own read lease lapses (a probe read after it has a later one);
+    # the hold does not.
+    assert s.put("probe", b"p") == 0 and s.get("probe") == b"p"
+    wait_for_leases_to_lapse(m, ["probe"])
     assert cache.remove(p) == 0
     assert s.remove(p.objects[0][2] + "/g0") == -706
     assert cache.release(p) == 2
-    time.sleep(2 * LEASE_MS / 1000)
+    wait_for_leases_to_lapse(m, [stem + "/g0" for _, _, stem in p.objects])
     assert cache.remove(p) == 2
     assert cache.hold(hashes, 60.0) == 0 and cache.release(p) == 0
     s.close()

@@ -21,12 +21,10 @@ import ctypes
 import os
 import random
 import threading
-import time
 
-import numpy as np
 import pytest
 
-from conftest import POOL_SIZE, MooncakeDistributedStore, ReplicateConfig
+from conftest import POOL_SIZE, MooncakeDistributedStore, ReplicateConfig, poll
 from mooncake_cxl import SoftPinAction
 
 OK, INVALID, NO_SPACE, NOT_FOUND, HAS_LEASE = 0, -600, -200, -704, -706
@@ -56,10 +54,7 @@ def store(lease_master):
 
 def _remove_after_lease(s, key):
     """The reference tests sleep one lease, then remove() == 0; we poll."""
-    deadline = time.monotonic() + 30  # hang guard
-    while (rc := s.remove(key)) == HAS_LEASE and time.monotonic() < deadline:
-        time.sleep(0.02)
-    return rc
+    return poll(lambda: s.remove(key), interval=0.02, done=lambda rc: rc != HAS_LEASE)
 
 
 def _config_dict(master, segment, buffer):
@@ -399,8 +394,8 @@ def test_cxl_master_started_before_its_pool_file_exists(master_factory, pool_pat
     """test_distributed_object_store_cxl.py as Mooncake runs it: the master is
     started with --enable_cxl --cxl_path=<tmp>/tmp_dax_sim --cxl_size=N before
     the test's setUpClass creates that file (the reference master does not
-    open the device at start). Ours used to exit (-600, "cannot open pool");
-    now it creates the file itself (0600, N bytes), the test's O_CREAT +
+    open the device at start). Ours creates the file itself (0600, N bytes)
+    rather than exit (-600, "cannot open pool"), the test's O_CREAT +
     ftruncate(N) open the same file, and after the first class unlinks it the
     next class's fresh file replaces it."""
     from mooncake_cxl import launch
@@ -431,9 +426,9 @@ def test_cxl_master_started_before_its_pool_file_exists(master_factory, pool_pat
 
 def test_compat_shim_serves_the_wheels_structured_object_store(tmp_path):
     """test_put_get_tensor.py imports mooncake.structured_object_store (a
-    pure-Python client of mooncake.store in the wheel) at module level; through
-    the shim that import used to fail, so none of the file's store tests ran.
-    With the wheel installed the shim now loads that module from the wheel's
+    pure-Python client of mooncake.store in the wheel) at module level; had
+    that import failed through the shim, none of the file's store tests would
+    run. With the wheel installed the shim loads that module from the wheel's
     own file, on top of our mooncake.store; native mooncake.* modules stay
     refused."""
     import importlib.machinery
@@ -469,7 +464,7 @@ def test_compat_shim_serves_the_wheels_structured_object_store(tmp_path):
 def test_reference_tenant_flags_accepted(master_factory):
     """mooncake_master 0.3.13's tenant flags (--enable_multi_tenants,
     --quota_bytes, --tenant_quota_connector_type/_uri, --kv_events_tenant_id)
-    start our master too (they used to be "unknown flag"): isolation is
+    start our master too (not "unknown flag"): isolation is
     always on here, quotas are not enforced, each is said in one log line."""
     master = master_factory(extra_flags=["--enable_multi_tenants=true", "--quota_bytes=1073741824",
                                          "--tenant_quota_connector_type=file",

@@ -10,26 +10,15 @@ pool file (offsets from _core._layout(), i.e. layout.h); the readers are
 other processes, over the CXL RPC rings and over TCP."""
 import multiprocessing as mp
 import os
-import time
 import urllib.request
 
 import pytest
-from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import connect
+from conftest import connect, metric, wait_until
 from pool_workers import corrupter, layout, reader, setup_code, shrink_victim, superblock_write, value_for
 
 CTX = mp.get_context("spawn")
 TIMEOUT = 120
-
-
-def metric(master, name):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == name:
-                return s.value
-    raise AssertionError(f"no metric {name}")
 
 
 def all_keys(master):
@@ -93,10 +82,8 @@ def test_one_bad_store_in_the_pool_crashes_nothing(master, pool_path, field, val
         assert s.remove_all(force=True) == len(keys) + 40 + 1
         # Nothing leaked: the corrupt entry's extent was freed by the
         # master's own handle (at most one Tick after it was found).
-        deadline = time.monotonic() + 10
-        while metric(master, "master_allocated_bytes") != 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert metric(master, "master_allocated_bytes") == 0
+        wait_until(lambda: metric(master, "master_allocated_bytes") == 0,
+                   "the corrupt entry's extent to be freed", master=master)
         assert master.proc.poll() is None, master.log_tail()
         assert "is corrupt" in master.log_tail(20000)
     finally:

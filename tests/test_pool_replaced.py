@@ -1,7 +1,7 @@
-"""The device behind the master's --cxl_path replaced while it runs (issue 12
-item 7: Mooncake's CXL test creates its pool file, ftruncates it, and deletes
-it in each test class's teardown while the master keeps running, so the next
-class finds a fresh blank file at the same path). The master notices a new
+"""The device behind the master's --cxl_path replaced while it runs
+(Mooncake's CXL test creates its pool file, ftruncates it, and deletes it in
+each test class's teardown while the master keeps running, so the next class
+finds a fresh blank file at the same path). The master notices a new
 inode at the path (at Ping, Attach and in Tick), logs it loudly, formats a
 new blank device with a new uuid and token, and serves it; clients of the old
 pool get ILLEGAL_CLIENT (-601) on their next master call. A device holding a
@@ -10,10 +10,8 @@ only with --allow_world_readable_pool (the rule of a first format); a file
 not yet ftruncated is waited for. A shrink of the *same* file stays a lost
 pool (test_pool_corruption)."""
 import os
-import time
-import urllib.request
 
-from conftest import POOL_SIZE, MooncakeDistributedStore, connect
+from conftest import POOL_SIZE, MooncakeDistributedStore, connect, metric, wait_until
 from pool_replace_workers import old_client
 
 OK, INVALID, ILLEGAL_CLIENT = 0, -600, -601
@@ -29,11 +27,7 @@ def _blank(path, mode=0o600, size=POOL_SIZE):
 
 
 def _replaced_total(master):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith("mooncake_cxl_pool_replaced_total "):
-            return float(line.split()[-1])
-    raise AssertionError("no mooncake_cxl_pool_replaced_total")
+    return metric(master, "mooncake_cxl_pool_replaced_total")
 
 
 def _setup(master):
@@ -136,9 +130,8 @@ def test_replacement_is_noticed_by_tick_too(master, pool_path):
     os.unlink(pool_path)
     fd = _blank(pool_path)
     try:
-        deadline = time.monotonic() + 30  # hang guard; Tick checks every 0.5 s
-        while _replaced_total(master) == 0 and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert _replaced_total(master) == 1
+        # Tick checks every 0.5 s.
+        assert wait_until(lambda: _replaced_total(master), "the master to notice the new device",
+                          master=master) == 1
     finally:
         os.close(fd)

@@ -1,4 +1,4 @@
-"""Read-your-writes under continuous eviction, several processes (issue 10, item 1).
+"""Read-your-writes under continuous eviction, several processes.
 
 Once an upsert (or a put of an absent key) has returned 0, no later read by
 anyone returns an older value: eviction may drop a key entirely, never bring an
@@ -25,11 +25,8 @@ import random
 import struct
 import time
 import traceback
-import urllib.request
 
-import pytest
-
-from conftest import connect
+from conftest import connect, counter, metrics
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
 CTX = mp.get_context("spawn")
@@ -164,11 +161,7 @@ def _entry(conn, target, args):
 
 
 def _evicted(master):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith("master_evicted_key_count"):
-            return float(line.split()[-1])
-    return 0.0
+    return counter(metrics(master), "master_evicted_key_count")
 
 
 def test_no_read_goes_back_in_time_under_eviction(master_factory, transport, monkeypatch):

@@ -20,7 +20,7 @@ import traceback
 
 import pytest
 
-from conftest import connect, fill, poll_fill_matches, value_for
+from conftest import connect, fill, poll, value_for, wait_for_space_back, wait_until
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
 
@@ -88,14 +88,9 @@ def call_with_guard(fn, timeout=60):
     return out["value"]
 
 
-def poll_put(store, key, value, bound=10.0):
-    """A put retried until it returns 0 or `bound` seconds pass; the last rc."""
-    deadline = time.monotonic() + bound
-    while True:
-        rc = call_with_guard(lambda: store.put(key, value))
-        if rc == 0 or time.monotonic() > deadline:
-            return rc
-        time.sleep(0.2)
+def poll_put(store, key, value):
+    """A put retried until it returns 0 (or the hang guard passes); the last rc."""
+    return poll(lambda: call_with_guard(lambda: store.put(key, value)), interval=0.2, done=lambda rc: rc == 0)
 
 
 def free_port():
@@ -156,7 +151,7 @@ def test_master_restart_keeps_objects_and_space(master_factory, how, rpc):
         v = value_for("after/old", 250_000)
         rc = poll_put(old, "after/old", v)
         assert rc == 0, (f"the client set up before the master {how} could not put after the "
-                         f"restart within 10 s: rc {rc}; master log:\n{m2.log_tail()}")
+                         f"restart: rc {rc}; master log:\n{m2.log_tail()}")
         assert new.get("after/old") == v
         v2 = value_for("after/new", 4097)
         assert new.put("after/new", v2) == 0
@@ -431,7 +426,7 @@ def test_master_killed_while_a_client_process_puts(master_factory, rpc):
             f"the child's puts did not resume after the restart: {results[first_bad:][:20]}")
         print("recovery log:", [l for l in m2.log_tail(100_000).splitlines() if "recovery:" in l])
 
-        poll_fill_matches(s, baseline, m2, "across the master crash")
+        wait_for_space_back(s, baseline, m2, "across the master crash")
     finally:
         if s is not None:
             s.close()
@@ -519,16 +514,14 @@ def _stalled_putter(conn, address, op):
         conn.send(("stalled-done", rc))
         if conn.poll(300):
             conn.recv()
-        # The master may just have restarted: the client re-attaches by itself,
-        # give it up to 10 s (a bound, not a requirement on speed).
-        deadline = time.monotonic() + 10
+        # The master may just have restarted: the client re-attaches by itself.
         attempts = []
-        while True:
-            after = s.put("stall/after", b"a put after the stalled one")
-            attempts.append(after)
-            if after == 0 or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
+
+        def put_after():
+            attempts.append(s.put("stall/after", b"a put after the stalled one"))
+            return attempts[-1]
+
+        after = poll(put_after, interval=0.2, done=lambda rc: rc == 0)
         s.close()
         conn.send(("done", after, attempts[:5], len(attempts)))
     except BaseException:
@@ -611,7 +604,7 @@ def test_master_restart_while_a_live_client_is_mid_put(master_factory, monkeypat
                             f"{n} attempts, first return codes {attempts}")
         assert s.get("stall/after") == b"a put after the stalled one"
         child.join(30)
-        poll_fill_matches(s, baseline, m2, f"the {op} revoked by recovery")
+        wait_for_space_back(s, baseline, m2, f"the {op} revoked by recovery")
     finally:
         if s is not None:
             s.close()
@@ -655,7 +648,7 @@ def test_put_completing_while_the_master_is_down(master_factory, op):
         child.join(30)
         # One object for the key, and the old value's space was freed.
         assert s.remove_all(force=True) == 3  # stall/ok, stall/doomed, stall/after
-        poll_fill_matches(s, baseline, m2, f"the {op} completed while the master was down")
+        wait_for_space_back(s, baseline, m2, f"the {op} completed while the master was down")
     finally:
         if s is not None:
             s.close()
@@ -682,17 +675,12 @@ def test_stalled_put_is_revoked_by_the_discard_timeout(master_factory, op):
         _expect(conn, "blocked")
 
         def revoked():
+            assert s.get("stall/doomed") == before, "a reader saw an unfinished put"
             return any("revoked" in line and "stall/doomed" in line
                        for line in m.log_tail(1_000_000).splitlines())
 
-        # Wait (bounded) until the master says it revoked the put.
-        deadline = time.monotonic() + 30
-        while not revoked():
-            assert time.monotonic() < deadline, (
-                f"no 'revoked ... stall/doomed' line in the master log within 30 s of a stalled "
-                f"put (discard timeout 1 s); master log:\n{m.log_tail()}")
-            assert s.get("stall/doomed") == before, "a reader saw an unfinished put"
-            time.sleep(0.2)
+        wait_until(revoked, "a 'revoked ... stall/doomed' line in the master log (discard timeout 1 s)",
+                   master=m, interval=0.2)
         assert s.get("stall/doomed") == before
         conn.send("release")
         _, rc = _expect(conn, "stalled-done")
@@ -702,7 +690,7 @@ def test_stalled_put_is_revoked_by_the_discard_timeout(master_factory, op):
         _, after, attempts, n = _expect(conn, "done")
         assert after == 0, f"put after the revoked one: {n} attempts, first return codes {attempts}"
         child.join(30)
-        poll_fill_matches(s, baseline, m, f"the {op} revoked by the discard timeout")
+        wait_for_space_back(s, baseline, m, f"the {op} revoked by the discard timeout")
     finally:
         s.close()
         if child is not None:

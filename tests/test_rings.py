@@ -6,12 +6,8 @@ import multiprocessing as mp
 import os
 import mmap
 import struct
-import time
-import urllib.request
 
-from prometheus_client.parser import text_string_to_metric_families
-
-from conftest import connect
+from conftest import connect, metric, wait_until
 from mooncake_cxl import _core
 from ring_workers import attached_then_sleep, hammer_then_wait, put_remove_worker
 
@@ -19,12 +15,7 @@ CTX = mp.get_context("spawn")
 
 
 def client_count(master):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    for fam in text_string_to_metric_families(text):
-        for s in fam.samples:
-            if s.name == "master_client_count":
-                return s.value
-    raise AssertionError("no master_client_count")
+    return metric(master, "master_client_count")
 
 
 def test_eight_clients_put_and_remove_concurrently_over_rings(master):
@@ -53,12 +44,12 @@ def test_eight_clients_put_and_remove_concurrently_over_rings(master):
 
 def test_client_killed_mid_request_does_not_wedge_anyone(master_factory):
     m = master_factory(extra_flags=["--client_ttl=2"])
-    q = CTX.Queue()
-    p = CTX.Process(target=hammer_then_wait, args=(m.address, q))
+    q, requests = CTX.Queue(), CTX.Value("q", 0, lock=False)
+    p = CTX.Process(target=hammer_then_wait, args=(m.address, q, requests))
     p.start()
     try:
         assert q.get(timeout=60) == "started"
-        time.sleep(0.3)
+        wait_until(lambda: requests.value >= 200, "the hammering client's first 200 requests")
         p.kill()  # most likely in the middle of a ring request
         p.join(30)
         other = connect(m)
@@ -67,11 +58,7 @@ def test_client_killed_mid_request_does_not_wedge_anyone(master_factory):
                 assert other.put(f"after/{i}", b"a" * 1000) == 0
                 assert other.get(f"after/{i}") == b"a" * 1000
             # The dead client's slot (and its rings) are reclaimed.
-            for _ in range(200):
-                if client_count(m) == 1:
-                    break
-                time.sleep(0.05)
-            assert client_count(m) == 1
+            wait_until(lambda: client_count(m) == 1, "the dead client's slot to be reclaimed", master=m)
         finally:
             other.close()
     finally:
@@ -88,11 +75,7 @@ def test_silent_client_is_reclaimed_after_client_ttl(master_factory):
         assert q.get(timeout=60) == "attached"
         assert client_count(m) == 1
         os.kill(p.pid, 19)  # SIGSTOP: alive but silent (no heartbeats)
-        for _ in range(200):
-            if client_count(m) == 0:
-                break
-            time.sleep(0.05)
-        assert client_count(m) == 0
+        wait_until(lambda: client_count(m) == 0, "the silent client to be reclaimed", master=m)
         assert "heartbeat expired" in m.log_tail(20000)
     finally:
         p.kill()
@@ -127,12 +110,10 @@ def test_garbage_in_the_rings_gets_error_replies_not_a_crash(master, transport):
             seen = master.log_tail(1 << 20).count("request ring of client slot")
             _write_garbage_into_request_rings(master.pool_path, seed)
             # The ring server notices on its next wake-up (<= 0.5 s); wait for
-            # its log line (a hang guard) so that our next request is not
-            # written into the garbage it is about to skip.
-            for _ in range(200):
-                if master.log_tail(1 << 20).count("request ring of client slot") > seen:
-                    break
-                time.sleep(0.05)
+            # its log line so that our next request is not written into the
+            # garbage it is about to skip.
+            wait_until(lambda: master.log_tail(1 << 20).count("request ring of client slot") > seen,
+                       "the ring server to log the garbage", master=master)
             assert master.proc.poll() is None, "the master died"
             # The client resynchronises: its next calls work.
             for i in range(20):

@@ -17,7 +17,7 @@ import urllib.request
 import pytest
 
 import stall_workers as W
-from conftest import connect, fill, poll_fill_matches
+from conftest import connect, fill, log_size, wait_for_log, wait_for_space_back
 
 CTX = mp.get_context("spawn")
 pytestmark = pytest.mark.usefixtures("no_put_wait")
@@ -53,22 +53,6 @@ def _kill(*procs):
             p.join(30)
 
 
-def _wait_for_log(master, pattern, start, what, timeout=30):
-    """Polls the master log (from byte `start`) for a regex; returns the match."""
-    deadline = time.monotonic() + timeout
-    while True:
-        log = master.log_tail(1 << 30)[start:]
-        mt = re.search(pattern, log)
-        if mt:
-            return mt
-        assert time.monotonic() < deadline, f"{what}: no /{pattern}/ in the master log within {timeout} s:\n{log[-3000:]}"
-        time.sleep(0.05)
-
-
-def _log_size(master):
-    return len(master.log_tail(1 << 30))
-
-
 def _slot_of(master, pid):
     slots = re.findall(rf"\(pid {pid}(?:, [^)]*)?\) attached as slot (\d+)", master.log_tail(1 << 30))
     assert slots, f"pid {pid} never attached; master log:\n{master.log_tail()}"
@@ -100,12 +84,12 @@ def test_resumed_writer_damages_no_other_object(master_factory, transport):
     s.close()
     w = f = c = None
     try:
-        mark = _log_size(m)
+        mark = log_size(m)
         w, wc = _start(W.stalled_writer, m.address, "stall/big", STALL_SIZE, STALL_AT)
         _expect(wc, "blocked")
         os.kill(w.pid, signal.SIGSTOP)
-        _wait_for_log(m, r"revoked unfinished put of 'stall/big'", mark,
-                      "the stopped writer's put was not revoked past --client_ttl")
+        wait_for_log(m, r"revoked unfinished put of 'stall/big'",
+                     "the stopped writer's put to be revoked past --client_ttl", start=mark)
         # Past the release timeout (counted from the put's start): a master
         # that frees on time alone has freed the extent by now.
         time.sleep(1.5)
@@ -132,7 +116,7 @@ def test_resumed_writer_damages_no_other_object(master_factory, transport):
         # The writer is gone now: its quarantined extent is released.
         s = connect(m)
         s.remove_all(force=True)
-        poll_fill_matches(s, baseline, m, "quarantine of the revoked put after its writer exited")
+        wait_for_space_back(s, baseline, m, "quarantine of the revoked put after its writer exited")
         s.close()
     finally:
         _kill(w, f, c)
@@ -166,9 +150,10 @@ def test_resumed_reclaimed_client_does_not_share_rings(master_factory, monkeypat
         for it in range(ITERATIONS):
             time.sleep(rng.uniform(0.05, 0.4))  # A puts meanwhile
             slot = _slot_of(m, a.pid)
-            mark = _log_size(m)
+            mark = log_size(m)
             os.kill(a.pid, signal.SIGSTOP)
-            _wait_for_log(m, rf"client slot {slot} reclaimed", mark, f"seed {seed} iteration {it}: A")
+            wait_for_log(m, rf"client slot {slot} reclaimed", f"seed {seed} iteration {it}: A to be reclaimed",
+                         start=mark)
             # Stopped inside a ring call, A keeps its rings (the slot is
             # retired); stopped between calls, B gets A's old slot and rings.
             in_call = re.search(rf"client slot {slot} \(pid {a.pid}\) retired inside a ring call",

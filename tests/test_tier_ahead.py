@@ -1,4 +1,4 @@
-"""Pre-demotion (issue 13, --offload_ahead_ratio): with offload on eviction,
+"""Pre-demotion (--offload_ahead_ratio): with offload on eviction,
 once the pool's bytes without a disk copy pass the ahead threshold the tier
 thread writes clean copies of the coldest objects in the background, keeping
 them in the pool; eviction at the watermark then only converts them.
@@ -16,8 +16,8 @@ import time
 
 import pytest
 
-from conftest import connect, open_store, value_for
-from test_tiering import fill_and_check_nothing_on_disk, metrics, tier_flags, wait_for, wait_idle
+from conftest import connect, metrics, open_store, value_for, wait_for_leases_to_lapse, wait_until
+from test_tiering import fill_and_check_nothing_on_disk, tier_flags, wait_idle
 from tier_workers import put_many, read_all
 
 POOL = 16 << 20
@@ -34,8 +34,8 @@ def test_copies_reach_the_disk_before_the_watermark(master_factory, tier_dir, ch
     n = int(0.75 * cap) // SIZE  # below the 0.9 watermark: no eviction
     assert children(put_many, m.address, "a", n, SIZE).result() == [0] * n
     # Clean copies of the oldest objects until at most 30% of the pool has none.
-    wait_for(lambda: metrics(m)["mooncake_cxl_tier_pool_clean_bytes"] >=
-             metrics(m)["master_allocated_bytes"] - 0.3 * cap - SIZE, what="the ahead copies")
+    wait_until(lambda: metrics(m)["mooncake_cxl_tier_pool_clean_bytes"] >=
+             metrics(m)["master_allocated_bytes"] - 0.3 * cap - SIZE, "the ahead copies")
     wait_idle(m)
     mm = metrics(m)
     assert mm["master_key_count"] == n and mm["master_evicted_key_count"] == 0
@@ -142,7 +142,7 @@ def test_overwrite_and_remove_while_ahead_copy_is_written(master_factory, tier_d
     assert missing0 <= mm["master_evicted_key_count"]
     # Everything out to the disk (clean copies convert, others demote), then
     # read from another process: no stale record serves a key.
-    time.sleep(0.1)  # the leases of those reads are over
+    wait_for_leases_to_lapse(m)  # the reads' leases would keep their objects in the pool
     assert children(put_many, m.address, "fill", 2 * int(cap) // size, size).result().count(0) > 0
     wait_idle(m)
     missing, wrong, back = children(check_keys, m.address, expected, size).result()

@@ -1,4 +1,4 @@
-"""SIGKILL of the master while the SSD tier compacts (issue 13), at the
+"""SIGKILL of the master while the SSD tier compacts, at the
 master level: the tier is filled through eviction (--offload_on_evict), most
 disk-resident keys are removed so that more than half of the segment bytes
 are garbage and the tier thread compacts (master_tier.cc), and the master is
@@ -12,8 +12,8 @@ import random
 import signal
 import time
 
-from conftest import connect, value_for
-from test_tiering import metrics, tier_flags, wait_for, wait_idle
+from conftest import connect, metrics, value_for, wait_until
+from test_tiering import tier_flags, wait_idle
 
 POOL = 16 << 20
 SIZE = 256 << 10
@@ -58,7 +58,7 @@ def test_master_sigkill_during_compaction(master_factory, tier_dir):  # noqa: F8
                 removed.add(k)
         # Kill while (or just after) the compaction runs: at the first log
         # line, after a random 0-12 ms (a segment takes ~5-20 ms on tmpfs).
-        wait_for(lambda: compactions_logged(m) > before, timeout=60, what="a compaction to start")
+        wait_until(lambda: compactions_logged(m) > before, "a compaction to start")
         time.sleep(rnd.uniform(0, 0.012))
         os.kill(m.proc.pid, signal.SIGKILL)
         m.proc.wait()

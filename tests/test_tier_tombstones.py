@@ -1,4 +1,4 @@
-"""No resurrection of removed or overwritten keys (issue 13, SSD tier): an
+"""No resurrection of removed or overwritten keys (SSD tier): an
 acknowledged remove, batch remove, remove_all, remove_by_regex or upsert of a
 disk-resident key returns only once the tombstone of the old record is
 written (master_tier.cc "Durable before acknowledged"), so a master SIGKILLed
@@ -13,8 +13,8 @@ metrics of a remove of a key that never left the pool."""
 import os
 import signal
 
-from conftest import connect, value_for
-from test_tiering import disk_keys, metrics, tier_flags, wait_idle
+from conftest import connect, metrics, value_for
+from test_tiering import disk_keys, tier_flags, wait_idle
 from tier_tomb_workers import keep_putting
 
 POOL = 16 << 20

@@ -1,4 +1,4 @@
-"""The SSD tier under the pool (issue 13): offload on eviction and write-through,
+"""The SSD tier under the pool: offload on eviction and write-through,
 one index for both tiers (reads find disk-resident objects one-sidedly and
 read the record themselves, or have the master stage it), promotion on hit,
 removal / upsert of disk-resident keys, restarts (SIGKILL, --format rebuild),
@@ -11,42 +11,22 @@ import signal
 import subprocess
 import threading
 import time
-import urllib.request
 
 import pytest
 
-from conftest import connect, value_for
+from conftest import connect, metrics, value_for, wait_until
 from tier_workers import put_many, read_all
 
 POOL = 16 << 20
 SIZE = 256 << 10  # 5x the pool: 320 values
 
 
-def metrics(master):
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    out = {}
-    for line in text.splitlines():
-        if line and not line.startswith("#"):
-            name, _, v = line.rpartition(" ")
-            out[name] = float(v)
-    return out
-
-
 def tier_metric(master, name):
     return metrics(master).get("mooncake_cxl_tier_" + name, 0)
 
 
-def wait_for(cond, timeout=20.0, what="condition"):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
-
-
 def wait_idle(master):
-    wait_for(lambda: tier_metric(master, "queue") == 0, what="the tier thread to drain its queue")
+    wait_until(lambda: tier_metric(master, "queue") == 0, "the tier thread to drain its queue", master=master)
 
 
 def tier_flags(tier_dir, *more, evict=True):
@@ -132,7 +112,7 @@ def test_promotion_on_hit_then_served_from_the_pool(master_factory, tier_dir):
     assert s.get_replica_desc(key)[0].is_disk_replica()  # one read: below the threshold
     assert s.get(key) == value_for(key, SIZE)  # the read that crosses it is served from disk
     assert s.get_offload_rpc_read_count() == 2
-    wait_for(lambda: s.get_replica_desc(key)[0].is_memory_replica(), what="the promotion")
+    wait_until(lambda: s.get_replica_desc(key)[0].is_memory_replica(), "the promotion")
     assert s.get(key) == value_for(key, SIZE)
     assert s.get_offload_rpc_read_count() == 2  # served from the pool
     assert tier_metric(m, "promotions_total") >= 1
@@ -144,7 +124,7 @@ def test_write_through(master_factory, tier_dir, children):
     s = connect(m)
     for i in range(10):
         assert s.put(f"t{i}", value_for(f"t{i}", SIZE)) == 0
-    wait_for(lambda: tier_metric(m, "records") == 10, what="ten write-through records")
+    wait_until(lambda: tier_metric(m, "records") == 10, "ten write-through records")
     assert all(s.get_replica_desc(f"t{i}")[0].is_memory_replica() for i in range(10))  # still in the pool too
     assert tier_metric(m, "demotions_total") == 0
     n = 3 * POOL // SIZE
@@ -240,7 +220,7 @@ def test_master_sigkill_during_offload_loses_no_acknowledged_value(master_factor
 
     t = threading.Thread(target=writer)
     t.start()
-    wait_for(lambda: len(acked) > 3 * POOL // SIZE, timeout=60, what="offload under way")
+    wait_until(lambda: len(acked) > 3 * POOL // SIZE, "offload under way")
     os.kill(m.proc.pid, signal.SIGKILL)  # while demotions are in flight
     stop.set()
     t.join(timeout=60)

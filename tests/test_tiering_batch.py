@@ -1,4 +1,4 @@
-"""Batched demotion (issue 13): the tier thread takes many queued demotions at
+"""Batched demotion: the tier thread takes many queued demotions at
 once and writes them with DiskTier::AppendBatch (one write per ~4 MiB). Small
 values at several times the pool from two writer processes while a third
 process removes keys that are being demoted: every kept key reads back its
@@ -6,8 +6,8 @@ bytes (pool or tier), no removed key comes back, also after a SIGKILL and
 restart of the master."""
 
 
-from conftest import connect, value_for
-from test_tiering import metrics, tier_flags, wait_idle
+from conftest import connect, metrics, value_for
+from test_tiering import tier_flags, wait_idle
 from tier_workers import put_many, read_all
 
 POOL = 16 << 20

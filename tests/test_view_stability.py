@@ -1,10 +1,11 @@
-"""While a BufferHandle is alive its bytes never change (issue 10, item 2).
+"""While a BufferHandle is alive its bytes never change.
 
 A holder process takes a zero-copy view; then its pin is put to the test: a
 master SIGKILL + restart, the holder's own close(), or the holder SIGSTOPped
 past --client_ttl (reclaimed while alive) and resumed. Meanwhile another
-process removes the viewed key (unforced, whose answer, 0 or -706, is not the
-point here; then forced) and refills the whole pool with other values. The
+process, once the view's lease has lapsed, removes the viewed key (unforced:
+a viewed object is unlinked, its extent kept for the view) and refills the
+whole pool with other values. The
 holder's handle must show the original bytes or refuse access (BufferError),
 never another object's bytes. When the holder finally drops its view, the
 extent comes back (no leak).
@@ -18,11 +19,10 @@ pin records in the pool: the handle then refuses access (BufferError).
 import multiprocessing as mp
 import os
 import signal
-import time
 
 import pytest
 
-from conftest import connect, fill, value_for
+from conftest import connect, fill, value_for, wait_for_leases_to_lapse, wait_for_log, wait_for_space_back
 from view_workers import digest, holder
 
 pytestmark = pytest.mark.usefixtures("no_put_wait")
@@ -48,28 +48,23 @@ def _check_view(msg, want, when):
     return kind
 
 
-def _remove_and_refill(s, key, prefix):
-    """Unforced remove (0 or -706), forced remove, then fill the pool."""
-    assert s.remove(key) in (0, -706)
-    assert s.remove(key, force=True) in (0, -704)
+def _remove(s, m, key):
+    """Once the lease is over, an unforced remove of the viewed key unlinks it."""
+    wait_for_leases_to_lapse(m)
+    assert s.remove(key) == 0
+    assert s.remove(key, force=True) == -704
     assert s.is_exist(key) == 0
+
+
+def _remove_and_refill(s, m, key, prefix):
+    _remove(s, m, key)
     return fill(s, prefix, size=VALUE)
 
 
 def _space_back(s, baseline, m, what):
     """After the view is dropped the pool again holds `baseline` objects
     (the holder's retired table and the pinned extent are released)."""
-    deadline = time.monotonic() + 20
-    n = -1
-    while time.monotonic() < deadline:
-        s.remove_all(force=True)
-        n = len(fill(s, "back/", size=VALUE))
-        s.remove_all(force=True)
-        if n >= baseline:
-            return
-        time.sleep(0.3)
-    raise AssertionError(f"{what}: after the view was dropped the pool holds {n} objects, "
-                         f"a fresh one {baseline}; master log:\n{m.log_tail()}")
+    wait_for_space_back(s, baseline, m, f"{what}, once the view was dropped", tolerance=0)
 
 
 def _baseline(s):
@@ -113,8 +108,7 @@ def test_view_survives_master_restart(master_factory, transport, how):
         restarted.set()
         _check_view(_expect(q, "restart"), want, "after the restart")
         s = connect(m2)
-        time.sleep(0.1)  # the lease lapses
-        filled = _remove_and_refill(s, "viewed", "other/")
+        filled = _remove_and_refill(s, m2, "viewed", "other/")
         assert filled, "nothing could be put after the restart"
         refilled.set()
         _check_view(_expect(q, "refill"), want, f"[{transport}] after a master {how}, remove and refill")
@@ -141,8 +135,7 @@ def test_view_survives_close(master_factory, transport):
     try:
         _check_view(_expect(q, "view"), want, "before close")
         _check_view(_expect(q, "close"), want, "right after close()")
-        time.sleep(0.1)
-        _remove_and_refill(s, "closed-view", "other/")
+        _remove_and_refill(s, m, "closed-view", "other/")
         refilled.set()
         _check_view(_expect(q, "refill"), want, f"[{transport}] after close(), remove and refill")
         _finish(p, q)
@@ -153,15 +146,6 @@ def test_view_survives_close(master_factory, transport):
         if p.is_alive():
             p.kill()
         s.close()
-
-
-def _wait_for_log(m, text, timeout=30):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if text in m.log_tail(20000):
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"master never logged {text!r}:\n{m.log_tail()}")
 
 
 def test_view_of_a_client_reclaimed_while_stopped(master_factory, transport):
@@ -177,8 +161,8 @@ def test_view_of_a_client_reclaimed_while_stopped(master_factory, transport):
         _check_view(_expect(q, "view"), want, "before the stop")
         os.kill(p.pid, signal.SIGSTOP)
         try:
-            _wait_for_log(m, "reclaimed: heartbeat expired")
-            _remove_and_refill(s, "stopped-view", "other/")
+            wait_for_log(m, "reclaimed: heartbeat expired")
+            _remove_and_refill(s, m, "stopped-view", "other/")
         finally:
             os.kill(p.pid, signal.SIGCONT)
         resumed.set()
@@ -207,9 +191,7 @@ def test_killed_holder_releases_its_view(master_factory):
     try:
         _expect(q, "view")
         _expect(q, "close")
-        time.sleep(0.1)
-        assert s.remove("dead-view") in (0, -706)
-        assert s.remove("dead-view", force=True) in (0, -704)
+        _remove(s, m, "dead-view")
         p.kill()
         p.join(TIMEOUT)
         _space_back(s, baseline, m, "killed holder")

@@ -6,7 +6,7 @@ import multiprocessing as mp
 
 import numpy as np
 
-from conftest import connect
+from conftest import connect, metric, poll, wait_until
 from zc_workers import BLOCK, LAYERS, holder, holder_then_hang, kv_arrays, prefill_writer
 
 CTX = mp.get_context("spawn")
@@ -69,12 +69,7 @@ def test_pin_in_one_process_survives_remove_in_another(master):
 
 
 def _removed_but_viewed(master):
-    import urllib.request
-    text = urllib.request.urlopen(master.metrics_url + "/metrics", timeout=10).read().decode()
-    for line in text.splitlines():
-        if line.startswith('master_objects{state="removed_but_viewed"}'):
-            return float(line.split()[-1])
-    raise AssertionError("no removed_but_viewed gauge")
+    return metric(master, "master_objects", state="removed_but_viewed")
 
 
 def test_pins_of_a_killed_process_are_released(master_factory):
@@ -90,21 +85,13 @@ def test_pins_of_a_killed_process_are_released(master_factory):
     p.start()
     try:
         assert q.get(timeout=60) is True
-        import time
-        deadline = time.monotonic() + 30  # hang guard: the lease lapses in 50 ms
-        while (rc := s.remove("victim")) == -706 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert rc == 0
+        assert poll(lambda: s.remove("victim"), done=lambda rc: rc != -706) == 0  # the lease lapses in 50 ms
         assert s.is_exist("victim") == 0
         assert _removed_but_viewed(master) == 1  # the extent is still the viewer's
         p.kill()
         p.join(30)
         # The master reclaims the dead client's slot and with it the pin.
-        for _ in range(400):
-            if _removed_but_viewed(master) == 0:
-                break
-            time.sleep(0.05)
-        assert _removed_but_viewed(master) == 0
+        wait_until(lambda: _removed_but_viewed(master) == 0, "the dead viewer's pin to be released", master=master)
     finally:
         if p.is_alive():
             p.kill()
