@@ -21,10 +21,11 @@ import uuid
 
 import pytest
 
-# Test the installed package, not the source tree (which has no built _core):
-# `python -m pytest` puts the repository root on sys.path.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _ROOT]
+# The repository's root (scripts/, README.md). Test the installed package,
+# not the source tree (which has no built _core): `python -m pytest` puts
+# the repository root on sys.path.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != REPO]
 
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 from mooncake_cxl.launch import MasterProcess

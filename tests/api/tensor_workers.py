@@ -1,4 +1,4 @@
-"""Child-process bodies for tests/test_tensor.py (spawned: importable by name)."""
+"""Child-process bodies for tests/api/test_tensor.py (spawned: importable by name)."""
 from conftest import connect
 
 

@@ -168,7 +168,7 @@ def test_master_refuses_a_pool_it_cannot_use(master_factory, tmp_path):
         master_factory(pool_size=1 << 20, path=str(tmp_path / "tiny"))
     garbage = tmp_path / "garbage"
     garbage.write_bytes(os.urandom(8 << 20))
-    garbage.chmod(0o600)  # a pool others may read is not formatted (test_access.py)
+    garbage.chmod(0o600)  # a pool others may read is not formatted (security/test_access.py)
     m = master_factory(pool_size=8 << 20, format=False, path=str(garbage))  # unformatted: formats it
     s = connect(m)
     assert s.put("k", b"v") == 0

@@ -1,6 +1,6 @@
 """Replica descriptors, batch_replica_clear, the put/get sessions and the
 *_multi_buffer_ranges calls, on our store. Their
-shapes against the reference store are in tests/test_conformance.py (group
+shapes against the reference store are in tests/compat/test_conformance.py (group
 "tensors, replicas, sessions")."""
 
 import numpy as np

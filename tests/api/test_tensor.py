@@ -3,7 +3,7 @@ _with_tp, _with_parallelism, safetensors) on our store: round trips of every
 dtype torch has, 0-d, empty and non-contiguous tensors; Mooncake's header
 layout; zero-copy reads; one master round trip per batch put and none per get.
 The byte layout is checked against the reference store itself in
-tests/test_conformance.py (group "tensors, replicas, sessions").
+tests/compat/test_conformance.py (group "tensors, replicas, sessions").
 """
 import struct
 import urllib.request

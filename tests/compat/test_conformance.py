@@ -10,7 +10,7 @@ store ("mooncake", the PyPI wheel mooncake-transfer-engine-non-cuda
 reference does. The reference half needs the wheel and a private,
 loopback-only network namespace (its client binds 0.0.0.0; see oracle.py):
 
-    unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python -m pytest -q tests/test_conformance.py'
+    unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python -m pytest -q tests/compat/test_conformance.py'
 
 Without it the "mooncake" params are skipped with the reason; ours still runs.
 
@@ -276,7 +276,7 @@ def test_setup_unknown_protocol(impl):
 def test_setup_dummy(impl):
     # No standalone client at server_address: ours RPC_FAIL (-900, with a log
     # line naming the address), the reference -1.
-    # The working path: tests/test_dummy_client.py.
+    # The working path: tests/api/test_dummy_client.py.
     s = impl.new()
     assert s.setup_dummy(1 << 20, 1 << 20, f"127.0.0.1:{oracle.free_port()}") == (
         -900 if impl.ours else INTERNAL_ERROR)

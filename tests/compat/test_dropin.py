@@ -15,10 +15,11 @@ import re
 import pytest
 
 import oracle
+from conftest import REPO
 from mooncake_cxl import MooncakeDistributedStore
 
 NOT_SUPPORTED = -1012
-README = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "README.md")
+README = os.path.join(REPO, "README.md")
 _REF_SKIP = None if oracle.reference_importable() else oracle.reference_skip_reason()
 needs_reference = pytest.mark.skipif(_REF_SKIP is not None, reason=str(_REF_SKIP))
 

@@ -8,9 +8,9 @@ waited for by polling, never by timing. Where ours differs on purpose the
 test asserts our behaviour and says so (data outliving the writer's close();
 local_buffer_size=0 not failing puts; one copy per object for
 batch_replica_clear). The dummy-client file's behaviours are pinned in
-tests/test_dummy_client.py (test_ref_dummy_*), batch_replica_clear's in
-tests/test_replica.py, tenants in tests/test_tenants.py and the pool file
-replaced between test classes in tests/test_pool_replaced.py; the ones
+tests/api/test_dummy_client.py (test_ref_dummy_*), batch_replica_clear's in
+tests/api/test_replica.py, tenants in tests/security/test_tenants.py and the pool file
+replaced between test classes in tests/faults/test_pool_replaced.py; the ones
 below are the rest. The real files, for whoever has them, run against this
 store through the shim with scripts/run_mooncake_tests.sh DIR (and against
 the reference wheel with --reference); the last tests below pin what that run

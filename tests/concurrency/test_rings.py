@@ -1,7 +1,7 @@
 """The CXL RPC control path: many clients over the rings at once, a client
 killed mid-request, garbage written into the rings, and reclaim of a dead
 client's slot. (The whole API suite also runs over rings and over TCP: see
-the `transport` fixture; restarts are in test_recovery.py.)"""
+the `transport` fixture; restarts are in faults/test_recovery.py.)"""
 import multiprocessing as mp
 import os
 import mmap

@@ -1,4 +1,4 @@
-"""Processes of the randomized fault test (tests/test_fault_random.py), run as
+"""Processes of the randomized fault test (tests/faults/test_fault_random.py), run as
 `python fault_workers.py worker|check ARGS_JSON` so that the driver can
 SIGKILL/SIGSTOP them like any process.
 

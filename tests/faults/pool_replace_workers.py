@@ -1,4 +1,4 @@
-"""Child bodies for tests/test_pool_replaced.py."""
+"""Child bodies for tests/faults/test_pool_replaced.py."""
 from conftest import open_store
 
 

@@ -1,4 +1,4 @@
-"""Child-process bodies for tests/test_stall.py (spawned: importable).
+"""Child-process bodies for tests/faults/test_stall.py (spawned: importable).
 
 A stalled writer (a put whose copy blocks on a userfaultfd page, then the
 process is SIGSTOPped), a filler of hard-pinned checksummed objects, and the

@@ -1,8 +1,8 @@
 """A client process that dies in the middle of a put: the master reclaims its
 unfinished extent, the puts it completed stay intact, and the key is free
 for a new put. (Client deaths over the rings, and the pins of a dead client,
-are in test_rings.py and test_zero_copy_multiprocess.py; master deaths in
-test_recovery.py.)
+are in concurrency/test_rings.py and api/test_zero_copy_multiprocess.py;
+master deaths in test_recovery.py.)
 
 Every client is a spawned process (conftest's `children`); nothing asserts
 on time.

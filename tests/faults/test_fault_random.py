@@ -7,7 +7,7 @@ put timeouts so that the master reclaims them while they are stopped.
 What must hold (each is one "invariant" name in the failure message):
   older_value       no read (a worker's own read-your-write check during the
                     run, or the final read of every key) returns a value older
-                    than the key's last acknowledged write (tests/fault_workers.py
+                    than the key's last acknowledged write (tests/faults/fault_workers.py
                     states the model); a miss is always allowed (eviction)
   unknown_value     ... nor a value never written to that key
   torn_or_foreign   no read returns torn bytes or another key's / object's bytes
@@ -35,7 +35,7 @@ Environment (all optional):
   MCXL_FAULT_SEED     seed of the driver's schedule and of each worker's choices
                       (worker seed = f(seed, slot, life)); default random. It is
                       printed at start and in every failure message: rerun with
-                      MCXL_FAULT_SEED=<seed> pytest -s tests/test_fault_random.py
+                      MCXL_FAULT_SEED=<seed> pytest -s tests/faults/test_fault_random.py
   MCXL_FAULT_SECONDS  length of the fault phase (default 30)
   MCXL_FAULT_KINDS    faults to inject, of master,kill,stop (default all; empty =
                       load and eviction only): tells which fault a violation needs

@@ -8,7 +8,7 @@ pool get ILLEGAL_CLIENT (-601) on their next master call. A device holding a
 superblock is never formatted; a blank file others may read is formatted
 only with --allow_world_readable_pool (the rule of a first format); a file
 not yet ftruncated is waited for. A shrink of the *same* file stays a lost
-pool (test_pool_corruption)."""
+pool (security/test_pool_corruption.py)."""
 import os
 
 from conftest import POOL_SIZE, MooncakeDistributedStore, connect, metric, wait_until

@@ -1,4 +1,4 @@
-"""Child-process bodies for tests/test_view_stability.py (spawned, so they live
+"""Child-process bodies for tests/faults/test_view_stability.py (spawned, so they live
 in an importable module)."""
 import hashlib
 import os

@@ -1,4 +1,4 @@
-"""Spawned workers for tests/test_kv_hold.py and tests/test_kv_handoff.py:
+"""Spawned workers for tests/kv/test_kv_hold.py and tests/kv/test_kv_handoff.py:
 a prefill that saves (holding) and announces a request, a decode that
 receives it, a filler that floods the pool, a write-back decode and a
 checker. Block bytes are a function of (hash, layer, K/V) (kv_workers), so

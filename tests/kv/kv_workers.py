@@ -1,4 +1,4 @@
-"""Spawned workers for tests/test_kv.py: a prefill process that saves a
+"""Spawned workers for tests/kv/test_kv.py: a prefill process that saves a
 request's KV blocks and a decode process that finds and loads them. Block
 contents are derived from (block hash, layer, K/V), so every process can check
 every byte."""

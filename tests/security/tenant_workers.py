@@ -1,4 +1,4 @@
-"""Child-process bodies for tests/test_tenants.py: one tenant's client per
+"""Child-process bodies for tests/security/test_tenants.py: one tenant's client per
 process, driven over the Child pipe (conftest.children). Each command is a
 tuple (op, *args); the reply is the store's answer."""
 import numpy as np

@@ -21,6 +21,7 @@ import urllib.request
 
 import pytest
 
+from conftest import REPO
 from mooncake_cxl import MooncakeDistributedStore, _core
 from mooncake_cxl._master import binary_path
 from mooncake_cxl.launch import MasterError, MasterProcess
@@ -309,8 +310,7 @@ def test_launcher_pool_group_makes_it_0660(pool_path, tmp_path):
 
 
 def test_start_master_script_creates_the_pool_owner_only(pool_path, tmp_path):
-    script = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts",
-                          "start_master.sh")
+    script = os.path.join(REPO, "scripts", "start_master.sh")
     bindir = tmp_path / "bin"
     bindir.mkdir()
     (bindir / "mooncake_cxl_master").symlink_to(binary_path())

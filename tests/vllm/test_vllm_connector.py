@@ -1,6 +1,6 @@
 """Our vLLM connector (mooncake_cxl.vllm.MooncakeCXLConnector) in real vLLM
 CPU processes: a producer (prefill) and a consumer (decode), each one vLLM
-process (tests/vllm_workers.py), on a tiny random Llama built once here.
+process (tests/vllm/vllm_workers.py), on a tiny random Llama built once here.
 
 * a second process gets external prefix hits for every full block of the
   prompt and the same greedy tokens as the producer's own recomputation;
@@ -26,13 +26,12 @@ import time
 
 import pytest
 
-from conftest import open_store
+from conftest import REPO, open_store
 from mooncake_cxl.kv import BlockKVCache, KVLayout, Listener, Namespace
 from mooncake_cxl.kv.announce import BLOCKS_READY
 from mooncake_cxl.launch import MasterProcess
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
 BS, LAYERS, VOCAB = 32, 2, 1000
 CHANNEL = "mcxl-test-pd"
 RUN = 16  # blocks_per_object (the connector's default)
@@ -48,7 +47,7 @@ def build_tiny_model(python, path):
 
 
 class Engine:
-    """One tests/vllm_workers.py process; its whole output goes to a log file."""
+    """One tests/vllm/vllm_workers.py process; its whole output goes to a log file."""
 
     def __init__(self, python, name, model, role, master, log_dir, extra_env=None, max_batched=2048):
         self.name = name
@@ -247,7 +246,7 @@ def test_run_pd_script_end_to_end(vllm_python, tmp_path):
     prompt's blocks from the pool, and everything stops afterwards."""
     work = tmp_path / "run_pd"
     env = dict(os.environ, PYTHON=vllm_python, RUN_PD_DIR=str(work))
-    p = subprocess.Popen(["bash", os.path.join(ROOT, "scripts", "run_pd.sh"), "--once"], env=env, text=True,
+    p = subprocess.Popen(["bash", os.path.join(REPO, "scripts", "run_pd.sh"), "--once"], env=env, text=True,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         out, _ = p.communicate(timeout=START_TIMEOUT)

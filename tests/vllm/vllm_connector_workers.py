@@ -1,4 +1,4 @@
-"""vLLM child processes for tests/test_vllm_*.py, run with the vLLM interpreter
+"""vLLM child processes for tests/vllm/test_vllm_*.py, run with the vLLM interpreter
 (conftest's vllm_python): `build DIR MAX_LEN` writes a tiny random Llama and its
 tokenizer; `child ARGS` is one vLLM process (mooncake_cxl.bench.pd_ttft's child:
 prints `RESULT {json}` with per-prompt cached tokens and greedy tokens)."""

@@ -1,4 +1,4 @@
-"""A vLLM process for tests/test_vllm_connector.py, driven over stdin/stdout:
+"""A vLLM process for tests/vllm/test_vllm_connector.py, driven over stdin/stdout:
 prints READY after the engine is up, then for each JSON line
 {"prompt": [ids], "max_tokens": n, "params": {kv_transfer_params}} prints
 RESULT {"tokens": [...], "cached": num_cached_tokens, "s": seconds}.
@@ -13,7 +13,8 @@ import time
 
 
 def build(path, layers, vocab, max_pos):
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "scripts"))
+    here = os.path.dirname(os.path.abspath(__file__))
+    sys.path.insert(0, os.path.join(here, os.pardir, os.pardir, "scripts"))  # tests/vllm/ -> the repository
     from vllm_pd_demo import build_model
     build_model(path, int(layers), int(vocab), int(max_pos))
 
