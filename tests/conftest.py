@@ -149,7 +149,6 @@ def tcp_connections(port, states=("01", "08")):
     return n
 
 
-
 def _pool_dir():
     return "/dev/shm" if os.path.isdir("/dev/shm") else None
 

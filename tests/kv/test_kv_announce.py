@@ -1,8 +1,9 @@
 """Announcement channels in the pool (mooncake_cxl.kv.announce over the
 control library's announce.h): a decode process started before the prefill
 loads each run as it is announced (acks flow back through another channel: no
-TCP between them); lapped readers are told what they lost; one live producer per channel,
-taken over after its process dies; a futex wait is woken across processes."""
+TCP between them); lapped readers are told what they lost; one live producer
+per channel, taken over after its process dies; a futex wait is woken across
+processes."""
 import os
 
 import pytest
