@@ -8,8 +8,9 @@ import importlib.machinery
 from pathlib import Path
 
 import mooncake_cxl
+from conftest import REPO
 
-PACKAGE = Path(__file__).resolve().parent.parent / "mooncake_cxl"
+PACKAGE = Path(REPO) / "mooncake_cxl"
 
 # Private names a benchmark module may take, and why.
 BENCH_PRIVATE_ALLOWED = {
