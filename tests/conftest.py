@@ -1,28 +1,152 @@
-"""Shared fixtures and helpers: a master on 127.0.0.1 over a pool file in
-/dev/shm, stores attached to it (over rings and TCP), values any process can
+"""Shared fixtures and helpers of every test area: a master on 127.0.0.1 over
+a pool file in /dev/shm, stores attached to it (over rings and TCP), waits on
+a condition (wait_until, wait_for_log, metrics, ...), values any process can
 check, pool fills that measure leaks, and spawned client processes
 (`children`). Every pool file is removed afterwards."""
+import json
 import multiprocessing as mp
 import os
 import random
+import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 import traceback
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 
 import pytest
 
-# Test the installed package, not the source tree (which has no built _core):
-# `python -m pytest` puts the repository root on sys.path.
-_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != _ROOT]
+# The repository's root (scripts/, README.md). Test the installed package,
+# not the source tree (which has no built _core): `python -m pytest` puts
+# the repository root on sys.path.
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != REPO]
 
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 from mooncake_cxl.launch import MasterProcess
 
 POOL_SIZE = 64 << 20
+
+# --------------------------------------------------------------------------
+# Waiting on a condition. A test waits for what it needs (a log line, a
+# metric, a lease's end, a message from a child), never for a time; the
+# timeout is a hang guard, generous enough that a loaded 2-core machine never
+# trips it, and never what a test asserts.
+
+WAIT_TIMEOUT = 60
+
+
+def poll(call, timeout=WAIT_TIMEOUT, interval=0.05, done=bool):
+    """Calls `call` until `done(its value)` or `timeout` seconds pass; its last
+    value. A retry: poll(lambda: s.put(k, v), done=lambda rc: rc == 0)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = call()
+        if done(value) or time.monotonic() > deadline:
+            return value
+        time.sleep(interval)
+
+
+def wait_until(predicate, what, timeout=WAIT_TIMEOUT, master=None, interval=0.05):
+    """`predicate`'s first true value; past `timeout` an AssertionError naming
+    `what` (a string, or a callable giving one then) and, with `master`, the
+    tail of its log."""
+    value = poll(predicate, timeout, interval)
+    if not value:
+        text = what() if callable(what) else what
+        tail = f"; master log:\n{master.log_tail(3000)}" if master is not None else ""
+        raise AssertionError(f"timed out after {timeout} s waiting for {text}{tail}")
+    return value
+
+
+def log_size(master):
+    """The master log's length: a mark for wait_for_log(start=...)."""
+    return len(master.log_tail(1 << 30))
+
+
+def wait_for_log(master, pattern, what=None, start=0, timeout=WAIT_TIMEOUT):
+    """The first match of the regex `pattern` in the master log after byte
+    `start`."""
+    return wait_until(lambda: re.search(pattern, master.log_tail(1 << 30)[start:]),
+                      what or f"/{pattern}/ in the master log", timeout, master)
+
+
+def http_get(master, path, timeout=10):
+    """The body of a GET on the master's monitoring port."""
+    with urllib.request.urlopen(master.metrics_url + path, timeout=timeout) as r:
+        return r.read().decode()
+
+
+_SAMPLE = re.compile(r"([A-Za-z_:][\w:]*)(?:\{(.*)\})?\s+(\S+)")
+_LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
+
+
+def metrics(master):
+    """The master's /metrics samples under the names it prints: {name: value},
+    and {(name, sorted label items): value} for labelled ones."""
+    out = {}
+    for line in http_get(master, "/metrics").splitlines():
+        m = _SAMPLE.match(line)
+        if m and not line.startswith("#"):
+            name, labels, value = m.groups()
+            key = (name, tuple(sorted(_LABEL.findall(labels)))) if labels else name
+            out[key] = float(value)
+    return out
+
+
+def metric(master, name, **labels):
+    """One sample of /metrics; an AssertionError if the master has none."""
+    key = (name, tuple(sorted(labels.items()))) if labels else name
+    found = metrics(master)
+    assert key in found, f"no metric {key} on the master"
+    return found[key]
+
+
+def counter(samples, name):
+    """A counter from a metrics() dict, under its name with or without _total."""
+    return samples.get(name, samples.get(name + "_total", 0))
+
+
+def lease_remaining_ms(master, key):
+    """What /query_key says is left of `key`'s lease (0 when it is not stored)."""
+    try:
+        return json.loads(http_get(master, "/query_key?key=" + urllib.parse.quote(key, safe="")))[
+            "data"][0]["lease_remaining_ms"]
+    except urllib.error.HTTPError as e:
+        if e.code == 404:
+            return 0
+        raise
+
+
+def wait_for_leases_to_lapse(master, keys=None, timeout=WAIT_TIMEOUT):
+    """Until the leases of `keys` (read leases and kv holds) are over, or with
+    no keys until the master counts no leased object at all: what a test needs
+    before a remove or an eviction that a lease would refuse."""
+    if keys is None:
+        wait_until(lambda: metric(master, "master_objects", state="leased") == 0,
+                   "every lease to lapse (master_objects{state=\"leased\"} == 0)", timeout, master)
+    else:
+        wait_until(lambda: all(lease_remaining_ms(master, k) == 0 for k in keys),
+                   f"the leases of {len(keys)} keys to lapse, e.g. {list(keys)[:3]}", timeout, master)
+
+
+def tcp_connections(port, states=("01", "08")):
+    """How many IPv4 sockets with local port `port` are in `states` (hex codes of
+    /proc/net/tcp: 01 ESTABLISHED, 08 CLOSE_WAIT): the master's side of its
+    RPC connections, as the kernel sees them."""
+    n = 0
+    with open("/proc/net/tcp") as f:
+        next(f)
+        for line in f:
+            fields = line.split()
+            if int(fields[1].rsplit(":", 1)[1], 16) == port and fields[3] in states:
+                n += 1
+    return n
 
 
 def _pool_dir():
@@ -120,20 +244,19 @@ def fill(store, prefix, size=1 << 20, limit=100_000):
     raise AssertionError(f"fill: {limit} puts of {size} bytes never ran out of space")
 
 
-def poll_fill_matches(s, baseline, master, what):
-    """remove_all + fill, repeated (bounded: 15 s) until the pool holds as many
-    1 MiB objects as the fresh one did."""
-    deadline = time.monotonic() + 15
-    while True:
-        s.remove_all(force=True)
-        n = len(fill(s, "fillx/"))
-        s.remove_all(force=True)
-        if abs(n - baseline) <= 1 or time.monotonic() > deadline:
-            break
-        time.sleep(0.5)
-    assert abs(n - baseline) <= 1, (
-        f"space leak ({what}): an emptied pool holds {n} objects of 1 MiB, the fresh pool held "
-        f"{baseline}; master log:\n{master.log_tail()}")
+def wait_for_space_back(store, baseline, master, what, tolerance=1):
+    """remove_all + fill, repeated until an emptied pool holds `baseline` 1 MiB
+    objects again (less `tolerance`): freed space may come back a Tick later."""
+    held = [None]
+
+    def space_back():
+        store.remove_all(force=True)
+        held[0] = len(fill(store, "fill-back/"))
+        store.remove_all(force=True)
+        return held[0] >= baseline - tolerance
+
+    wait_until(space_back, lambda: f"space back ({what}): an emptied pool holds {held[0]} objects of "
+               f"1 MiB, the fresh pool held {baseline}", master=master, interval=0.3)
 
 
 def fill_count(store, prefix, size=1 << 20):
@@ -257,7 +380,6 @@ def vllm_python():
     """An interpreter with vLLM and this package: scripts/run_tests.sh installs the vllm
     extra in its own venv and exports MCXL_VLLM_PYTHON; without it, this interpreter if it
     has vLLM. Tests run vLLM in subprocesses of it, never in the test process."""
-    import subprocess
     exe = os.environ.get("MCXL_VLLM_PYTHON") or sys.executable
     probe = subprocess.run([exe, "-c", "import vllm, mooncake_cxl"], capture_output=True, text=True,
                            cwd="/")  # not the source tree, whose mooncake_cxl/ has no built _core

@@ -8,7 +8,7 @@ whatever it is told; tests here may only listen on 127.0.0.1. So the reference
 half runs only inside a private network namespace that the run made itself and
 in which loopback is the only interface:
 
-    unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python -m pytest -q tests/test_conformance.py'
+    unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python -m pytest -q tests/compat/test_conformance.py'
 
 `reference_skip_reason()` says why the reference cannot run here (wheel not
 importable, not in such a namespace, master binary missing), or None. The
@@ -35,7 +35,7 @@ from mooncake_cxl.launch import LoggedProcess
 REFERENCE_PACKAGE = "mooncake-transfer-engine-non-cuda==0.3.13.post1"
 NETNS_ENV = "MCXL_ORACLE_NETNS"
 NETNS_COMMAND = ("unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 "
-                 "python -m pytest -q tests/test_conformance.py'")
+                 "python -m pytest -q tests/compat/test_conformance.py'")
 
 MIB = 1 << 20
 # The setup() arguments every reference client in this suite uses (as the brief
