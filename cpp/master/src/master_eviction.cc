@@ -38,15 +38,14 @@
 // (docs/architecture.md §3): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
 //
-// Atomics follow the three rules stated in master.h.
+// Atomics follow the three rules stated in master_impl.h.
 #include <algorithm>
 #include <cstdint>
 #include <unordered_set>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/common/log.h"
-#include "mooncake_cxl/master/master.h"
-#include "master_internal.h"
+#include "master_impl.h"
 
 namespace mcxl {
 namespace {
@@ -56,19 +55,19 @@ constexpr uint64_t kSampleSize = 4096;
 
 // Every object generation some live or retired pin table names, gathered
 // once per round (generations are unique over the pool's life).
-struct Master::PinSet {
+struct MasterImpl::PinSet {
   std::unordered_set<uint64_t> gens;
   bool Has(uint64_t gen) const { return gens.count(gen) != 0; }
 };
 
-uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
+uint64_t MasterImpl::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t put = e.put_time_ns.load(std::memory_order_relaxed);
   uint64_t lease = index_->LeaseUntil(slot);
   return lease > ttl_ns && lease - ttl_ns > put ? lease - ttl_ns : put;
 }
 
-bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
+bool MasterImpl::SoftPinActive(uint64_t slot, uint64_t now) const {
   // The entry's flag first: the header (a cache miss per object in a
   // sampling scan) is read only for soft-pinned objects.
   if (!(index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagSoftPin)) return false;
@@ -77,7 +76,7 @@ bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
   return h != nullptr && h->soft_pin_ttl_ms != 0 && h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull > now;
 }
 
-Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
+MasterImpl::Protection MasterImpl::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
@@ -86,13 +85,13 @@ Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& 
   return Protection::kNone;
 }
 
-void Master::AddToGroup(uint64_t slot, uint64_t g) {
+void MasterImpl::AddToGroup(uint64_t slot, uint64_t g) {
   if (g == 0) return;
   groups_[g].push_back(slot);
   group_of_[slot] = g;
 }
 
-void Master::RemoveFromGroup(uint64_t slot) {
+void MasterImpl::RemoveFromGroup(uint64_t slot) {
   auto gi = group_of_.find(slot);
   if (gi == group_of_.end()) return;
   uint64_t g = gi->second;
@@ -104,7 +103,7 @@ void Master::RemoveFromGroup(uint64_t slot) {
   if (v.empty()) groups_.erase(it);
 }
 
-uint64_t Master::RandomSlot() {
+uint64_t MasterImpl::RandomSlot() {
   // xorshift64: where a sampled scan of the index starts (EvictRound,
   // EvictAhead, DemoteAhead); the index capacity is a power of two.
   eviction_rng_ ^= eviction_rng_ << 13;
@@ -113,7 +112,7 @@ uint64_t Master::RandomSlot() {
   return eviction_rng_ & (index_->capacity() - 1);
 }
 
-std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
+std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
     auto it = groups_.find(gi->second);
@@ -122,7 +121,7 @@ std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
   return {slot};
 }
 
-uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
   std::vector<uint64_t> members = GroupMembers(slot);
   for (uint64_t m : members) {
     // Already in the SSD tier: its bytes left the pool; the rest follow.
@@ -161,7 +160,7 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   return evicted;
 }
 
-uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
+uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t t0 = MonoNs();
   uint64_t used_before = alloc_->used_bytes();
   uint64_t now = NowNs();
@@ -227,13 +226,13 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   return freed;
 }
 
-bool Master::AheadWindowUsable(uint64_t mono_ns) const {
+bool MasterImpl::AheadWindowUsable(uint64_t mono_ns) const {
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   return ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
          mono_ns - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
 }
 
-uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
   if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
   while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
@@ -251,7 +250,7 @@ uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet
 // group), exactly as an inline round checks it, so a slice may run on a
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
-void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
+void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
   auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
@@ -356,7 +355,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
   }
 }
 
-Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
+Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
   uint64_t cap = alloc_->capacity();
   uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
   uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio) * double(cap));

@@ -1,7 +1,7 @@
 // What the master shows on its monitoring port: Prometheus text, a summary
 // line, and the key/segment queries SGLang and operators use. Metric names
 // follow mooncake_master's where the meaning is the same.
-// Atomics follow the three rules stated in master.h.
+// Atomics follow the three rules stated in master_impl.h.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -9,9 +9,8 @@
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
-#include "mooncake_cxl/master/master.h"
+#include "master_impl.h"
 #include "mooncake_cxl/common/tenant.h"
-#include "master_internal.h"
 
 namespace mcxl {
 namespace {
@@ -82,7 +81,7 @@ const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "rem
 
 }  // namespace
 
-Master::ReadCountsResult Master::ReadCounts() const {
+MasterImpl::ReadCountsResult MasterImpl::ReadCounts() const {
   // Hits and misses are counted by the clients (reads never reach us), each
   // in its own slot; reclaimed clients' counts were retired into ours.
   ReadCountsResult r{retired_hits_, retired_misses_, 0};
@@ -96,7 +95,7 @@ Master::ReadCountsResult Master::ReadCounts() const {
   return r;
 }
 
-std::string Master::MetricsText() {
+std::string MasterImpl::MetricsText() {
   // The index scan runs in slices of mu_ (see master.h): the counts are of
   // moments a few milliseconds apart, which a gauge can afford.
   {
@@ -258,7 +257,7 @@ std::string Master::MetricsText() {
   return std::move(w.text());
 }
 
-std::string Master::SummaryLine() {
+std::string MasterImpl::SummaryLine() {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
   CheckPending();  // count puts completed since the last Tick
@@ -275,7 +274,7 @@ std::string Master::SummaryLine() {
   return buf;
 }
 
-std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::string_view tenant) const {
+std::pair<int, std::string> MasterImpl::QueryKey(std::string_view user_key, std::string_view tenant) const {
   std::string key = TenantPrefix(tenant);
   key.append(user_key);
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,7 +302,7 @@ std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::str
   return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
 }
 
-std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
+std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
   // In slices of mu_ (see master.h); at most `limit` keys and kMaxAllKeysBytes.
   constexpr size_t kMaxAllKeysBytes = 64u << 20;
   std::string out;
@@ -344,7 +343,7 @@ std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view te
   return out;
 }
 
-std::string Master::AllSegments() const {
+std::string MasterImpl::AllSegments() const {
   // One segment: the pool. SGLang polls this at start to see the store is up.
   std::lock_guard<std::mutex> lock(mu_);
   return pool_->path();

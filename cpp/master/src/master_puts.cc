@@ -10,8 +10,8 @@
 // revoked with the client's own CAS; the extent of one whose writer may still
 // run is quarantined (Unlink).
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -22,11 +22,10 @@
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
+PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   PutStartItem item;
   const std::string& key = req.keys[i];
   uint64_t size = req.sizes[i];
@@ -116,7 +115,7 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
   return item;
 }
 
-std::string Master::HandlePutStart(Decoder* d) {
+std::string MasterImpl::HandlePutStart(Decoder* d) {
   // Per thread and reused: Decode assigns into its elements, so the keys'
   // strings keep their capacity and a small put allocates nothing for them.
   thread_local PutStartRequest req;
@@ -161,7 +160,7 @@ std::string Master::HandlePutStart(Decoder* d) {
   return std::move(e.mutable_data());  // e ends here: no copy
 }
 
-void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
+void MasterImpl::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
   // One snapshot of the states: a client may publish WRITING->COMPLETE at
@@ -189,7 +188,7 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   }
 }
 
-bool Master::OtherWriting(uint64_t slot, bool newer) const {
+bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
   std::vector<uint64_t> live;
@@ -202,9 +201,9 @@ bool Master::OtherWriting(uint64_t slot, bool newer) const {
   return false;
 }
 
-bool Master::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
+bool MasterImpl::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
 
-uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
+uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (!Readable(StateOf(sg))) return 0;
@@ -229,7 +228,7 @@ uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   return doomed.size();
 }
 
-EntryState Master::PendingState(const PendingPut& p) const {
+EntryState MasterImpl::PendingState(const PendingPut& p) const {
   uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
   EntryState st = StateOf(sg);
   if (st == EntryState::kOnDisk) st = EntryState::kComplete;  // completed, then demoted before Tick saw it
@@ -238,13 +237,13 @@ EntryState Master::PendingState(const PendingPut& p) const {
   return ours ? st : EntryState::kEmpty;
 }
 
-void Master::CountComplete(uint64_t entry_slot) {
+void MasterImpl::CountComplete(uint64_t entry_slot) {
   EntryMeta& meta = entry_meta_[entry_slot];
   if (!meta.counted) ++stats_.complete_keys;
   meta.counted = true;
 }
 
-void Master::FinishPending(const PendingPut& p, EntryState state) {
+void MasterImpl::FinishPending(const PendingPut& p, EntryState state) {
   if (state == EntryState::kEmpty) return;  // already unlinked by a remove
   if (state == EntryState::kComplete) {
     CountComplete(p.entry_slot);
@@ -262,7 +261,7 @@ void Master::FinishPending(const PendingPut& p, EntryState state) {
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
-void Master::RevokePending(const PendingPut& p, bool owner_dead) {
+void MasterImpl::RevokePending(const PendingPut& p, bool owner_dead) {
   std::string key(KeyOf(p.entry_slot));
   if (!index_->Abort(p.entry_slot, p.generation)) {
     // The client published it meanwhile (a normal object now), or the entry
@@ -286,7 +285,7 @@ void Master::RevokePending(const PendingPut& p, bool owner_dead) {
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
-void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
+void MasterImpl::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
   if (ids.empty()) return;
   // Hash sets: linear in the ids (at most kMaxAbandonedIds) and the pending puts.
   std::unordered_set<uint64_t> given(ids.begin(), ids.end());
@@ -309,7 +308,7 @@ void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
   pending_.resize(keep);
 }
 
-void Master::CheckPending() {
+void MasterImpl::CheckPending() {
   // Completion and the discard timeout only; dead clients are found by
   // CheckClients, which revokes their puts with the slot.
   uint64_t now = MonoNs();

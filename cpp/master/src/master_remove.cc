@@ -9,8 +9,8 @@
 // remove_all / remove_by_regex touch only the caller's tenant's keys
 // (tenant.h); the pattern is matched against the key without the prefix.
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <re2/re2.h>
 
@@ -25,11 +25,10 @@
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
 #include "mooncake_cxl/common/tenant.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-bool Master::ScanPins(const std::function<bool(uint64_t generation)>& visit) const {
+bool MasterImpl::ScanPins(const std::function<bool(uint64_t generation)>& visit) const {
   // seq_cst fence: the tombstone (or lease check) before it and the pin loads
   // after it form a Dekker pair with the client's pin store, fence, version
   // re-check: either we see its pin or it sees our version change.
@@ -51,11 +50,11 @@ bool Master::ScanPins(const std::function<bool(uint64_t generation)>& visit) con
   return false;
 }
 
-bool Master::IsPinned(uint64_t generation) const {
+bool MasterImpl::IsPinned(uint64_t generation) const {
   return ScanPins([generation](uint64_t g) { return g == generation; });
 }
 
-void Master::ReleaseUnpinned() {
+void MasterImpl::ReleaseUnpinned() {
   size_t keep = 0;
   for (const PinnedFree& p : pinned_) {
     if (IsPinned(p.generation)) pinned_[keep++] = p;
@@ -64,7 +63,7 @@ void Master::ReleaseUnpinned() {
   pinned_.resize(keep);
 }
 
-void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
+void MasterImpl::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   if (tier_) ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
   index_->Tombstone(entry_slot);
@@ -89,7 +88,7 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   }
 }
 
-void Master::ReleaseQuarantined(uint64_t now_mono) {
+void MasterImpl::ReleaseQuarantined(uint64_t now_mono) {
   // Pid checks read /proc: at most every kClientCheckIntervalNs, once per pid.
   bool check_pids = now_mono - last_quarantine_check_mono_ > kClientCheckIntervalNs;
   if (check_pids) last_quarantine_check_mono_ = now_mono;
@@ -110,7 +109,7 @@ void Master::ReleaseQuarantined(uint64_t now_mono) {
   deferred_.resize(keep);
 }
 
-ErrorCode Master::RemoveKey(std::string_view key, bool force) {
+ErrorCode MasterImpl::RemoveKey(std::string_view key, bool force) {
   if (key.empty() || key.size() > kMaxKeyLength) return ErrorCode::INVALID_PARAMS;
   std::vector<uint64_t> live;
   FindLive(key, KeyHash(key), &live);
@@ -133,7 +132,7 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
   return ErrorCode::OK;
 }
 
-std::string Master::HandleRemove(Decoder* d, bool batch) {
+std::string MasterImpl::HandleRemove(Decoder* d, bool batch) {
   RemoveRequest req;
   RemoveReply reply;
   if (!Decode(d, &req) || (!batch && req.keys.size() != 1)) {
@@ -169,7 +168,7 @@ std::string CountReplyBytes(ErrorCode status, uint64_t count, uint64_t tomb_tick
 }
 }  // namespace
 
-std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
+std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all) {
   Decoder d(payload);
   RemoveByRegexRequest req;
   if (!Decode(&d, &req)) {

@@ -64,7 +64,7 @@
 //     relocation callback may take mu_. Only the tier thread calls tier_
 //     after Open.
 //
-// Atomics follow the three rules stated in master.h.
+// Atomics follow the three rules stated in master_impl.h.
 #include <sys/stat.h>
 
 #include <algorithm>
@@ -76,16 +76,15 @@
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
 #include "mooncake_cxl/common/log.h"
-#include "mooncake_cxl/master/master.h"
+#include "master_impl.h"
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-Master::~Master() { StopTier(); }
+MasterImpl::~MasterImpl() { StopTier(); }
 
-Status Master::OpenTier() {
+Status MasterImpl::OpenTier() {
   if (!config_.enable_offload) return ErrorCode::OK;
   if (config_.root_fs_dir.empty()) {
     MCXL_LOG(kError, "master", "--enable_offload needs --root_fs_dir (the directory of the SSD tier)");
@@ -171,7 +170,7 @@ Status Master::OpenTier() {
   return ErrorCode::OK;
 }
 
-void Master::PublishTier() {
+void MasterImpl::PublishTier() {
   Superblock* sb = pool_->superblock();
   memset(sb->tier_root, 0, sizeof(sb->tier_root));
   uint64_t cfg = 0;
@@ -186,7 +185,7 @@ void Master::PublishTier() {
   PublishRange(&sb->tier_config, sizeof(uint64_t) + sizeof(sb->tier_root));
 }
 
-void Master::WakeTier() {
+void MasterImpl::WakeTier() {
   {
     std::lock_guard<std::mutex> l(tier_wake_mu_);
     tier_wake_ = true;
@@ -194,7 +193,7 @@ void Master::WakeTier() {
   tier_cv_.notify_one();
 }
 
-void Master::StopTier() {
+void MasterImpl::StopTier() {
   if (!tier_thread_.joinable()) return;
   {
     std::lock_guard<std::mutex> l(tier_wake_mu_);
@@ -204,7 +203,7 @@ void Master::StopTier() {
   tier_thread_.join();
 }
 
-void Master::WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc) {
+void MasterImpl::WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc) {
   auto* st = pool_->At<DiskStub>(stub_offset + ObjectHeaderBytes(key_len));
   st->magic = kDiskStubMagic;
   st->segment_id = loc.segment_id;
@@ -218,7 +217,7 @@ void Master::WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::Recor
   PublishRange(st, sizeof(DiskStub));
 }
 
-void Master::QueueDemote(uint64_t slot, bool evict) {
+void MasterImpl::QueueDemote(uint64_t slot, bool evict) {
   auto it = demote_queued_.find(slot);
   if (it != demote_queued_.end()) {
     it->second = it->second || evict;
@@ -230,7 +229,7 @@ void Master::QueueDemote(uint64_t slot, bool evict) {
   WakeTier();
 }
 
-uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
+uint64_t MasterImpl::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   if (!tier_ || evict_drop_) return UnlinkWithOlder(slot, bytes);
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
@@ -272,7 +271,7 @@ uint64_t Master::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
   return 0;
 }
 
-bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes) {
+bool MasterImpl::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes) {
   IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (StateOf(sg) != EntryState::kComplete || !CheckedLive(slot)) return false;
@@ -331,14 +330,14 @@ bool Master::ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint6
   return true;
 }
 
-void Master::ResolvePending(uint64_t slot) {
+void MasterImpl::ResolvePending(uint64_t slot) {
   auto it = evict_pending_.find(slot);
   if (it == evict_pending_.end()) return;
   evict_pending_bytes_ -= std::min(evict_pending_bytes_, it->second);
   evict_pending_.erase(it);
 }
 
-void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
+void MasterImpl::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
   ResolvePending(slot);  // unlinked: its bytes are free now
   uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_relaxed);
   if (StateOf(sg) == EntryState::kOnDisk && disk_objects_ > 0) --disk_objects_;
@@ -357,20 +356,20 @@ void Master::ForgetDiskCopy(uint64_t slot, uint64_t generation) {
   QueueTombstone(std::string(KeyOf(slot)), generation);
 }
 
-void Master::QueueTombstone(std::string key, uint64_t generation) {
+void MasterImpl::QueueTombstone(std::string key, uint64_t generation) {
   uint64_t seq = ++tomb_queued_;
   tomb_pending_[key] = seq;
   tier_removals_.push_back({std::move(key), generation, seq});
   WakeTier();
 }
 
-uint64_t Master::PendingTomb(std::string_view key) const {
+uint64_t MasterImpl::PendingTomb(std::string_view key) const {
   if (tomb_pending_.empty()) return 0;
   auto it = tomb_pending_.find(std::string(key));
   return it == tomb_pending_.end() ? 0 : it->second;
 }
 
-bool Master::FlushTombstones() {
+bool MasterImpl::FlushTombstones() {
   std::vector<TierRemoval> batch;
   uint64_t upto = 0;  // every tombstone queued so far is in `batch` or written before
   {
@@ -420,7 +419,7 @@ bool Master::FlushTombstones() {
   return again.size() < batch.size();
 }
 
-bool Master::OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const {
+bool MasterImpl::OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const {
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
   for (uint64_t s : live) {
@@ -431,9 +430,9 @@ bool Master::OlderHasRecord(std::string_view key, uint64_t hash, uint64_t genera
   return false;
 }
 
-bool Master::NewerWriting(uint64_t slot) const { return OtherWriting(slot, true); }
+bool MasterImpl::NewerWriting(uint64_t slot) const { return OtherWriting(slot, true); }
 
-std::string Master::HandleSettle(Decoder* d) {
+std::string MasterImpl::HandleSettle(Decoder* d) {
   SettleRequest req;
   TicketReply reply;
   if (!Decode(d, &req) || req.items.size() > kMaxRequestKeys) {
@@ -468,7 +467,7 @@ std::string Master::HandleSettle(Decoder* d) {
   return e.data();
 }
 
-std::string Master::HandlePromote(Decoder* d) {
+std::string MasterImpl::HandlePromote(Decoder* d) {
   PromoteRequest req;
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed Promote request rejected");
@@ -497,22 +496,22 @@ std::string Master::HandlePromote(Decoder* d) {
   return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
 }
 
-void Master::NoteClean(uint64_t value_len, bool add) {
+void MasterImpl::NoteClean(uint64_t value_len, bool add) {
   if (add) pool_clean_bytes_ += value_len;
   else pool_clean_bytes_ -= std::min(pool_clean_bytes_, value_len);
 }
 
-uint64_t Master::PoolDirtyBytes() const {
+uint64_t MasterImpl::PoolDirtyBytes() const {
   uint64_t used = alloc_->used_bytes();
   return used - std::min(used, pool_clean_bytes_);
 }
 
-bool Master::AheadWanted() const {
+bool MasterImpl::AheadWanted() const {
   if (!tier_ || !config_.offload_on_evict || config_.offload_ahead_ratio <= 0 || pool_lost_) return false;
   return PoolDirtyBytes() > uint64_t(config_.offload_ahead_ratio * double(alloc_->capacity()));
 }
 
-void Master::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes) {
+void MasterImpl::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes) {
   const IndexEntry& e = index_->entry(job.slot);
   const EntryMeta& m = entry_meta_[job.slot];
   Extent ext;
@@ -524,7 +523,7 @@ void Master::AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* bat
   *batch_bytes += len;
 }
 
-void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
+void MasterImpl::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
   auto queue = [this](uint64_t s, uint64_t sg) {
     if (promote_queued_.count(s) != 0) return;
     promote_queued_[s] = sg;
@@ -551,7 +550,7 @@ void Master::QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen) {
   WakeTier();
 }
 
-void Master::DropGroupOf(uint64_t slot) {
+void MasterImpl::DropGroupOf(uint64_t slot) {
   std::vector<uint64_t> members = GroupMembers(slot);
   if (members.size() < 2) return;
   uint64_t n = 0;
@@ -561,7 +560,7 @@ void Master::DropGroupOf(uint64_t slot) {
   stats_.evicted_keys += n;
 }
 
-bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
+bool MasterImpl::GroupDropsWhole(const std::vector<uint64_t>& members) const {
   if (!tier_) return false;
   for (uint64_t m : members) {
     if (!entry_meta_[m].live) continue;
@@ -573,7 +572,7 @@ bool Master::GroupDropsWhole(const std::vector<uint64_t>& members) const {
   return false;
 }
 
-uint64_t Master::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes) {
+uint64_t MasterImpl::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes) {
   std::vector<uint64_t> members = GroupMembers(slot);
   // Together or not at all (as EvictWithGroup): a member a reader holds,
   // hard-pinned or unfinished keeps the whole group.
@@ -595,7 +594,7 @@ uint64_t Master::DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* by
   return n;
 }
 
-bool Master::DemoteBatch() {
+bool MasterImpl::DemoteBatch() {
   // Taken together: up to kBatchBytes of queued jobs under one mu_, one
   // AppendBatch (one pwrite per ~4 MiB), one mu_ pass converting them.
   constexpr uint64_t kBatchBytes = 4ull << 20;
@@ -648,7 +647,7 @@ bool Master::DemoteBatch() {
   return true;
 }
 
-bool Master::DemoteAhead() {
+bool MasterImpl::DemoteAhead() {
   // Per call under mu_: at most kScanSlots index slots scanned, one window
   // of candidates walked, kBatchBytes / kBatchJobs taken; the write is
   // WriteDemoteBatch's (without mu_). The extents of a batch stay allocated
@@ -756,7 +755,7 @@ bool Master::DemoteAhead() {
   return true;
 }
 
-void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
+void MasterImpl::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
   std::vector<DemoteItem>& batch = *batch_in;
   // The bytes are stable: the objects are COMPLETE and their extents are kept for us.
   std::vector<tier::DiskTier::BatchItem> items;
@@ -817,7 +816,7 @@ void Master::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead) {
   }
 }
 
-bool Master::PromoteOne() {
+bool MasterImpl::PromoteOne() {
   PromoteJob job{};
   std::string key;
   tier::RecordLocation loc{};
@@ -910,7 +909,7 @@ bool Master::PromoteOne() {
   return true;
 }
 
-bool Master::TierHousekeeping() {
+bool MasterImpl::TierHousekeeping() {
   bool over = false;
   uint64_t target = 0;
   {
@@ -982,7 +981,7 @@ bool Master::TierHousekeeping() {
   return wrote || compacted;
 }
 
-void Master::TierLoop() {
+void MasterImpl::TierLoop() {
   for (;;) {
     {
       std::unique_lock<std::mutex> l(tier_wake_mu_);
@@ -1011,7 +1010,7 @@ void Master::TierLoop() {
   }
 }
 
-void Master::RecoverTier(bool fresh) {
+void MasterImpl::RecoverTier(bool fresh) {
   if (!tier_) return;
   std::unordered_map<std::string, tier::RecordLocation> live;
   tier_->ForEachLive([&live](std::string_view key, const tier::RecordLocation& loc) { live[std::string(key)] = loc; });
