@@ -1,6 +1,7 @@
-// The master's entry points: opening (format or recover) a pool, dispatching
-// a decoded request (TCP or ring), the periodic Tick, statistics, and the
-// index lookups every part shares. The other parts by concern: master_impl.h.
+// The master's entry points: opening (format or recover) a pool, adopting a
+// replaced device, dispatching a decoded request (TCP or ring), the periodic
+// Tick, statistics, and the index lookups every part shares. The other
+// parts by concern: master_impl.h.
 //
 // Atomics follow the three rules stated in master_impl.h.
 #include "master_impl.h"
@@ -35,6 +36,10 @@ Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
   Status s = m->Open();
   if (!s.ok()) return s.error();
   return std::unique_ptr<Master>(std::move(m));
+}
+
+MasterImpl::~MasterImpl() {
+  if (tier_) tier_->Stop();  // its thread calls back into us
 }
 
 Status MasterImpl::Open() {
@@ -97,14 +102,16 @@ Status MasterImpl::Open() {
   // Sized for any geometry, so that a replaced device never reallocates it
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
-  Status ts = OpenTier();  // before AdoptPool: the superblock publishes it
-  if (!ts.ok()) return ts;
+  if (config_.enable_offload) {  // before AdoptPool: the superblock publishes it
+    auto tier = TierManager::Open(config_, this);
+    if (!tier) return tier.error();
+    tier_ = std::move(tier.value());
+  }
   AdoptPool(std::move(pool_), fresh);
   if (tier_) {
     std::lock_guard<std::mutex> lock(mu_);
-    RecoverTier(fresh);
-    tier_thread_ = std::thread([this] { TierLoop(); });
-    if (!tier_removals_.empty()) WakeTier();
+    tier_->Recover(fresh);
+    tier_->Start();
   }
   return ErrorCode::OK;
 }
@@ -138,22 +145,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     quarantine_.clear();
     group_of_.clear();
     groups_.clear();
-    disk_loc_.clear();  // the tier's records of the old pool stay on disk (orphans until a rebuild)
-    demote_q_.clear();
-    demote_queued_.clear();
-    promote_q_.clear();
-    promote_queued_.clear();
-    promote_count_.clear();
-    no_disk_.clear();
-    disk_objects_ = 0;
-    pool_clean_bytes_ = 0;
-    evict_pending_.clear();
-    evict_pending_bytes_ = 0;
-    pre_window_.clear();
-    pre_next_ = SIZE_MAX;
-    pre_scanned_ = pre_complete_ = 0;
-    busy_handle_ = UINT64_MAX;
-    busy_demote_.clear();
+    if (tier_) tier_->ForgetPool();
     live_entries_ = 0;
     round_blocked_transiently_ = false;
     MasterStats keep = stats_;
@@ -182,7 +174,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   sb->master_pid.store(uint64_t(getpid()), std::memory_order_relaxed);
   sb->master_machine_hash.store(KeyHash(machine_), std::memory_order_relaxed);
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
-  PublishTier();
+  TierManager::PublishConfig(tier_.get(), config_, sb);
   uint64_t inc = sb->master_incarnation.load(std::memory_order_relaxed) + 1;
   sb->master_incarnation.store(inc, std::memory_order_release);
   PublishRange(&sb->master_incarnation, kCacheLine);
@@ -575,26 +567,10 @@ MasterStats MasterImpl::stats() const {
   s.allocated_bytes = alloc_->used_bytes();
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
-  s.tier_enabled = tier_ != nullptr;
-  s.tier_capacity = tier_ ? config_.offload_capacity_bytes : 0;
-  s.tier_used_bytes = tier_stats_.used_bytes;
-  s.tier_live_bytes = tier_stats_.live_bytes;
-  s.tier_records = tier_stats_.objects;
-  s.tier_segments = tier_stats_.segments;
-  s.tier_compactions = tier_stats_.compactions;
-  s.disk_objects = disk_objects_;
-  s.pool_clean_bytes = pool_clean_bytes_;
-  s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX) +
-                 busy_demote_.size();
-  s.tier_checksum_failures += tier_stats_.checksum_failures;
-  s.disk_hits = retired_disk_hits_;
-  s.disk_checksum_failures = retired_disk_bad_;
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
-    // Relaxed: statistics.
-    s.disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
-    s.disk_checksum_failures += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
-  }
+  if (tier_) tier_->FillStats(&s);
+  DiskReads reads = DiskReadCounts();
+  s.disk_hits = reads.hits;
+  s.disk_checksum_failures = reads.bad;
   return s;
 }
 

@@ -103,6 +103,24 @@ void MasterImpl::RemoveFromGroup(uint64_t slot) {
   if (v.empty()) groups_.erase(it);
 }
 
+uint64_t MasterImpl::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
+  if (!tier_ || evict_drop_) return UnlinkWithOlder(slot, bytes);
+  bool waits = false;
+  uint64_t n = tier_->EvictOrDemote(slot, bytes, &waits);
+  if (waits) round_blocked_transiently_ = true;
+  return n;
+}
+
+void MasterImpl::DropGroup(uint64_t slot) {
+  std::vector<uint64_t> members = GroupMembers(slot);
+  if (members.size() < 2) return;
+  uint64_t n = 0;
+  for (uint64_t m : members)
+    if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+      n += UnlinkWithOlder(m, nullptr);
+  stats_.evicted_keys += n;
+}
+
 uint64_t MasterImpl::RandomSlot() {
   // xorshift64: where a sampled scan of the index starts (EvictRound,
   // EvictAhead, DemoteAhead); the index capacity is a power of two.
@@ -147,7 +165,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   uint64_t evicted = 0;
   // A member the tier cannot take (its append failed): the group goes whole,
   // its disk-resident members too, rather than split across the tiers.
-  if (members.size() > 1 && GroupDropsWhole(members)) {
+  if (members.size() > 1 && tier_ && tier_->GroupDropsWhole(members)) {
     for (uint64_t m : members)
       if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
         evicted += UnlinkWithOlder(m, bytes);
@@ -155,7 +173,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   }
   for (uint64_t m : members) {
     if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one (master_tier.cc)
+    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one
   }
   return evicted;
 }
@@ -236,7 +254,7 @@ uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const Pi
   if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
   while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
-    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    const SampledSlot& c = ahead_window_[ahead_next_++];
     // Still the object sampled; re-checked whole by EvictWithGroup.
     if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
       freed += EvictWithGroup(c.slot, now, pins, freed_bytes);
@@ -283,7 +301,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   // (they are, once written), so a slice does not queue a whole window.
   // Rounds off the put path matter most there: inline, a round costs the
   // put ~1-2 ms per 2000 objects (their header checks).
-  auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), evict_pending_bytes_); };
+  auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), EvictPendingBytes()); };
   if (pool_lost_ || pool_->failed()) return done(true);
   if (used_now() <= low) return done(true, true);
   uint64_t cap = index_->capacity();
@@ -332,7 +350,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   evict_drop_ = false;  // bytes wanted, not index slots: an SSD tier demotes (the flag outlives EvictRound)
   while (ahead_next_ < ahead_window_.size() && used_now() > low) {
-    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    const SampledSlot& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
     // Still the object sampled (not gone, nor its slot reused since); the
     // window may predate a replaced pool device: bounded by this index.
@@ -364,7 +382,7 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
   // Bytes already queued for demotion (SSD tier) are on their way out: not
   // looked for again by a round per put while the tier writes them.
   uint64_t used = alloc_->used_bytes();
-  used -= std::min(used, evict_pending_bytes_);
+  used -= std::min(used, EvictPendingBytes());
   bool over_bytes = used + extent_bytes > high;
   bool over_index = live_entries_ + 1 > IndexLimit();
   if (over_bytes || over_index)
@@ -379,15 +397,11 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
         uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
                                   double(cap));
         uint64_t now_used = alloc_->used_bytes();
-        if (now_used - std::min(now_used, evict_pending_bytes_) > ahead)  // as EvictAhead counts it
+        if (now_used - std::min(now_used, EvictPendingBytes()) > ahead)  // as EvictAhead counts it
           evict_ahead_wanted_.store(true, std::memory_order_relaxed);
         // Pre-demotion: the tier thread copies the coldest objects once the
-        // pool's bytes without a copy pass --offload_ahead_ratio (master_tier.cc).
-        if (config_.offload_ahead_ratio > 0) last_put_mono_ = MonoNs();
-        if (!pre_kicked_ && AheadWanted()) {
-          pre_kicked_ = true;
-          WakeTier();
-        }
+        // pool's bytes without a copy pass --offload_ahead_ratio.
+        if (tier_) tier_->OnAllocated();
         return ext;
       }
     }

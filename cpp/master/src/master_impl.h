@@ -8,8 +8,9 @@
 //   master_pins.cc       pin tables that outlive their attachment
 //   master_recovery.cc   restart on a formatted pool
 //   master_eviction.cc   sampled approximate LRU, eviction ahead of the watermark
-//   master_tier.cc       the SSD tier as the master drives it
+//   master_disk_entries.cc  the SSD tier's hooks and the entry writes it asks for
 //   master_http.cc       the monitoring pages
+// The SSD tier's own logic is TierManager's (tier_manager.h, tier_*.cc).
 //
 // Object life as the master sees it (docs/architecture.md, "Object life"):
 //   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
@@ -52,7 +53,11 @@
 // next Tick (tombstoned; only the extent the master's own handle names is
 // freed). A shrunk pool device stops the master (see Tick).
 //
-// Atomics in master*.cc follow three rules, so each load and store there
+// As the tier's host (TierHost, tier_host.h) the master does every
+// structural write the tier asks for (master_disk_entries.cc); the tier's
+// policy, queues and disk records are TierManager's (tier_manager.h).
+//
+// Atomics in master*.cc and tier_*.cc follow three rules, so each load and store there
 // needs no comment of its own:
 //  * Entry fields other than state_gen and the lease word, superblock and
 //    client-slot lines of the master's: only the master writes them, under
@@ -67,23 +72,26 @@
 //    hints compared with the clock or summed for statistics: relaxed, after
 //    ObserveRange.
 //
-// Thread safety: every public entry point takes mu_ (the TCP loop, its
-// long-request worker, the ring server and the HTTP thread call in). Work
-// under mu_ is short: scans of the whole index (remove_by_regex, remove_all,
-// /metrics, /get_all_keys) take it per slice of kScanSliceSlots slots, so
-// other requests interleave; each entry is judged on one look under one hold.
+// Thread safety: one lock, mu_, protects all of the master's state and the
+// SSD tier's (TierManager's, which takes it through TierHost::mu()). Every
+// public entry point takes it (the TCP loop, its long-request worker, the
+// ring server, the HTTP thread and the tier thread call in). Work under mu_
+// is short: scans of the whole index (remove_by_regex, remove_all, /metrics,
+// /get_all_keys) take it per slice of kScanSliceSlots slots, so other
+// requests interleave; each entry is judged on one look under one hold. The
+// tier's disk I/O never runs under it. Not under mu_: the atomics below
+// (attached_bits_, slot_count_, pool_view_, evict_ahead_wanted_,
+// last_replace_check_mono_) and what replace_mu_ guards.
 #pragma once
 
 #include <array>
 #include <atomic>
-#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
-#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -94,12 +102,13 @@
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
-#include "mooncake_cxl/tier/disk_tier.h"
 #include "master_internal.h"
+#include "tier_host.h"
+#include "tier_manager.h"
 
 namespace mcxl {
 
-class MasterImpl final : public Master {
+class MasterImpl final : public Master, private TierHost {
  public:
   explicit MasterImpl(const MasterConfig& config) : config_(config) {}
   ~MasterImpl() override;
@@ -193,20 +202,20 @@ class MasterImpl final : public Master {
   void CountOp(uint16_t type, const std::string& reply);
   // Live (WRITING or COMPLETE) entries of `key`, in probe order; corrupt
   // ones are left out (see CheckedLive).
-  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
+  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const override;
   // True when the live entry `slot` agrees with the master's records: an
   // extent the master allocated for it, at the entry's object_offset, a value
   // that fits it, a header with the magic, key length and hash the master
   // wrote. Otherwise the entry is quarantined (logged once, counted) for
   // ReclaimCorrupt and false is returned. Cheap: compares, one header line.
-  bool CheckedLive(uint64_t slot) const;
+  bool CheckedLive(uint64_t slot) const override;
   // Tombstones quarantined entries; frees what the master's handle names.
   void ReclaimCorrupt();
   // The key / header of a live entry, located by the master's own record
   // (allocator handle + key length), never by the pool: in bounds whatever
   // a client wrote (the bytes themselves may have been overwritten). Empty /
   // nullptr for an entry the master holds no record of.
-  std::string_view KeyOf(uint64_t entry_slot) const;
+  std::string_view KeyOf(uint64_t entry_slot) const override;
   const ObjectHeader* HeaderOf(uint64_t entry_slot) const;
   // The device shrank (Tick): refuse everything.
   bool PoolLost();
@@ -250,7 +259,7 @@ class MasterImpl final : public Master {
   // oldest first, so that no moment exists in which an older value is linked
   // and a newer one is not. Returns the entries unlinked (0 when `slot` is no
   // longer COMPLETE); adds their extent bytes to *bytes when given.
-  uint64_t UnlinkWithOlder(uint64_t slot, uint64_t* bytes);
+  uint64_t UnlinkWithOlder(uint64_t slot, uint64_t* bytes) override;
   // True when an older entry of `slot`'s key is still WRITING: it may yet be
   // published, so `slot` must not go before it (it would become current).
   bool OlderUnfinished(uint64_t slot) const;
@@ -258,9 +267,9 @@ class MasterImpl final : public Master {
   bool OtherWriting(uint64_t slot, bool newer) const;
   // The members of slot's group (slot alone when ungrouped): a copy, since
   // Unlink edits the group.
-  std::vector<uint64_t> GroupMembers(uint64_t slot) const;
+  std::vector<uint64_t> GroupMembers(uint64_t slot) const override;
   // A random index slot to start a sampled scan at (under mu_).
-  uint64_t RandomSlot();
+  uint64_t RandomSlot() override;
   void CheckPending();
 
   // ---- removal and deferred frees (master_remove.cc) ----
@@ -276,7 +285,7 @@ class MasterImpl final : public Master {
   void ReleaseQuarantined(uint64_t now_mono);
   // True when a live or retired pin table names the object of this
   // generation (zero-copy views hold a pin that removal and eviction respect).
-  bool IsPinned(uint64_t generation) const;
+  bool IsPinned(uint64_t generation) const override;
   // Calls `visit` with the generation of every pin in live or retired pin
   // tables (after a seq_cst fence and ObserveRange); stops at the first true.
   bool ScanPins(const std::function<bool(uint64_t generation)>& visit) const;
@@ -327,10 +336,10 @@ class MasterImpl final : public Master {
   // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
   // is younger than a lease (at most 1 s): a round may evict from it.
   bool AheadWindowUsable(uint64_t mono_ns) const;
-  uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const;
+  uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const override;
   enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
   Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;
-  bool SoftPinActive(uint64_t slot, uint64_t now) const;
+  bool SoftPinActive(uint64_t slot, uint64_t now) const override;
   // Evicts `slot` and, when it belongs to a group, every member of the group;
   // nothing when any member is protected. Adds to *bytes; returns objects.
   uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
@@ -340,145 +349,48 @@ class MasterImpl final : public Master {
   void RemoveFromGroup(uint64_t slot);
   uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
 
-  // ---- SSD tier (master_tier.cc) ----
-  // Opens the tier (Open, before AdoptPool) and publishes it in the superblock.
-  Status OpenTier();
-  void PublishTier();
-  void TierLoop();
-  void StopTier();
-  // Eviction's hook: frees the pool bytes of `slot` by turning it kOnDisk
-  // when its record is on disk, queues its demotion when it is not (0
-  // freed: the round is blocked transiently), else unlinks it. Returns
-  // objects freed (as UnlinkWithOlder).
+  // ---- the SSD tier's hooks ----
+  // Eviction's hook (master_eviction.cc): to the SSD tier when there is one
+  // (TierManager::EvictOrDemote), else, or when the round wants index
+  // slots, unlinked with the older values of the key.
   uint64_t EvictOrDemote(uint64_t slot, uint64_t* bytes);
-  bool TierOn() const { return tier_ != nullptr; }
-  void QueueDemote(uint64_t slot, bool evict);
-  // Under mu_: the entry keeps its slot and generation, its extent shrinks
-  // to a stub (ObjectHeader + key + DiskStub). False when a pin or lease
-  // appeared meanwhile (the copy stays, as a clean copy).
-  bool ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes);
+  // Extent bytes queued for demotion: leaving soon (0 without a tier).
+  uint64_t EvictPendingBytes() const { return tier_ ? tier_->evict_pending_bytes() : 0; }
+  std::string HandlePromote(Decoder* d);  // master_disk_entries.cc
+  std::string HandleSettle(Decoder* d);   // master_puts.cc
   void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
-  // Unlink's hook: the record of an unlinked entry goes (a tombstone, later).
-  void ForgetDiskCopy(uint64_t slot, uint64_t generation);
-  std::string HandlePromote(Decoder* d);
-  // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
-  void RecoverTier(bool fresh);
-  bool DemoteBatch();  // takes up to ~4 MiB of queued demotions, one tier write, one mu_ pass each side
-  // Pre-demotion (--offload_ahead_ratio): with no demotion queued, up to
-  // ~4 MiB of clean copies of the coldest objects without one, written like
-  // a DemoteBatch (evict = false). Bounded under mu_ per call.
-  bool DemoteAhead();
-  // Queues `slot` for promotion with its group's other kOnDisk members (bounded).
-  static constexpr size_t kGroupPromoteMax = 256;
-  void QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen);
-  // The tier over its watermark drops `slot` with its whole group, or nothing
-  // when a member is protected (lease, hard pin, view, unfinished). Returns
-  // objects unlinked; adds their value bytes to *bytes.
-  uint64_t DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes);
-  // Eviction of a group one of whose members the tier could not take (its
-  // append failed): the whole group is dropped, not split across the tiers.
-  bool GroupDropsWhole(const std::vector<uint64_t>& members) const;
-  // A group member being evicted found no room in the tier (DemoteBatch):
-  // the whole group is dropped now, as eviction without a tier would.
-  void DropGroupOf(uint64_t slot);
-  bool PromoteOne();
-  bool TierHousekeeping();
-  struct DemoteJob {
-    uint64_t slot, state_gen;
-    bool evict;
-  };
-  struct DemoteItem {
-    DemoteJob job;
-    std::string key;
-    const char* src;
-    uint64_t len;
-    uint64_t handle;
-  };
-  // Under mu_: `slot` (COMPLETE, CheckedLive, no record yet) joins `batch`;
-  // its extent is kept for the tier thread (busy_demote_).
-  void AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes);
-  // Without mu_: one AppendBatch; then under mu_ each copy is kept only if
-  // its object did not change meanwhile (else tombstoned), evict jobs convert.
-  void WriteDemoteBatch(std::vector<DemoteItem>* batch, bool ahead);
-  // disk_loc_ changes of pool (COMPLETE) objects keep pool_clean_bytes_.
-  void NoteClean(uint64_t value_len, bool add);
-  uint64_t PoolDirtyBytes() const;  // pool bytes not covered by a clean copy (estimate)
-  bool AheadWanted() const;         // pre-demotion on and the pool's dirty bytes above its threshold
-  struct PromoteJob {
-    uint64_t slot, state_gen;
-    uint32_t attempts = 0;  // tries that found no room
-  };
-  struct TierRemoval {
-    std::string key;
-    uint64_t generation;
-    uint64_t seq = 0;  // its ticket (QueueTombstone): tier_removals_ is in seq order
-  };
-  // ---- durable tombstones (master_tier.cc) ----
-  // Every tombstone gets the next sequence number; the tier thread writes
-  // them in groups (RemoveBatch) and then publishes the highest one written
-  // in Superblock::tier_tombs_durable. A reply whose request queued some
-  // carries the ticket tomb_queued_ (clients wait for it).
-  void QueueTombstone(std::string key, uint64_t generation);
-  bool FlushTombstones();  // tier thread, without mu_ (takes it briefly)
-  // The ticket for a request that saw tomb_queued_ == `before` when it began:
-  // 0 when it queued nothing.
-  uint64_t TombTicketSince(uint64_t before) const { return tomb_queued_ != before ? tomb_queued_ : 0; }
-  std::string HandleSettle(Decoder* d);
-  // An upsert of `key`: does an older value have (or is it getting) a record?
-  bool OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const;
-  // A newer put of slot's key is still WRITING: demoting slot now would leave
-  // a record that an acknowledged upsert cannot tombstone (it asked at PutStart).
-  bool NewerWriting(uint64_t slot) const;
-  uint64_t tomb_queued_ = 0;  // under mu_
-  // Stored key -> seq of its newest tombstone not yet written: a remove, put
-  // or upsert of the key waits for it too (an older record of the key must
-  // not come back behind an acknowledged operation). Under mu_.
-  std::unordered_map<std::string, uint64_t> tomb_pending_;
-  uint64_t PendingTomb(std::string_view key) const;
-  uint64_t tomb_fail_log_mono_ = 0;
-  std::unique_ptr<tier::DiskTier> tier_;
-  // Per index slot with a record in the tier (a clean copy of a pool object,
-  // or the value of a kOnDisk entry): where it is. Under mu_.
-  std::unordered_map<uint64_t, tier::RecordLocation> disk_loc_;
-  size_t tier_lru_bucket_ = 0;  // where the tier's LRU sample starts next (TierHousekeeping)
-  std::vector<DemoteJob> demote_q_;
-  std::unordered_map<uint64_t, bool> demote_queued_;  // slot -> evict
-  std::vector<PromoteJob> promote_q_;
-  std::unordered_map<uint64_t, uint64_t> promote_queued_;  // slot -> state_gen
-  std::vector<TierRemoval> tier_removals_;
-  std::unordered_map<uint64_t, uint64_t> no_disk_;  // slot -> state_gen whose append failed: eviction drops it
-  // Extent bytes of objects eviction queued for demotion, until their job
-  // is done (slot -> bytes): freed soon, so a put above the watermark does
-  // not run another round for them (AllocateForPut). A heuristic, like
-  // pool_clean_bytes_: it decides when a round runs, never what it frees.
-  std::unordered_map<uint64_t, uint64_t> evict_pending_;
-  uint64_t evict_pending_bytes_ = 0;
-  void ResolvePending(uint64_t slot);
-  // The extent the tier thread is copying from (demotion) or into
-  // (promotion): Unlink leaves it to the tier thread (busy_freed_).
-  uint64_t busy_handle_ = UINT64_MAX;
-  bool busy_freed_ = false;
-  // The same for the extents of the demotion batch being written: handle ->
-  // unlinked meanwhile (the tier thread frees it when the batch is done).
-  std::unordered_map<uint64_t, bool> busy_demote_;
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> promote_count_;  // slot -> (state_gen, disk reads)
-  uint64_t disk_objects_ = 0;
-  uint64_t tier_full_log_mono_ = 0;
-  bool tier_full_ = false;   // an append found no room: the tier drops its LRU first
-  bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
-  tier::Stats tier_stats_{};  // the tier thread's latest snapshot (under mu_)
-  std::thread tier_thread_;
-  std::mutex tier_wake_mu_;
-  std::condition_variable tier_cv_;
-  bool tier_stop_ = false;
-  bool tier_wake_ = false;
-  void WakeTier();
+
+  // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
+  // master_eviction.cc; the lookups above ----
+  std::mutex& mu() const override { return mu_; }
+  const ObjectIndex& index() const override { return *index_; }
+  const ExtentAllocator& alloc() const override { return *alloc_; }
+  bool pool_lost() const override { return pool_lost_; }
+  EntryRecord Record(uint64_t slot) const override;
+  const char* ValueBytes(uint64_t slot) const override;
+  bool NewerWriting(uint64_t slot) const override { return OtherWriting(slot, true); }
+  bool ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes) override;
+  void RewriteStub(uint64_t slot, const tier::RecordLocation& loc) override;
+  Result<PromotionTarget> AllocateForPromotion(uint64_t slot) override;
+  void LinkPromoted(uint64_t slot, const Extent& extent) override;
+  void FreeExtent(uint64_t handle) override { (void)alloc_->Free(handle); }
+  void FreeWhenUnpinned(uint64_t handle, uint64_t generation) override;
+  void UnlinkNow(uint64_t slot) override { Unlink(slot, true, 0); }
+  void DropGroup(uint64_t slot) override;
+  Result<uint64_t> InsertOnDisk(const std::string& key, const tier::RecordLocation& loc, uint64_t now) override;
+  void ReserveGeneration(uint64_t generation) override;
+  uint64_t TombsDurable() const override;
+  void PublishTombsDurable(uint64_t seq) override;
 
   // ---- monitoring (master_http.cc) ----
   struct ReadCountsResult {
     uint64_t hits, misses, clients;
   };
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
+  struct DiskReads {
+    uint64_t hits, bad;
+  };
+  DiskReads DiskReadCounts() const;  // the clients' SSD tier reads, reclaimed clients' included; under mu_
 
   MasterConfig config_;
   std::unique_ptr<Pool> pool_;
@@ -539,37 +451,24 @@ class MasterImpl final : public Master {
   std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots
   uint64_t eviction_rng_ = 0x9E3779B97F4A7C15ull;
   bool round_blocked_transiently_ = false;  // last round skipped something that will pass
+  bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
   // EvictAhead's round in progress: the sampled window (last access, slot),
   // sorted once complete, and how far the scan and the eviction got.
-  struct AheadCandidate {
-    uint64_t last_access, slot, state_gen;  // state_gen: the object sampled
-    bool operator<(const AheadCandidate& o) const { return last_access < o.last_access; }
-  };
-  std::vector<AheadCandidate> ahead_window_;
+  std::vector<SampledSlot> ahead_window_;
   uint64_t ahead_start_ = 0, ahead_scanned_ = 0, ahead_complete_ = 0;
   size_t ahead_next_ = 0;  // next window member to evict; SIZE_MAX while scanning
   uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
   uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
   std::atomic<bool> evict_ahead_wanted_{false};
-  // Pre-demotion (DemoteAhead): value bytes of COMPLETE objects with a
-  // record (a heuristic for how much ahead work is left: drift only changes
-  // how much is copied, never what a reader sees); its sampled window
-  // (eviction's order; soft-pinned members sort last), where its scan got,
-  // and whether a put has woken the tier thread for it.
-  uint64_t pool_clean_bytes_ = 0;
-  uint64_t test_write_delay_ms_ = 0;  // MCXL_TEST_TIER_WRITE_DELAY_MS: tests widen the write window
-  std::vector<AheadCandidate> pre_window_;
-  size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
-  uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
-  uint64_t pre_retry_mono_ = 0;  // a whole window had nothing to copy: not before then
-  uint64_t last_put_mono_ = 0;   // the latest PutStart that allocated (pre-demotion waits for a pause)
-  bool pre_kicked_ = false;
   uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
   uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
+  // The SSD tier (--enable_offload), or null. Its state is under mu_ too.
+  std::unique_ptr<TierManager> tier_;
   static constexpr uint16_t kMessageTypes = 16;
   uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
-  // One lock for all entry points: the TCP loop, the ring server and the
-  // HTTP thread each call in; the work under it is short and never blocks.
+  // One lock for all entry points: the TCP loop, the ring server, the HTTP
+  // thread and the tier thread each call in; the work under it is short and
+  // never blocks (see Thread safety above).
   mutable std::mutex mu_;
   std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
 };

@@ -8,7 +8,10 @@
 // older ones, oldest first (UnlinkWithOlder). Puts whose client gave up
 // (abandoned put ids) or that outlived --put_start_discard_timeout_sec are
 // revoked with the client's own CAS; the extent of one whose writer may still
-// run is quarantined (Unlink).
+// run is quarantined (Unlink). A put told to settle (the SSD tier holds an
+// older record of its key, tier_manager.h) sends kSettle after its CAS:
+// HandleSettle unlinks the older values at once and answers with the
+// ticket of their tombstones.
 //
 // Atomics follow the three rules stated in master_impl.h.
 #include "master_impl.h"
@@ -102,10 +105,9 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  // An older value with a record on disk, or a tombstone of the key not yet
-  // written: the client settles after its CAS, so that the old record is
-  // tombstoned durably before the put returns (master_tier.cc).
-  if (tier_) item.settle = (req.upsert && OlderHasRecord(key, hash, gen)) || PendingTomb(key) != 0;
+  // The client settles after its CAS when the tier holds an older record of
+  // the key (HandleSettle).
+  if (tier_) item.settle = tier_->PutNeedsSettle(key, hash, gen, req.upsert);
   AddToGroup(*slot, f.group_hash);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
@@ -247,8 +249,7 @@ void MasterImpl::FinishPending(const PendingPut& p, EntryState state) {
   if (state == EntryState::kEmpty) return;  // already unlinked by a remove
   if (state == EntryState::kComplete) {
     CountComplete(p.entry_slot);
-    // Write-through: a copy in the SSD tier after each completed put.
-    if (tier_ && !config_.offload_on_evict) QueueDemote(p.entry_slot, false);
+    if (tier_) tier_->OnPutComplete(p.entry_slot);  // write-through copies it
     if (p.upsert) {
       std::string key(KeyOf(p.entry_slot));
       ClearSupersededIfSettled(key, KeyHash(key));
@@ -329,6 +330,41 @@ void MasterImpl::CheckPending() {
   }
   pending_.resize(keep);
   ReleaseQuarantined(now);
+}
+
+std::string MasterImpl::HandleSettle(Decoder* d) {
+  SettleRequest req;
+  TicketReply reply;
+  if (!Decode(d, &req) || req.items.size() > kMaxRequestKeys) {
+    MCXL_LOG(kWarn, "master", "malformed Settle request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else {
+    for (const auto& [key, gen] : req.items) {
+      if (key.empty() || key.size() > kMaxKeyLength) {
+        MCXL_LOG(kWarn, "master", "Settle of client slot %u: a key of %zu bytes (1..%zu allowed) skipped",
+                 req.client.slot, key.size(), size_t(kMaxKeyLength));
+        reply.status = ErrorCode::INVALID_PARAMS;
+        continue;
+      }
+      // What Tick does when it notices the completion, now: the older
+      // values go (their records get tombstones) once this one is published.
+      uint64_t hash = KeyHash(key);
+      std::vector<uint64_t> live;
+      FindLive(key, hash, &live);
+      bool published = false;
+      for (uint64_t s : live) {
+        uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+        if (GenOf(sg) == gen && Readable(StateOf(sg))) published = true;
+      }
+      if (published) ClearSupersededIfSettled(key, hash);
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, tier_->PendingTomb(key));
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
 }
 
 }  // namespace mcxl

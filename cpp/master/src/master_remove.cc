@@ -65,7 +65,7 @@ void MasterImpl::ReleaseUnpinned() {
 
 void MasterImpl::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
-  if (tier_) ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
+  if (tier_) tier_->ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
   index_->Tombstone(entry_slot);
   --live_entries_;
   RemoveFromGroup(entry_slot);
@@ -73,11 +73,8 @@ void MasterImpl::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mon
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
   meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
-  if (meta.extent == busy_handle_) {
-    busy_freed_ = true;  // the tier thread is reading or filling it: it frees it when done
-  } else if (auto bd = busy_demote_.find(meta.extent); bd != busy_demote_.end()) {
-    bd->second = true;  // in the demotion batch being written: the tier thread frees it
-  } else if (free_now && IsPinned(gen)) {
+  if (tier_ && tier_->TakeOverFree(meta.extent)) return;  // in a demotion batch being written: freed after it
+  if (free_now && IsPinned(gen)) {
     pinned_.push_back({meta.extent, gen});
   } else if (free_now) {
     Status s = alloc_->Free(meta.extent);
@@ -151,7 +148,7 @@ std::string MasterImpl::HandleRemove(Decoder* d, bool batch) {
       reply.results.push_back(ToInt(r));
       // Its tombstone (or an earlier one of the key) not yet written: the
       // client waits for it. 0 for pool-only keys: no wait.
-      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, PendingTomb(k));
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, tier_->PendingTomb(k));
     }
     if (!batch) reply.status = ErrorCode(reply.results[0]);
   }
@@ -216,7 +213,7 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
-      const uint64_t tombs_before = tomb_queued_;
+      const uint64_t tombs_before = tier_ ? tier_->tombs_queued() : 0;
       uint64_t now = NowNs();
       for (uint64_t budget = 0; s < cap && budget < kScanSliceSlots; ++s) {
         ++budget;
@@ -232,12 +229,12 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
           budget += k.size() / 256;
           if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
         }
-        if (tier_) ticket = std::max(ticket, PendingTomb(KeyOf(s)));  // an earlier tombstone of the key
+        if (tier_) ticket = std::max(ticket, tier_->PendingTomb(KeyOf(s)));  // an earlier tombstone of the key
         (void)UnlinkWithOlder(s, nullptr);  // with the older values of its key
         budget += 8;  // the pin check of Unlink reads every client's pin table
         ++count;
       }
-      ticket = std::max(ticket, TombTicketSince(tombs_before));  // this slice's tombstones
+      if (tier_) ticket = std::max(ticket, tier_->TombTicketSince(tombs_before));  // this slice's tombstones
     }
     if (s < cap) SlicePause();
   }
