@@ -153,7 +153,7 @@ int main(int argc, char** argv) {
   for (const char* n : {"quota_bytes", "tenant_quota_connector_type", "tenant_quota_connector_uri",
                         "kv_events_tenant_id"})
     flags.Ignore(n);
-  // The SSD tier under the pool (master_tier.cc): Mooncake's names.
+  // The SSD tier under the pool (cpp/master/src/tier_manager.h): Mooncake's names.
   flags.Add("enable_offload", &cfg.enable_offload,
             "keep objects in an SSD tier under the pool (segment files in --root_fs_dir)");
   flags.Add("offload_on_evict", &cfg.offload_on_evict,

@@ -1,15 +1,10 @@
-// The master's entry points: opening (format or recover) a pool, dispatching
-// a decoded request (TCP or ring), the periodic Tick, statistics, and the
-// index lookups every part shares. The parts by concern:
-//   master_puts.cc      PutStart, pending puts, upsert settling, abandonment
-//   master_remove.cc    removal, deferred and pin-deferred frees
-//   master_clients.cc   attach/detach/heartbeat, liveness, reclaim
-//   master_recovery.cc  restart on a formatted pool
-//   master_eviction.cc  sampled approximate LRU
-//   master_http.cc      the monitoring pages
+// The master's entry points: opening (format or recover) a pool, adopting a
+// replaced device, dispatching a decoded request (TCP or ring), the periodic
+// Tick, statistics, and the index lookups every part shares. The other
+// parts by concern: master_impl.h.
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <cstdarg>
 
@@ -27,7 +22,6 @@
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
@@ -38,13 +32,17 @@ std::string StatusReply(ErrorCode status) {
 }
 
 Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
-  std::unique_ptr<Master> m(new Master(config));
+  auto m = std::make_unique<MasterImpl>(config);
   Status s = m->Open();
   if (!s.ok()) return s.error();
-  return m;
+  return std::unique_ptr<Master>(std::move(m));
 }
 
-Status Master::Open() {
+MasterImpl::~MasterImpl() {
+  if (tier_) tier_->Stop();  // its thread calls back into us
+}
+
+Status MasterImpl::Open() {
   machine_ = ThisMachine();
   if (!config_.enable_cxl)
     MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",
@@ -104,19 +102,21 @@ Status Master::Open() {
   // Sized for any geometry, so that a replaced device never reallocates it
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
-  Status ts = OpenTier();  // before AdoptPool: the superblock publishes it
-  if (!ts.ok()) return ts;
+  if (config_.enable_offload) {  // before AdoptPool: the superblock publishes it
+    auto tier = TierManager::Open(config_, this);
+    if (!tier) return tier.error();
+    tier_ = std::move(tier.value());
+  }
   AdoptPool(std::move(pool_), fresh);
   if (tier_) {
     std::lock_guard<std::mutex> lock(mu_);
-    RecoverTier(fresh);
-    tier_thread_ = std::thread([this] { TierLoop(); });
-    if (!tier_removals_.empty()) WakeTier();
+    tier_->Recover(fresh);
+    tier_->Start();
   }
   return ErrorCode::OK;
 }
 
-void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
+void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   if (pool_ && pool_.get() != pool.get()) {
     // The device behind our path was replaced (CheckReplacedDevice). The old
     // mapping stays for a grace period: the RingServer may be reading it
@@ -145,22 +145,7 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     quarantine_.clear();
     group_of_.clear();
     groups_.clear();
-    disk_loc_.clear();  // the tier's records of the old pool stay on disk (orphans until a rebuild)
-    demote_q_.clear();
-    demote_queued_.clear();
-    promote_q_.clear();
-    promote_queued_.clear();
-    promote_count_.clear();
-    no_disk_.clear();
-    disk_objects_ = 0;
-    pool_clean_bytes_ = 0;
-    evict_pending_.clear();
-    evict_pending_bytes_ = 0;
-    pre_window_.clear();
-    pre_next_ = SIZE_MAX;
-    pre_scanned_ = pre_complete_ = 0;
-    busy_handle_ = UINT64_MAX;
-    busy_demote_.clear();
+    if (tier_) tier_->ForgetPool();
     live_entries_ = 0;
     round_blocked_transiently_ = false;
     MasterStats keep = stats_;
@@ -189,7 +174,7 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   sb->master_pid.store(uint64_t(getpid()), std::memory_order_relaxed);
   sb->master_machine_hash.store(KeyHash(machine_), std::memory_order_relaxed);
   sb->master_heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
-  PublishTier();
+  TierManager::PublishConfig(tier_.get(), config_, sb);
   uint64_t inc = sb->master_incarnation.load(std::memory_order_relaxed) + 1;
   sb->master_incarnation.store(inc, std::memory_order_release);
   PublishRange(&sb->master_incarnation, kCacheLine);
@@ -203,7 +188,7 @@ void Master::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   pool_view_.store(pool_.get(), std::memory_order_release);
 }
 
-void Master::LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...) {
+void MasterImpl::LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...) {
   if (skipped_dev_ == dev && skipped_ino_ == ino && skipped_reason_ == reason) return;
   skipped_dev_ = dev, skipped_ino_ = ino, skipped_reason_ = reason;
   char line[768];
@@ -215,7 +200,7 @@ void Master::LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool err
   else MCXL_LOG(kInfo, "master", "%s", line);
 }
 
-void Master::CheckReplacedDevice() {
+void MasterImpl::CheckReplacedDevice() {
   // Called WITHOUT mu_ (Ping, Attach, Tick): the format of a new device is
   // long work; only the swap (AdoptPool) takes mu_. replace_mu_ makes one
   // caller do it while the others wait (a Ping that waits gets the new pool).
@@ -289,7 +274,7 @@ void Master::CheckReplacedDevice() {
            old_uuid.c_str());
 }
 
-void Master::ReleaseReplacedPools(uint64_t now_mono) {
+void MasterImpl::ReleaseReplacedPools(uint64_t now_mono) {
   size_t keep = 0;
   for (auto& r : replaced_) {
     if (now_mono - r.since_mono_ns < kReplacedPoolGraceNs) replaced_[keep++] = std::move(r);
@@ -297,21 +282,21 @@ void Master::ReleaseReplacedPools(uint64_t now_mono) {
   replaced_.resize(keep);
 }
 
-const ObjectHeader* Master::HeaderOf(uint64_t entry_slot) const {
+const ObjectHeader* MasterImpl::HeaderOf(uint64_t entry_slot) const {
   const EntryMeta& m = entry_meta_[entry_slot];
   Extent ext;
   if (!m.live || !alloc_->Lookup(m.extent, &ext)) return nullptr;
   return pool_->At<const ObjectHeader>(ext.offset);
 }
 
-std::string_view Master::KeyOf(uint64_t entry_slot) const {
+std::string_view MasterImpl::KeyOf(uint64_t entry_slot) const {
   // The key length is ours and the extent holds header + key (we sized it).
   const ObjectHeader* h = HeaderOf(entry_slot);
   if (h == nullptr) return {};
   return std::string_view(reinterpret_cast<const char*>(h + 1), entry_meta_[entry_slot].key_len);
 }
 
-bool Master::CheckedLive(uint64_t slot) const {
+bool MasterImpl::CheckedLive(uint64_t slot) const {
   const EntryMeta& m = entry_meta_[slot];
   if (m.quarantined) return false;
   const IndexEntry& e = index_->entry(slot);
@@ -344,7 +329,7 @@ bool Master::CheckedLive(uint64_t slot) const {
   return false;
 }
 
-void Master::ReclaimCorrupt() {
+void MasterImpl::ReclaimCorrupt() {
   std::vector<uint64_t> slots;
   slots.swap(quarantine_);
   for (uint64_t s : slots) {
@@ -369,7 +354,7 @@ void Master::ReclaimCorrupt() {
   }
 }
 
-void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
+void MasterImpl::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
   uint64_t cap = index_->capacity();
   uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
@@ -386,7 +371,7 @@ void Master::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>
   }
 }
 
-bool Master::PoolLost() {
+bool MasterImpl::PoolLost() {
   if (pool_lost_) return true;
   if (pool_->CheckSize() && !pool_->failed()) return false;
   pool_lost_ = true;
@@ -402,7 +387,7 @@ bool Master::PoolLost() {
   return true;
 }
 
-std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+std::string MasterImpl::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   // A client about to map the pool by its path: serve what is there now.
   if (type == uint16_t(MessageType::kPing) || type == uint16_t(MessageType::kAttach)) CheckReplacedDevice();
   if (RunsInSlices(type)) {
@@ -426,7 +411,7 @@ std::string Master::Handle(uint16_t type, std::string_view payload, uint32_t* co
   return reply;
 }
 
-void Master::CountOp(uint16_t type, const std::string& reply) {
+void MasterImpl::CountOp(uint16_t type, const std::string& reply) {
   if (type >= kMessageTypes) return;
   ++op_requests_[type];
   int32_t status = 0;
@@ -434,7 +419,7 @@ void Master::CountOp(uint16_t type, const std::string& reply) {
   if (status != 0) ++op_failures_[type];
 }
 
-void Master::ServeRing(uint32_t slot) {
+void MasterImpl::ServeRing(uint32_t slot) {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_lost_ || slot >= clients_.size() || !clients_[slot].attached) return;
   // Only the current attachment's requests are served (see shm_ring.h): a
@@ -504,7 +489,7 @@ void Master::ServeRing(uint32_t slot) {
   }
 }
 
-std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
   Decoder d(payload);
   std::string refusal;
   if (!Admit(type, payload, *conn_slot, &refusal)) return refusal;
@@ -536,7 +521,7 @@ std::string Master::Dispatch(uint16_t type, std::string_view payload, uint32_t* 
   }
 }
 
-uint64_t Master::Tick() {
+uint64_t MasterImpl::Tick() {
   {
     uint64_t t = MonoNs();
     // Relaxed: a rate limit; two threads checking at once is harmless.
@@ -574,7 +559,7 @@ uint64_t Master::Tick() {
   return !pending_.empty() ? 1 : !pinned_.empty() ? 5 : 100;
 }
 
-MasterStats Master::stats() const {
+MasterStats MasterImpl::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   MasterStats s = stats_;
   s.corrupt_entries = corrupt_entries_;
@@ -582,26 +567,10 @@ MasterStats Master::stats() const {
   s.allocated_bytes = alloc_->used_bytes();
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
-  s.tier_enabled = tier_ != nullptr;
-  s.tier_capacity = tier_ ? config_.offload_capacity_bytes : 0;
-  s.tier_used_bytes = tier_stats_.used_bytes;
-  s.tier_live_bytes = tier_stats_.live_bytes;
-  s.tier_records = tier_stats_.objects;
-  s.tier_segments = tier_stats_.segments;
-  s.tier_compactions = tier_stats_.compactions;
-  s.disk_objects = disk_objects_;
-  s.pool_clean_bytes = pool_clean_bytes_;
-  s.tier_queue = demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX) +
-                 busy_demote_.size();
-  s.tier_checksum_failures += tier_stats_.checksum_failures;
-  s.disk_hits = retired_disk_hits_;
-  s.disk_checksum_failures = retired_disk_bad_;
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
-    // Relaxed: statistics.
-    s.disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
-    s.disk_checksum_failures += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
-  }
+  if (tier_) tier_->FillStats(&s);
+  DiskReads reads = DiskReadCounts();
+  s.disk_hits = reads.hits;
+  s.disk_checksum_failures = reads.bad;
   return s;
 }
 

@@ -13,8 +13,8 @@
 // its process may still hold views, the slot is retired with its pin table
 // and a re-attach naming the old generation takes it back: master_pins.cc).
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <signal.h>
 #include <unistd.h>
@@ -32,7 +32,6 @@
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
 #include "mooncake_cxl/common/tenant.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
@@ -58,12 +57,12 @@ bool LocalPidDead(uint64_t pid) {
   return rp != nullptr && rp[1] == ' ' && (rp[2] == 'Z' || rp[2] == 'X');
 }
 
-bool Master::ClientValid(const ClientRef& ref) const {
+bool MasterImpl::ClientValid(const ClientRef& ref) const {
   return ref.slot < clients_.size() && clients_[ref.slot].attached &&
          clients_[ref.slot].generation == ref.generation;
 }
 
-void Master::LogRefusal(const char* fmt, ...) {
+void MasterImpl::LogRefusal(const char* fmt, ...) {
   ++stats_.refused_requests;
   uint64_t now = MonoNs();
   if (refusal_log_mono_ == 0 || now - refusal_log_mono_ >= kNsPerSec) {
@@ -85,7 +84,7 @@ void Master::LogRefusal(const char* fmt, ...) {
   refusals_unlogged_ = 0;
 }
 
-bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal) {
+bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal) {
   switch (MessageType(type)) {
     case MessageType::kDetach:
     case MessageType::kHeartbeat:
@@ -134,7 +133,7 @@ bool Master::Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, 
   return false;
 }
 
-uint32_t Master::ReclaimDeadLocalClients() {
+uint32_t MasterImpl::ReclaimDeadLocalClients() {
   uint32_t n = 0;
   for (uint32_t i = 0; i < clients_.size(); ++i)
     if (clients_[i].attached && clients_[i].local && LocalPidDead(clients_[i].pid)) {
@@ -144,7 +143,7 @@ uint32_t Master::ReclaimDeadLocalClients() {
   return n;
 }
 
-void Master::SetAttached(uint32_t slot, bool attached) {
+void MasterImpl::SetAttached(uint32_t slot, bool attached) {
   uint64_t bit = 1ull << (slot % 64);
   auto& word = attached_bits_[slot / 64];
   // Release: the ring resets made before are visible to the RingServer
@@ -153,7 +152,7 @@ void Master::SetAttached(uint32_t slot, bool attached) {
              std::memory_order_release);
 }
 
-std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
+std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   AttachRequest req;
   AttachReply reply;
   bool local = false;
@@ -248,7 +247,7 @@ std::string Master::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   return e.data();
 }
 
-std::string Master::HandleDetach(Decoder* d, uint32_t* conn_slot) {
+std::string MasterImpl::HandleDetach(Decoder* d, uint32_t* conn_slot) {
   ClientRef ref;
   if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
   if (!ClientValid(ref)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
@@ -257,13 +256,13 @@ std::string Master::HandleDetach(Decoder* d, uint32_t* conn_slot) {
   return StatusReply(ErrorCode::OK);
 }
 
-std::string Master::HandleHeartbeat(Decoder* d) {
+std::string MasterImpl::HandleHeartbeat(Decoder* d) {
   ClientRef ref;
   if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
   return StatusReply(ClientValid(ref) ? ErrorCode::OK : ErrorCode::ILLEGAL_CLIENT);
 }
 
-void Master::ReclaimClient(uint32_t slot, const char* why) {
+void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   ClientInfo& c = clients_[slot];
   if (!c.attached) return;
   bool dead = c.local && LocalPidDead(c.pid);
@@ -309,14 +308,14 @@ void Master::ReclaimClient(uint32_t slot, const char* why) {
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 
-void Master::OnDisconnect(uint32_t slot) {
+void MasterImpl::OnDisconnect(uint32_t slot) {
   std::lock_guard<std::mutex> lock(mu_);
   if (slot >= clients_.size() || !clients_[slot].attached) return;
   clients_[slot].connected = false;
   if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");
 }
 
-void Master::CheckClients() {
+void MasterImpl::CheckClients() {
   uint64_t now = NowNs();
   uint64_t ttl = config_.client_ttl_s * kNsPerSec;
   for (uint32_t i = 0; i < clients_.size(); ++i) {

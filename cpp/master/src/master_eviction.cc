@@ -38,15 +38,14 @@
 // (docs/architecture.md §3): the tombstone bumps the entry version before the extent is
 // freed, so their re-check fails and they retry (and miss).
 //
-// Atomics follow the three rules stated in master.h.
+// Atomics follow the three rules stated in master_impl.h.
 #include <algorithm>
 #include <cstdint>
 #include <unordered_set>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/common/log.h"
-#include "mooncake_cxl/master/master.h"
-#include "master_internal.h"
+#include "master_impl.h"
 
 namespace mcxl {
 namespace {
@@ -56,19 +55,19 @@ constexpr uint64_t kSampleSize = 4096;
 
 // Every object generation some live or retired pin table names, gathered
 // once per round (generations are unique over the pool's life).
-struct Master::PinSet {
+struct MasterImpl::PinSet {
   std::unordered_set<uint64_t> gens;
   bool Has(uint64_t gen) const { return gens.count(gen) != 0; }
 };
 
-uint64_t Master::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
+uint64_t MasterImpl::LastAccessNs(uint64_t slot, uint64_t ttl_ns) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t put = e.put_time_ns.load(std::memory_order_relaxed);
   uint64_t lease = index_->LeaseUntil(slot);
   return lease > ttl_ns && lease - ttl_ns > put ? lease - ttl_ns : put;
 }
 
-bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
+bool MasterImpl::SoftPinActive(uint64_t slot, uint64_t now) const {
   // The entry's flag first: the header (a cache miss per object in a
   // sampling scan) is read only for soft-pinned objects.
   if (!(index_->entry(slot).flags.load(std::memory_order_relaxed) & kFlagSoftPin)) return false;
@@ -77,7 +76,7 @@ bool Master::SoftPinActive(uint64_t slot, uint64_t now) const {
   return h != nullptr && h->soft_pin_ttl_ms != 0 && h->put_time_ns + h->soft_pin_ttl_ms * 1000000ull > now;
 }
 
-Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
+MasterImpl::Protection MasterImpl::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
@@ -86,13 +85,13 @@ Master::Protection Master::Protected(uint64_t slot, uint64_t now, const PinSet& 
   return Protection::kNone;
 }
 
-void Master::AddToGroup(uint64_t slot, uint64_t g) {
+void MasterImpl::AddToGroup(uint64_t slot, uint64_t g) {
   if (g == 0) return;
   groups_[g].push_back(slot);
   group_of_[slot] = g;
 }
 
-void Master::RemoveFromGroup(uint64_t slot) {
+void MasterImpl::RemoveFromGroup(uint64_t slot) {
   auto gi = group_of_.find(slot);
   if (gi == group_of_.end()) return;
   uint64_t g = gi->second;
@@ -104,7 +103,25 @@ void Master::RemoveFromGroup(uint64_t slot) {
   if (v.empty()) groups_.erase(it);
 }
 
-uint64_t Master::RandomSlot() {
+uint64_t MasterImpl::EvictOrDemote(uint64_t slot, uint64_t* bytes) {
+  if (!tier_ || evict_drop_) return UnlinkWithOlder(slot, bytes);
+  bool waits = false;
+  uint64_t n = tier_->EvictOrDemote(slot, bytes, &waits);
+  if (waits) round_blocked_transiently_ = true;
+  return n;
+}
+
+void MasterImpl::DropGroup(uint64_t slot) {
+  std::vector<uint64_t> members = GroupMembers(slot);
+  if (members.size() < 2) return;
+  uint64_t n = 0;
+  for (uint64_t m : members)
+    if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
+      n += UnlinkWithOlder(m, nullptr);
+  stats_.evicted_keys += n;
+}
+
+uint64_t MasterImpl::RandomSlot() {
   // xorshift64: where a sampled scan of the index starts (EvictRound,
   // EvictAhead, DemoteAhead); the index capacity is a power of two.
   eviction_rng_ ^= eviction_rng_ << 13;
@@ -113,7 +130,7 @@ uint64_t Master::RandomSlot() {
   return eviction_rng_ & (index_->capacity() - 1);
 }
 
-std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
+std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
     auto it = groups_.find(gi->second);
@@ -122,7 +139,7 @@ std::vector<uint64_t> Master::GroupMembers(uint64_t slot) const {
   return {slot};
 }
 
-uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
   std::vector<uint64_t> members = GroupMembers(slot);
   for (uint64_t m : members) {
     // Already in the SSD tier: its bytes left the pool; the rest follow.
@@ -148,7 +165,7 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   uint64_t evicted = 0;
   // A member the tier cannot take (its append failed): the group goes whole,
   // its disk-resident members too, rather than split across the tiers.
-  if (members.size() > 1 && GroupDropsWhole(members)) {
+  if (members.size() > 1 && tier_ && tier_->GroupDropsWhole(members)) {
     for (uint64_t m : members)
       if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
         evicted += UnlinkWithOlder(m, bytes);
@@ -156,12 +173,12 @@ uint64_t Master::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins,
   }
   for (uint64_t m : members) {
     if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one (master_tier.cc)
+    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one
   }
   return evicted;
 }
 
-uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
+uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t t0 = MonoNs();
   uint64_t used_before = alloc_->used_bytes();
   uint64_t now = NowNs();
@@ -227,17 +244,17 @@ uint64_t Master::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   return freed;
 }
 
-bool Master::AheadWindowUsable(uint64_t mono_ns) const {
+bool MasterImpl::AheadWindowUsable(uint64_t mono_ns) const {
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   return ahead_next_ != SIZE_MAX && ahead_next_ < ahead_window_.size() &&
          mono_ns - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
 }
 
-uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
   if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
   while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
-    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    const SampledSlot& c = ahead_window_[ahead_next_++];
     // Still the object sampled; re-checked whole by EvictWithGroup.
     if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
       freed += EvictWithGroup(c.slot, now, pins, freed_bytes);
@@ -251,7 +268,7 @@ uint64_t Master::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet
 // group), exactly as an inline round checks it, so a slice may run on a
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
-void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
+void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
   std::lock_guard<std::mutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
   auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
@@ -284,7 +301,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
   // (they are, once written), so a slice does not queue a whole window.
   // Rounds off the put path matter most there: inline, a round costs the
   // put ~1-2 ms per 2000 objects (their header checks).
-  auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), evict_pending_bytes_); };
+  auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), EvictPendingBytes()); };
   if (pool_lost_ || pool_->failed()) return done(true);
   if (used_now() <= low) return done(true, true);
   uint64_t cap = index_->capacity();
@@ -333,7 +350,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
   evict_drop_ = false;  // bytes wanted, not index slots: an SSD tier demotes (the flag outlives EvictRound)
   while (ahead_next_ < ahead_window_.size() && used_now() > low) {
-    const AheadCandidate& c = ahead_window_[ahead_next_++];
+    const SampledSlot& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
     // Still the object sampled (not gone, nor its slot reused since); the
     // window may predate a replaced pool device: bounded by this index.
@@ -356,7 +373,7 @@ void Master::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interru
   }
 }
 
-Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
+Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_view key) {
   uint64_t cap = alloc_->capacity();
   uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
   uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio) * double(cap));
@@ -365,7 +382,7 @@ Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view ke
   // Bytes already queued for demotion (SSD tier) are on their way out: not
   // looked for again by a round per put while the tier writes them.
   uint64_t used = alloc_->used_bytes();
-  used -= std::min(used, evict_pending_bytes_);
+  used -= std::min(used, EvictPendingBytes());
   bool over_bytes = used + extent_bytes > high;
   bool over_index = live_entries_ + 1 > IndexLimit();
   if (over_bytes || over_index)
@@ -380,15 +397,11 @@ Result<Extent> Master::AllocateForPut(uint64_t extent_bytes, std::string_view ke
         uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
                                   double(cap));
         uint64_t now_used = alloc_->used_bytes();
-        if (now_used - std::min(now_used, evict_pending_bytes_) > ahead)  // as EvictAhead counts it
+        if (now_used - std::min(now_used, EvictPendingBytes()) > ahead)  // as EvictAhead counts it
           evict_ahead_wanted_.store(true, std::memory_order_relaxed);
         // Pre-demotion: the tier thread copies the coldest objects once the
-        // pool's bytes without a copy pass --offload_ahead_ratio (master_tier.cc).
-        if (config_.offload_ahead_ratio > 0) last_put_mono_ = MonoNs();
-        if (!pre_kicked_ && AheadWanted()) {
-          pre_kicked_ = true;
-          WakeTier();
-        }
+        // pool's bytes without a copy pass --offload_ahead_ratio.
+        if (tier_) tier_->OnAllocated();
         return ext;
       }
     }

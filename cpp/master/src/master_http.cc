@@ -1,7 +1,7 @@
 // What the master shows on its monitoring port: Prometheus text, a summary
 // line, and the key/segment queries SGLang and operators use. Metric names
 // follow mooncake_master's where the meaning is the same.
-// Atomics follow the three rules stated in master.h.
+// Atomics follow the three rules stated in master_impl.h.
 #include <algorithm>
 #include <cinttypes>
 #include <cstdio>
@@ -9,36 +9,12 @@
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
-#include "mooncake_cxl/master/master.h"
+#include "master_impl.h"
+#include "prom_writer.h"
 #include "mooncake_cxl/common/tenant.h"
-#include "master_internal.h"
 
 namespace mcxl {
 namespace {
-
-class PromWriter {
- public:
-  void Metric(const char* name, const char* type, const char* help, uint64_t value) {
-    Header(name, type, help);
-    Sample(name, "", double(value));
-  }
-  void Header(const char* name, const char* type, const char* help) {
-    Appendf("# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
-  }
-  void Sample(const char* name, const char* labels, double value) {
-    Appendf("%s%s %.17g\n", name, labels, value);
-  }
-  std::string& text() { return out_; }
-
- private:
-  template <typename... A>
-  void Appendf(const char* fmt, A... a) {
-    char buf[512];
-    int n = snprintf(buf, sizeof(buf), fmt, a...);
-    if (n > 0) out_.append(buf, std::min<size_t>(size_t(n), sizeof(buf) - 1));
-  }
-  std::string out_;
-};
 
 std::string JsonEscape(std::string_view s) {
   std::string out;
@@ -82,7 +58,7 @@ const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "rem
 
 }  // namespace
 
-Master::ReadCountsResult Master::ReadCounts() const {
+MasterImpl::ReadCountsResult MasterImpl::ReadCounts() const {
   // Hits and misses are counted by the clients (reads never reach us), each
   // in its own slot; reclaimed clients' counts were retired into ours.
   ReadCountsResult r{retired_hits_, retired_misses_, 0};
@@ -96,7 +72,19 @@ Master::ReadCountsResult Master::ReadCounts() const {
   return r;
 }
 
-std::string Master::MetricsText() {
+MasterImpl::DiskReads MasterImpl::DiskReadCounts() const {
+  // As ReadCounts: counted by the clients reading the SSD tier.
+  DiskReads r{retired_disk_hits_, retired_disk_bad_};
+  for (uint32_t c = 0; c < clients_.size(); ++c) {
+    if (!clients_[c].attached) continue;
+    // Relaxed: statistics.
+    r.hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
+    r.bad += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
+  }
+  return r;
+}
+
+std::string MasterImpl::MetricsText() {
   // The index scan runs in slices of mu_ (see master.h): the counts are of
   // moments a few milliseconds apart, which a gauge can afford.
   {
@@ -192,62 +180,9 @@ std::string Master::MetricsText() {
            "Times the device behind --cxl_path was found replaced by a blank one and formatted", stats_.pool_replacements);
   w.Metric("mooncake_cxl_corrupt_entries_total", "counter",
            "Index entries found disagreeing with the master's records (skipped and reclaimed)", corrupt_entries_);
-  if (tier_) {  // the SSD tier (master_tier.cc)
-    uint64_t disk_hits = retired_disk_hits_, bad = retired_disk_bad_;
-    for (uint32_t c = 0; c < clients_.size(); ++c) {
-      if (!clients_[c].attached) continue;
-      // Relaxed: statistics the clients count.
-      disk_hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
-      bad += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);
-    }
-    w.Metric("mooncake_cxl_tier_capacity_bytes", "gauge", "Capacity of the SSD tier (--offload_capacity_bytes)",
-             config_.offload_capacity_bytes);
-    w.Metric("mooncake_cxl_tier_used_bytes", "gauge", "Bytes of the tier's segment files", tier_stats_.used_bytes);
-    w.Metric("mooncake_cxl_tier_live_bytes", "gauge", "Bytes of live records in the tier", tier_stats_.live_bytes);
-    w.Metric("mooncake_cxl_tier_records", "gauge", "Live records in the tier", tier_stats_.objects);
-    w.Metric("mooncake_cxl_tier_segments", "gauge", "Segment files of the tier", tier_stats_.segments);
-    w.Metric("mooncake_cxl_tier_objects", "gauge", "Objects whose value is only in the tier (kOnDisk entries)",
-             disk_objects_);
-    w.Metric("mooncake_cxl_tier_demotions_total", "counter", "Objects whose pool bytes moved to the tier",
-             stats_.demotions);
-    w.Metric("mooncake_cxl_tier_demotion_failures_total", "counter", "Appends to the tier that failed",
-             stats_.demotion_failures);
-    w.Metric("mooncake_cxl_tier_writes_total", "counter", "Records appended (demotions and write-through)",
-             stats_.tier_writes);
-    w.Metric("mooncake_cxl_tier_ahead_writes_total", "counter",
-             "Clean copies written ahead of eviction (--offload_ahead_ratio), also in writes_total",
-             stats_.tier_ahead_writes);
-    w.Metric("mooncake_cxl_tier_demotions_clean_total", "counter",
-             "Demotions that found a clean copy on disk (no disk write on the put path)", stats_.demotions_clean);
-    w.Metric("mooncake_cxl_tier_stale_copies_total", "counter",
-             "Records written for an object removed or replaced meanwhile (tombstoned, never served)",
-             stats_.tier_stale_copies);
-    w.Metric("mooncake_cxl_tier_pool_clean_bytes", "gauge",
-             "Value bytes of pool objects that also have a clean copy on disk", pool_clean_bytes_);
-    w.Metric("mooncake_cxl_tier_promotions_total", "counter", "Objects copied back into the pool",
-             stats_.promotions);
-    w.Metric("mooncake_cxl_tier_promotion_failures_total", "counter", "Promotions given up (no room, bad record)",
-             stats_.promotion_failures);
-    w.Metric("mooncake_cxl_tier_evictions_total", "counter", "Objects dropped from the tier for room",
-             stats_.tier_evictions);
-    w.Metric("mooncake_cxl_tier_offload_skipped_total", "counter",
-             "Objects evicted without offload while the demotion queue was full (--offload_force_evict)",
-             stats_.offload_skipped);
-    w.Metric("mooncake_cxl_tier_disk_hits_total", "counter", "Reads served from the tier (attached clients)",
-             disk_hits);
-    w.Metric("mooncake_cxl_tier_checksum_failures_total", "counter",
-             "Tier records found bad (clients' reads, promotions, compaction): each a miss",
-             bad + stats_.tier_checksum_failures + tier_stats_.checksum_failures);
-    w.Metric("mooncake_cxl_tier_compactions_total", "counter", "Segments compacted", tier_stats_.compactions);
-    w.Metric("mooncake_cxl_tier_rebuilt_objects", "gauge", "Entries rebuilt from the segment files after --format",
-             stats_.tier_rebuilt);
-    w.Metric("mooncake_cxl_tier_group_promotions_total", "counter",
-             "Group members queued for promotion along with another member", stats_.group_promotions);
-    w.Metric("mooncake_cxl_tier_tombstones_durable", "gauge",
-             "Sequence number of the last tombstone written (removes of disk-resident keys wait for theirs)",
-             pool_->superblock()->tier_tombs_durable.load(std::memory_order_relaxed));
-    w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
-             demote_q_.size() + promote_q_.size() + tier_removals_.size() + (busy_handle_ != UINT64_MAX ? 1 : 0) + busy_demote_.size());
+  if (tier_) {
+    DiskReads reads = DiskReadCounts();
+    tier_->WriteMetrics(&w, reads.hits, reads.bad);
   }
   for (uint16_t t = 1; t < sizeof(kOpNames) / sizeof(kOpNames[0]); ++t) {
     std::string req = std::string("master_") + kOpNames[t] + "_requests_total";
@@ -258,7 +193,7 @@ std::string Master::MetricsText() {
   return std::move(w.text());
 }
 
-std::string Master::SummaryLine() {
+std::string MasterImpl::SummaryLine() {
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
   CheckPending();  // count puts completed since the last Tick
@@ -275,7 +210,7 @@ std::string Master::SummaryLine() {
   return buf;
 }
 
-std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::string_view tenant) const {
+std::pair<int, std::string> MasterImpl::QueryKey(std::string_view user_key, std::string_view tenant) const {
   std::string key = TenantPrefix(tenant);
   key.append(user_key);
   std::lock_guard<std::mutex> lock(mu_);
@@ -303,7 +238,7 @@ std::pair<int, std::string> Master::QueryKey(std::string_view user_key, std::str
   return {404, "{\"success\":false,\"error_code\":-704,\"error_message\":\"OBJECT_NOT_FOUND\"}"};
 }
 
-std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
+std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const {
   // In slices of mu_ (see master.h); at most `limit` keys and kMaxAllKeysBytes.
   constexpr size_t kMaxAllKeysBytes = 64u << 20;
   std::string out;
@@ -344,7 +279,7 @@ std::string Master::AllKeys(uint64_t limit, bool* truncated, std::string_view te
   return out;
 }
 
-std::string Master::AllSegments() const {
+std::string MasterImpl::AllSegments() const {
   // One segment: the pool. SGLang polls this at start to see the store is up.
   std::lock_guard<std::mutex> lock(mu_);
   return pool_->path();

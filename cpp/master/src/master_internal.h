@@ -1,4 +1,5 @@
-// Helpers shared by the master's parts (master*.cc); not a public header.
+// Helpers shared by the master's parts (master*.cc) and its SSD tier
+// (tier_*.cc); not a public header.
 #pragma once
 
 #include <chrono>
@@ -17,6 +18,13 @@ constexpr uint64_t kClientCheckIntervalNs = 500 * 1000000ull;
 std::string ThisMachine();
 // True when `pid` is gone or a zombie (a killed child not yet reaped).
 bool LocalPidDead(uint64_t pid);
+// One member of a sampled window of the index (eviction ahead of the
+// watermark, pre-demotion): its last access, sorted on; state_gen names the
+// object sampled, so a slot reused since is recognised.
+struct SampledSlot {
+  uint64_t last_access, slot, state_gen;
+  bool operator<(const SampledSlot& o) const { return last_access < o.last_access; }
+};
 // A reply payload carrying only `status`.
 std::string StatusReply(ErrorCode status);
 // Between two slices of an index scan, mu_ released: std::mutex is not fair,

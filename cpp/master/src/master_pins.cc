@@ -20,7 +20,7 @@
 //     were unlinked while viewed (the record names the object's offset and
 //     generation), so a restart frees nothing a live view shows.
 //
-// Atomics follow the three rules stated in master.h; the records are client
+// Atomics follow the three rules stated in master_impl.h; the records are client
 // lines (relaxed, after ObserveRange). The clears below race only with a
 // stale client's claim, which its own generation re-check undoes (see
 // Client::PinValue).
@@ -29,15 +29,14 @@
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
 #include "mooncake_cxl/common/log.h"
-#include "mooncake_cxl/master/master.h"
+#include "master_impl.h"
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-bool Master::TableHasPins(uint32_t slot) const {
+bool MasterImpl::TableHasPins(uint32_t slot) const {
   uint32_t per = pool_->geometry().pins_per_client;
   ClientSlot* cs = pool_->client_slot(slot);
   ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
@@ -49,7 +48,7 @@ bool Master::TableHasPins(uint32_t slot) const {
   return false;
 }
 
-void Master::ClearPinTable(uint32_t slot, bool owner_may_live) {
+void MasterImpl::ClearPinTable(uint32_t slot, bool owner_may_live) {
   uint32_t per = pool_->geometry().pins_per_client;
   PinRecord* t = pool_->pin_table(slot);
   for (uint32_t i = 0; i < per; ++i) t[i].object_offset.store(0, std::memory_order_relaxed);
@@ -61,11 +60,11 @@ void Master::ClearPinTable(uint32_t slot, bool owner_may_live) {
   PublishRange(&cs->heartbeat_ns, kCacheLine);
 }
 
-bool Master::RingCallerHolds(uint32_t slot, uint64_t generation) {
+bool MasterImpl::RingCallerHolds(uint32_t slot, uint64_t generation) {
   return ShmRing::CallerOf(pool_->ring(slot, 0)) == generation;
 }
 
-void Master::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call) {
+void MasterImpl::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call) {
   // seq_cst fence: the caller's generation store before it and the record
   // loads after it form a Dekker pair with the client's claim, fence,
   // generation re-check: either we see its record or it sees its slot gone.
@@ -86,7 +85,7 @@ void Master::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_
            pins ? "with live views" : "inside a ring call", pins ? "drops them" : "leaves its call");
 }
 
-void Master::CheckRetiredPins() {
+void MasterImpl::CheckRetiredPins() {
   uint64_t now = MonoNs();
   uint64_t expiry = config_.put_start_release_timeout_sec * kNsPerSec;
   for (uint32_t i = 0; i < retired_.size(); ++i) {
@@ -110,7 +109,7 @@ void Master::CheckRetiredPins() {
   }
 }
 
-void Master::RecoverPinTable(uint32_t slot) {
+void MasterImpl::RecoverPinTable(uint32_t slot) {
   ClientSlot* cs = pool_->client_slot(slot);
   uint64_t g = cs->generation.load(std::memory_order_relaxed);
   uint64_t pid = cs->pid.load(std::memory_order_relaxed);
@@ -128,7 +127,7 @@ void Master::RecoverPinTable(uint32_t slot) {
   }
 }
 
-void Master::ReservePinnedExtents() {
+void MasterImpl::ReservePinnedExtents() {
   uint32_t per = pool_->geometry().pins_per_client;
   for (uint32_t c = 0; c < retired_.size(); ++c) {
     if (!retired_[c].active) continue;

@@ -8,10 +8,13 @@
 // older ones, oldest first (UnlinkWithOlder). Puts whose client gave up
 // (abandoned put ids) or that outlived --put_start_discard_timeout_sec are
 // revoked with the client's own CAS; the extent of one whose writer may still
-// run is quarantined (Unlink).
+// run is quarantined (Unlink). A put told to settle (the SSD tier holds an
+// older record of its key, tier_manager.h) sends kSettle after its CAS:
+// HandleSettle unlinks the older values at once and answers with the
+// ticket of their tombstones.
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <algorithm>
 #include <unordered_set>
@@ -22,11 +25,10 @@
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
+PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   PutStartItem item;
   const std::string& key = req.keys[i];
   uint64_t size = req.sizes[i];
@@ -103,10 +105,9 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
       if (!(fl & kFlagSuperseded)) index_->SetFlags(s, fl | kFlagSuperseded);
     }
   }
-  // An older value with a record on disk, or a tombstone of the key not yet
-  // written: the client settles after its CAS, so that the old record is
-  // tombstoned durably before the put returns (master_tier.cc).
-  if (tier_) item.settle = (req.upsert && OlderHasRecord(key, hash, gen)) || PendingTomb(key) != 0;
+  // The client settles after its CAS when the tier holds an older record of
+  // the key (HandleSettle).
+  if (tier_) item.settle = tier_->PutNeedsSettle(key, hash, gen, req.upsert);
   AddToGroup(*slot, f.group_hash);
   ++live_entries_;
   pending_.push_back({*slot, gen, req.client.slot, req.put_id, MonoNs(), req.upsert});
@@ -116,7 +117,7 @@ PutStartItem Master::PutStartOne(const PutStartRequest& req, size_t i) {
   return item;
 }
 
-std::string Master::HandlePutStart(Decoder* d) {
+std::string MasterImpl::HandlePutStart(Decoder* d) {
   // Per thread and reused: Decode assigns into its elements, so the keys'
   // strings keep their capacity and a small put allocates nothing for them.
   thread_local PutStartRequest req;
@@ -161,7 +162,7 @@ std::string Master::HandlePutStart(Decoder* d) {
   return std::move(e.mutable_data());  // e ends here: no copy
 }
 
-void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
+void MasterImpl::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
   // One snapshot of the states: a client may publish WRITING->COMPLETE at
@@ -189,7 +190,7 @@ void Master::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
   }
 }
 
-bool Master::OtherWriting(uint64_t slot, bool newer) const {
+bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
   std::vector<uint64_t> live;
@@ -202,9 +203,9 @@ bool Master::OtherWriting(uint64_t slot, bool newer) const {
   return false;
 }
 
-bool Master::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
+bool MasterImpl::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
 
-uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
+uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (!Readable(StateOf(sg))) return 0;
@@ -229,7 +230,7 @@ uint64_t Master::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   return doomed.size();
 }
 
-EntryState Master::PendingState(const PendingPut& p) const {
+EntryState MasterImpl::PendingState(const PendingPut& p) const {
   uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
   EntryState st = StateOf(sg);
   if (st == EntryState::kOnDisk) st = EntryState::kComplete;  // completed, then demoted before Tick saw it
@@ -238,18 +239,17 @@ EntryState Master::PendingState(const PendingPut& p) const {
   return ours ? st : EntryState::kEmpty;
 }
 
-void Master::CountComplete(uint64_t entry_slot) {
+void MasterImpl::CountComplete(uint64_t entry_slot) {
   EntryMeta& meta = entry_meta_[entry_slot];
   if (!meta.counted) ++stats_.complete_keys;
   meta.counted = true;
 }
 
-void Master::FinishPending(const PendingPut& p, EntryState state) {
+void MasterImpl::FinishPending(const PendingPut& p, EntryState state) {
   if (state == EntryState::kEmpty) return;  // already unlinked by a remove
   if (state == EntryState::kComplete) {
     CountComplete(p.entry_slot);
-    // Write-through: a copy in the SSD tier after each completed put.
-    if (tier_ && !config_.offload_on_evict) QueueDemote(p.entry_slot, false);
+    if (tier_) tier_->OnPutComplete(p.entry_slot);  // write-through copies it
     if (p.upsert) {
       std::string key(KeyOf(p.entry_slot));
       ClearSupersededIfSettled(key, KeyHash(key));
@@ -262,7 +262,7 @@ void Master::FinishPending(const PendingPut& p, EntryState state) {
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
-void Master::RevokePending(const PendingPut& p, bool owner_dead) {
+void MasterImpl::RevokePending(const PendingPut& p, bool owner_dead) {
   std::string key(KeyOf(p.entry_slot));
   if (!index_->Abort(p.entry_slot, p.generation)) {
     // The client published it meanwhile (a normal object now), or the entry
@@ -286,7 +286,7 @@ void Master::RevokePending(const PendingPut& p, bool owner_dead) {
   if (p.upsert) ClearSupersededIfSettled(key, KeyHash(key));
 }
 
-void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
+void MasterImpl::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
   if (ids.empty()) return;
   // Hash sets: linear in the ids (at most kMaxAbandonedIds) and the pending puts.
   std::unordered_set<uint64_t> given(ids.begin(), ids.end());
@@ -309,7 +309,7 @@ void Master::ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids) {
   pending_.resize(keep);
 }
 
-void Master::CheckPending() {
+void MasterImpl::CheckPending() {
   // Completion and the discard timeout only; dead clients are found by
   // CheckClients, which revokes their puts with the slot.
   uint64_t now = MonoNs();
@@ -330,6 +330,41 @@ void Master::CheckPending() {
   }
   pending_.resize(keep);
   ReleaseQuarantined(now);
+}
+
+std::string MasterImpl::HandleSettle(Decoder* d) {
+  SettleRequest req;
+  TicketReply reply;
+  if (!Decode(d, &req) || req.items.size() > kMaxRequestKeys) {
+    MCXL_LOG(kWarn, "master", "malformed Settle request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else {
+    for (const auto& [key, gen] : req.items) {
+      if (key.empty() || key.size() > kMaxKeyLength) {
+        MCXL_LOG(kWarn, "master", "Settle of client slot %u: a key of %zu bytes (1..%zu allowed) skipped",
+                 req.client.slot, key.size(), size_t(kMaxKeyLength));
+        reply.status = ErrorCode::INVALID_PARAMS;
+        continue;
+      }
+      // What Tick does when it notices the completion, now: the older
+      // values go (their records get tombstones) once this one is published.
+      uint64_t hash = KeyHash(key);
+      std::vector<uint64_t> live;
+      FindLive(key, hash, &live);
+      bool published = false;
+      for (uint64_t s : live) {
+        uint64_t sg = index_->entry(s).state_gen.load(std::memory_order_acquire);
+        if (GenOf(sg) == gen && Readable(StateOf(sg))) published = true;
+      }
+      if (published) ClearSupersededIfSettled(key, hash);
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, tier_->PendingTomb(key));
+    }
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
 }
 
 }  // namespace mcxl

@@ -10,8 +10,8 @@
 // holds views is retired with its pin table, and the extents those views show
 // are kept (master_pins.cc).
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <algorithm>
 #include <unordered_map>
@@ -22,11 +22,10 @@
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-void Master::Recover() {
+void MasterImpl::Recover() {
   // Pids of the previous incarnation's clients, to free their unfinished
   // extents at once when they are dead.
   std::vector<uint64_t> old_pid(clients_.size(), 0);

@@ -9,8 +9,8 @@
 // remove_all / remove_by_regex touch only the caller's tenant's keys
 // (tenant.h); the pattern is matched against the key without the prefix.
 //
-// Atomics follow the three rules stated in master.h.
-#include "mooncake_cxl/master/master.h"
+// Atomics follow the three rules stated in master_impl.h.
+#include "master_impl.h"
 
 #include <re2/re2.h>
 
@@ -25,11 +25,10 @@
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
 #include "mooncake_cxl/common/tenant.h"
-#include "master_internal.h"
 
 namespace mcxl {
 
-bool Master::ScanPins(const std::function<bool(uint64_t generation)>& visit) const {
+bool MasterImpl::ScanPins(const std::function<bool(uint64_t generation)>& visit) const {
   // seq_cst fence: the tombstone (or lease check) before it and the pin loads
   // after it form a Dekker pair with the client's pin store, fence, version
   // re-check: either we see its pin or it sees our version change.
@@ -51,11 +50,11 @@ bool Master::ScanPins(const std::function<bool(uint64_t generation)>& visit) con
   return false;
 }
 
-bool Master::IsPinned(uint64_t generation) const {
+bool MasterImpl::IsPinned(uint64_t generation) const {
   return ScanPins([generation](uint64_t g) { return g == generation; });
 }
 
-void Master::ReleaseUnpinned() {
+void MasterImpl::ReleaseUnpinned() {
   size_t keep = 0;
   for (const PinnedFree& p : pinned_) {
     if (IsPinned(p.generation)) pinned_[keep++] = p;
@@ -64,9 +63,9 @@ void Master::ReleaseUnpinned() {
   pinned_.resize(keep);
 }
 
-void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
+void MasterImpl::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid) {
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
-  if (tier_) ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
+  if (tier_) tier_->ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
   index_->Tombstone(entry_slot);
   --live_entries_;
   RemoveFromGroup(entry_slot);
@@ -74,11 +73,8 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   if (meta.counted) --stats_.complete_keys;
   meta.counted = false;
   meta.live = false;  // the handle moves to a free list below; no later use of it via the slot
-  if (meta.extent == busy_handle_) {
-    busy_freed_ = true;  // the tier thread is reading or filling it: it frees it when done
-  } else if (auto bd = busy_demote_.find(meta.extent); bd != busy_demote_.end()) {
-    bd->second = true;  // in the demotion batch being written: the tier thread frees it
-  } else if (free_now && IsPinned(gen)) {
+  if (tier_ && tier_->TakeOverFree(meta.extent)) return;  // in a demotion batch being written: freed after it
+  if (free_now && IsPinned(gen)) {
     pinned_.push_back({meta.extent, gen});
   } else if (free_now) {
     Status s = alloc_->Free(meta.extent);
@@ -89,7 +85,7 @@ void Master::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns
   }
 }
 
-void Master::ReleaseQuarantined(uint64_t now_mono) {
+void MasterImpl::ReleaseQuarantined(uint64_t now_mono) {
   // Pid checks read /proc: at most every kClientCheckIntervalNs, once per pid.
   bool check_pids = now_mono - last_quarantine_check_mono_ > kClientCheckIntervalNs;
   if (check_pids) last_quarantine_check_mono_ = now_mono;
@@ -110,7 +106,7 @@ void Master::ReleaseQuarantined(uint64_t now_mono) {
   deferred_.resize(keep);
 }
 
-ErrorCode Master::RemoveKey(std::string_view key, bool force) {
+ErrorCode MasterImpl::RemoveKey(std::string_view key, bool force) {
   if (key.empty() || key.size() > kMaxKeyLength) return ErrorCode::INVALID_PARAMS;
   std::vector<uint64_t> live;
   FindLive(key, KeyHash(key), &live);
@@ -133,7 +129,7 @@ ErrorCode Master::RemoveKey(std::string_view key, bool force) {
   return ErrorCode::OK;
 }
 
-std::string Master::HandleRemove(Decoder* d, bool batch) {
+std::string MasterImpl::HandleRemove(Decoder* d, bool batch) {
   RemoveRequest req;
   RemoveReply reply;
   if (!Decode(d, &req) || (!batch && req.keys.size() != 1)) {
@@ -152,7 +148,7 @@ std::string Master::HandleRemove(Decoder* d, bool batch) {
       reply.results.push_back(ToInt(r));
       // Its tombstone (or an earlier one of the key) not yet written: the
       // client waits for it. 0 for pool-only keys: no wait.
-      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, PendingTomb(k));
+      if (tier_) reply.tomb_ticket = std::max(reply.tomb_ticket, tier_->PendingTomb(k));
     }
     if (!batch) reply.status = ErrorCode(reply.results[0]);
   }
@@ -169,7 +165,7 @@ std::string CountReplyBytes(ErrorCode status, uint64_t count, uint64_t tomb_tick
 }
 }  // namespace
 
-std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
+std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all) {
   Decoder d(payload);
   RemoveByRegexRequest req;
   if (!Decode(&d, &req)) {
@@ -217,7 +213,7 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
-      const uint64_t tombs_before = tomb_queued_;
+      const uint64_t tombs_before = tier_ ? tier_->tombs_queued() : 0;
       uint64_t now = NowNs();
       for (uint64_t budget = 0; s < cap && budget < kScanSliceSlots; ++s) {
         ++budget;
@@ -233,12 +229,12 @@ std::string Master::HandleRemoveMatching(std::string_view payload, bool all) {
           budget += k.size() / 256;
           if (!RE2::PartialMatch(re2::StringPiece(k.data(), k.size()), *re)) continue;
         }
-        if (tier_) ticket = std::max(ticket, PendingTomb(KeyOf(s)));  // an earlier tombstone of the key
+        if (tier_) ticket = std::max(ticket, tier_->PendingTomb(KeyOf(s)));  // an earlier tombstone of the key
         (void)UnlinkWithOlder(s, nullptr);  // with the older values of its key
         budget += 8;  // the pin check of Unlink reads every client's pin table
         ++count;
       }
-      ticket = std::max(ticket, TombTicketSince(tombs_before));  // this slice's tombstones
+      if (tier_) ticket = std::max(ticket, tier_->TombTicketSince(tombs_before));  // this slice's tombstones
     }
     if (s < cap) SlicePause();
   }

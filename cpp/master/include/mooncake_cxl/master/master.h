@@ -1,92 +1,36 @@
-// Master: the only structural writer of a pool. Allocates extents, inserts
-// and unlinks index entries, tracks clients and unfinished puts, and
-// recovers a pool after a restart. Transport-independent: a transport hands
-// it decoded frames (Handle) and calls Tick() periodically.
+// Master: the only structural writer of a pool. It allocates extents,
+// inserts and unlinks index entries, tracks clients and unfinished puts,
+// evicts (to the SSD tier under the pool, when there is one), and recovers
+// a pool after a restart; clients read and write values one-sidedly.
+// Transport-independent: a transport (TcpServer, RingServer) hands it
+// decoded frames through the Service interface and calls Tick() periodically.
 //
-// Object life as the master sees it (docs/architecture.md, "Object life"):
-//   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
-//             remember it as pending. The client copies the value and CASes the
-//             entry COMPLETE itself; Tick notices and accounts for it.
-//   Remove:   tombstone (seqlock), then free the extent, or, while a client's
-//             pin table names the object (a live BufferHandle), keep the
-//             extent until the pin is gone. An unforced remove of a leased
-//             object is OBJECT_HAS_LEASE; a pinned one is unlinked at once
-//             (its extent waits for the last view).
-//   Tenants:  keys are stored in their tenant's namespace (tenant.h); the
-//             master knows each client's tenant from Attach and confines
-//             remove_all / remove_by_regex to it.
-//   Pending puts whose client died or that outlived
-//   --put_start_discard_timeout_sec are revoked; their extent is freed at once
-//   when the client is known dead, else quarantined: a stalled but live
-//   client may still be writing into it. A client of this machine keeps it
-//   until its process is gone (checked in Tick); a remote one until
-//   --put_start_release_timeout_sec has passed.
+// Create opens the pool at --cxl_path: formats it (--format, or a blank
+// device), or recovers it (every COMPLETE object whose header checks out is
+// kept; unfinished puts are revoked; clients re-attach). The pool is memory
+// every client can write: an entry that disagrees with the master's own
+// records is logged, counted (mooncake_cxl_corrupt_entries_total), skipped
+// and reclaimed, never trusted. A shrunk pool device stops the master
+// (MasterConfig::exit_on_pool_loss).
 //
-//   Upsert:   until Tick settles it, the newest COMPLETE entry of a key is
-//             its value for every decision: eviction and removal unlink an
-//             entry only with the older ones, oldest first (UnlinkWithOlder).
-//   Views:    pins of a process that may be alive outlive its attachment
-//             (reclaim, close(), restart): the slot is retired with its pin
-//             table until the process re-attaches, drops its views or dies
-//             (master_pins.cc).
+// Thread safety: every method is thread-safe (the TCP loop, its long-request
+// worker, the ring server and the HTTP thread call in at once). Whole-index
+// scans (remove_by_regex, remove_all, /metrics, /get_all_keys) run in
+// slices of kScanSliceSlots index slots, so other requests interleave.
 //
-// Recovery (a master started on a formatted pool without --format): every
-// COMPLETE entry whose header checks out is kept and its extent reserved;
-// unfinished puts are revoked; client slots are cleared (clients re-attach),
-// except slots retired with live views, whose viewed extents stay reserved.
-//
-// The pool is memory every client can write: the master never dereferences
-// an offset or length it reads from an entry or header. Where an object lies
-// (its extent) and how long its key is come from the master's own records
-// (EntryMeta + the allocator); CheckedLive compares the entry and header with
-// them before any use, and an entry that disagrees is corrupt: logged,
-// counted (mooncake_cxl_corrupt_entries_total), skipped, and reclaimed by the
-// next Tick (tombstoned; only the extent the master's own handle names is
-// freed). A shrunk pool device stops the master (see Tick).
-//
-// Atomics in master*.cc follow three rules, so each load and store there
-// needs no comment of its own:
-//  * Entry fields other than state_gen and the lease word, superblock and
-//    client-slot lines of the master's: only the master writes them, under
-//    mu_, so its own loads are relaxed (program order) and its stores go
-//    through ObjectIndex's seqlock or a release store + PublishRange.
-//  * state_gen: a client may CAS WRITING->COMPLETE/ABORTED at any time. Loads
-//    that decide on that are acquire (they pair with the client's release
-//    CAS and make its value bytes visible); the master's own transitions of a
-//    WRITING entry go through the same CAS (ObjectIndex::Abort), so exactly
-//    one side wins. A decision uses one load per entry, never two.
-//  * Client-written lines (heartbeat, pins, hit counters) and lease words are
-//    hints compared with the clock or summed for statistics: relaxed, after
-//    ObserveRange.
-//
-// Thread safety: every public entry point takes mu_ (the TCP loop, its
-// long-request worker, the ring server and the HTTP thread call in). Work
-// under mu_ is short: scans of the whole index (remove_by_regex, remove_all,
-// /metrics, /get_all_keys) take it per slice of kScanSliceSlots slots, so
-// other requests interleave; each entry is judged on one look under one hold.
+// Master is an interface; its implementation is private to the master
+// library (a virtual call per request, as through Service already).
 #pragma once
 
-#include <array>
-#include <atomic>
-#include <condition_variable>
-#include <thread>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
-#include <mutex>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
-#include <vector>
 
-#include "mooncake_cxl/tier/disk_tier.h"
 #include "mooncake_cxl/common/error_code.h"
-#include "mooncake_cxl/pool/extent_allocator.h"
-#include "mooncake_cxl/pool/object_index.h"
-#include "mooncake_cxl/pool/pool.h"
-#include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/control/service.h"
+#include "mooncake_cxl/pool/pool.h"  // pool() is part of the interface
 
 namespace mcxl {
 
@@ -126,7 +70,8 @@ struct MasterConfig {
   // _exit(kPoolLostExitCode) (the master binary), or, false (in-process
   // users, tests), refuse every request with UNAVAILABLE_IN_CURRENT_STATUS.
   bool exit_on_pool_loss = false;
-  // The SSD tier under the pool (master_tier.cc), Mooncake's flag names.
+  // The SSD tier under the pool (its contract: the master's tier sources),
+  // Mooncake's flag names.
   // enable_offload: objects get a copy in segment files under root_fs_dir;
   // offload_on_evict: written when eviction picks them (write back), else
   // after each put completes (write through). Eviction then frees the
@@ -173,7 +118,7 @@ struct MasterStats {
   uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
   bool pool_lost = false;        // the device shrank: nothing is served
   uint64_t pool_replacements = 0;  // devices found replaced and formatted (CheckReplacedDevice)
-  // SSD tier (master_tier.cc)
+  // SSD tier
   bool tier_enabled = false;
   uint64_t tier_capacity = 0, tier_used_bytes = 0, tier_live_bytes = 0, tier_records = 0, tier_segments = 0;
   uint64_t disk_objects = 0;   // kOnDisk entries
@@ -193,516 +138,54 @@ struct MasterStats {
   uint64_t disk_checksum_failures = 0;  // records clients found bad (a miss each)
 };
 
-class Master final : public Service {
+class Master : public Service {
  public:
+  // Opens (formats or recovers) the pool and, with --enable_offload, the
+  // SSD tier; INVALID_PARAMS for a bad flag, the pool's error otherwise.
   static Result<std::unique_ptr<Master>> Create(const MasterConfig& config);
-  ~Master();
+  ~Master() override = default;
 
-  // Answers one request; the reply payload (status first) is always valid,
-  // also for a malformed request. `conn_slot` is the client slot bound to the
-  // calling connection (updated by Attach), or kNoSlot. Access (access.h):
-  // Attach must carry the pool's token; every other request but Ping must
-  // name (slot, generation) of the client bound to `conn_slot`, else it is
-  // ILLEGAL_CLIENT (one rate-limited log line) and changes nothing.
-  std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
-  // Requests whose Handle scans the whole index in slices (RemoveByRegex,
-  // RemoveAll): they may take long, though never holding mu_ for long, so a
-  // transport runs them off its main loop (TcpServer's worker). Over a ring
-  // they are refused with NOT_SUPPORTED: the client sends them over TCP.
-  static bool RunsInSlices(uint16_t type) { return mcxl::RunsInSlices(type); }
-  // Index slots one hold of mu_ covers in a scan (also capped by key bytes
-  // matched and unlinks: see master_remove.cc).
+  // Service, as the master answers it:
+  //  * Handle: one request; the reply payload (status first) is always
+  //    valid, also for a malformed request. Access (access.h): Attach must
+  //    carry the pool's token; every other request but Ping must name
+  //    (slot, generation) of the client bound to `conn_slot`, else it is
+  //    ILLEGAL_CLIENT (one rate-limited log line) and changes nothing.
+  //    RemoveByRegex and RemoveAll run in slices (a transport runs them off
+  //    its main loop); over a ring they are refused with NOT_SUPPORTED.
+  //  * ServeRing: every request waiting in client `slot`'s ring; garbage
+  //    gets a kError reply and a log line, and the ring is resynchronised.
+  //  * Tick: periodic work (pending puts, pins, clients, the pool device's
+  //    size); returns how long the caller may sleep.
+  //  * IdleWork: eviction ahead of the watermark, in the ring server's idle
+  //    moments, so that a put rarely runs an eviction round inline.
+  //  * pool(): the pool served now (a replaced device swaps it; the old one
+  //    stays mapped for a grace period).
+
+  // Index slots one hold of the master's lock covers in a scan.
   static constexpr uint64_t kScanSliceSlots = 4096;
-  // Longest remove_by_regex pattern accepted (RE2 syntax, see HandleRemoveMatching).
+  // Longest remove_by_regex pattern accepted (RE2 syntax).
   static constexpr size_t kMaxPatternBytes = 64 * 1024;
-  // The connection that attached `slot` is gone.
-  void OnDisconnect(uint32_t slot) override;
-  // CXL RPC: answers every request waiting in client `slot`'s request ring
-  // (called by the RingServer thread when it sees one). Garbage in the ring
-  // gets a kError reply and a log line; the ring is resynchronised.
-  void ServeRing(uint32_t slot) override;
-  // Attached client slots, as a bitmap the RingServer polls without the lock.
-  bool SlotAttached(uint32_t slot) const {
-    // Acquire: pairs with the release in SetAttached; the rings were reset.
-    return (attached_bits_[slot / 64].load(std::memory_order_acquire) >> (slot % 64)) & 1;
-  }
-  // Slots 64*word .. 64*word+63 as a bit set (bit i = slot 64*word+i attached);
-  // acquire as SlotAttached. REQUIRES: word < (kMaxClientSlots + 63) / 64.
-  uint64_t AttachedWord(uint32_t word) const override { return attached_bits_[word].load(std::memory_order_acquire); }
-  uint32_t client_slot_count() const override { return slot_count_.load(std::memory_order_acquire); }
-  // Periodic work; returns how long the caller may sleep before the next call.
-  // Every kClientCheckIntervalNs it also checks the pool device's size.
-  uint64_t Tick() override;
-  // Eviction ahead of the watermark (master_eviction.cc): once a put lifts
-  // the pool past watermark - ratio/2, the RingServer spends its idle
-  // moments (no request waiting) in slices of about `budget_ns` evicting
-  // down to watermark - ratio, so a PutStart rarely runs a round inline.
-  // With an SSD tier it demotes as an inline round does (bytes queued for
-  // demotion count as gone), so puts with a tier rarely run a round either.
-  // Wanted: a relaxed hint (the next put sets it again when still needed).
-  // `interrupted` (optional) is polled between candidates: a request waiting
-  // ends the slice at once, so a PutStart waits for one candidate, not a slice.
-  bool EvictAheadWanted() const { return evict_ahead_wanted_.load(std::memory_order_relaxed); }
-  void EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted = nullptr);
-  bool IdleWorkWanted() const override { return EvictAheadWanted(); }
-  void IdleWork(uint64_t budget_ns, const std::function<bool()>& interrupted) override {
-    EvictAhead(budget_ns, interrupted);
-  }
+  // Tenants /metrics names (master_tenant_*{tenant=...}); the rest: "_other".
+  static constexpr size_t kMaxTenantsShown = 64;
 
-  MasterStats stats() const;
-  // For the monitoring port (master_http.cc); thread-safe like Handle. The
-  // first two settle pending puts first, so counts include fresh completions.
-  std::string MetricsText();
-  std::string SummaryLine();
+  virtual MasterStats stats() const = 0;
+  // For the monitoring port. The first two settle pending puts first, so
+  // counts include fresh completions.
+  virtual std::string MetricsText() = 0;
+  virtual std::string SummaryLine() = 0;
   // 200 + JSON body, or 404 when the key is not stored (in `tenant`'s
   // namespace, tenant.h).
-  std::pair<int, std::string> QueryKey(std::string_view key, std::string_view tenant = "default") const;
+  virtual std::pair<int, std::string> QueryKey(std::string_view key, std::string_view tenant = "default") const = 0;
   // Complete keys of `tenant` (without its prefix), one per line, at most
   // `limit`; *truncated when more exist. tenant "*": every key, as
   // "tenant<TAB>key".
-  std::string AllKeys(uint64_t limit, bool* truncated, std::string_view tenant = "default") const;
-  // Tenants /metrics names (master_tenant_*{tenant=...}); the rest: "_other".
-  static constexpr size_t kMaxTenantsShown = 64;
-  std::string AllSegments() const;
-  // The pool served now (a replaced device swaps it: CheckReplacedDevice);
-  // one that was replaced stays mapped for kReplacedPoolGraceNs.
-  const Pool& pool() const override { return *pool_view_.load(std::memory_order_acquire); }
-  const MasterConfig& config() const { return config_; }
+  virtual std::string AllKeys(uint64_t limit, bool* truncated, std::string_view tenant = "default") const = 0;
+  virtual std::string AllSegments() const = 0;
+  virtual const MasterConfig& config() const = 0;
 
- private:
-  struct PendingPut {
-    uint64_t entry_slot, generation;
-    uint32_t owner;
-    uint64_t put_id;  // the owner's PutStart that made it
-    uint64_t start_mono_ns;
-    bool upsert;
-  };
-  // The extent of a revoked put whose writer may still run: freed once
-  // `owner_pid` (a process of this machine) is gone, or, when the owner's
-  // pid cannot be checked here (0), at release_mono_ns.
-  struct DeferredFree {
-    uint64_t handle;
-    uint64_t release_mono_ns;
-    uint64_t owner_pid = 0;
-  };
-  // An unlinked object whose extent a BufferHandle still pins.
-  struct PinnedFree {
-    uint64_t handle;
-    uint64_t generation;
-  };
-  // A slot whose attachment ended while its process may still hold views
-  // (layout.h, kSlotRetired): its pin table stays honoured.
-  struct RetiredPins {
-    bool active = false;
-    uint64_t generation = 0;  // the ended attachment's: a re-attach naming it takes the slot back
-    uint64_t pid = 0;
-    bool local = false;  // same machine: pid liveness can be checked
-    uint64_t since_mono_ns = 0;
-  };
-  struct ClientInfo {
-    bool attached = false;
-    uint64_t generation = 0;
-    uint64_t pid = 0;
-    bool local = false;      // same machine: pid liveness can be checked
-    bool connected = false;
-    uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
-    std::string tenant;      // key namespace (tenant.h), from Attach
-    std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
-    uint64_t reply_tail = 0;          // ServeRing's copy of its reply ring's tail (ShmRing::Push)
-  };
-
-  explicit Master(const MasterConfig& config) : config_(config) {}
-  Status Open();
-  // Makes `pool` (formatted, or verified when !fresh) the one served: every
-  // record of the previous pool is dropped (it moves to replaced_). REQUIRES:
-  // mu_ held, or in Open.
-  void AdoptPool(std::unique_ptr<Pool> pool, bool fresh);
-  // The device behind --cxl_path was replaced (another inode/device than the
-  // one mapped: Mooncake's CXL test deletes and recreates its pool file while
-  // the master runs). A new blank device, sized and with an acceptable mode,
-  // is formatted (a new uuid and token) and served; one holding a
-  // superblock is never formatted. Loud log lines; WITHOUT mu_.
-  void CheckReplacedDevice();
-  void LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...)
-      __attribute__((format(printf, 6, 7)));
-  void ReleaseReplacedPools(uint64_t now_mono);
-  static constexpr uint64_t kReplacedPoolGraceNs = 30ull * 1000000000ull;
-
-  // ---- dispatch and index lookups (master.cc) ----
-  std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
-  void CountOp(uint16_t type, const std::string& reply);
-  // Live (WRITING or COMPLETE) entries of `key`, in probe order; corrupt
-  // ones are left out (see CheckedLive).
-  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const;
-  // True when the live entry `slot` agrees with the master's records: an
-  // extent the master allocated for it, at the entry's object_offset, a value
-  // that fits it, a header with the magic, key length and hash the master
-  // wrote. Otherwise the entry is quarantined (logged once, counted) for
-  // ReclaimCorrupt and false is returned. Cheap: compares, one header line.
-  bool CheckedLive(uint64_t slot) const;
-  // Tombstones quarantined entries; frees what the master's handle names.
-  void ReclaimCorrupt();
-  // The key / header of a live entry, located by the master's own record
-  // (allocator handle + key length), never by the pool: in bounds whatever
-  // a client wrote (the bytes themselves may have been overwritten). Empty /
-  // nullptr for an entry the master holds no record of.
-  std::string_view KeyOf(uint64_t entry_slot) const;
-  const ObjectHeader* HeaderOf(uint64_t entry_slot) const;
-  // The device shrank (Tick): refuse everything.
-  bool PoolLost();
-
-  // ---- recovery (master_recovery.cc) ----
-  void Recover();
-
-  // ---- clients and reclaim (master_clients.cc) ----
-  void SetAttached(uint32_t slot, bool attached);
-  std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
-  std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
-  std::string HandleHeartbeat(Decoder* d);
-  bool ClientValid(const ClientRef& ref) const;
-  // Access check of every request but Ping and Attach (see Handle): false
-  // with the refusal reply in *refusal.
-  bool Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal);
-  // Logs a refused request: at most kRefusalLinesPerSec lines per second,
-  // the next line counts those not logged.
-  static constexpr uint64_t kRefusalLinesPerSec = 10;
-  void LogRefusal(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
-  // Reclaims slots whose local process is gone (the table is full at attach).
-  uint32_t ReclaimDeadLocalClients();
-  void ReclaimClient(uint32_t slot, const char* why);
-  void CheckClients();
-
-  // ---- puts and pending puts (master_puts.cc) ----
-  std::string HandlePutStart(Decoder* d);
-  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
-  // The current state of the entry `p` names, or kEmpty when the entry no
-  // longer is that put (removed, or its slot reused): a stale record.
-  EntryState PendingState(const PendingPut& p) const;
-  void CountComplete(uint64_t entry_slot);
-  void FinishPending(const PendingPut& p, EntryState state);
-  void RevokePending(const PendingPut& p, bool owner_dead);
-  // Records put ids the client abandoned and revokes what they allocated.
-  void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
-  void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
-  // The newest generation of a key is its current value at every decision
-  // (eviction, removal), whether or not Tick has noticed its completion: an
-  // entry goes only together with every older COMPLETE entry of its key,
-  // oldest first, so that no moment exists in which an older value is linked
-  // and a newer one is not. Returns the entries unlinked (0 when `slot` is no
-  // longer COMPLETE); adds their extent bytes to *bytes when given.
-  uint64_t UnlinkWithOlder(uint64_t slot, uint64_t* bytes);
-  // True when an older entry of `slot`'s key is still WRITING: it may yet be
-  // published, so `slot` must not go before it (it would become current).
-  bool OlderUnfinished(uint64_t slot) const;
-  // Another entry of slot's key, newer (or older) than slot, is still WRITING.
-  bool OtherWriting(uint64_t slot, bool newer) const;
-  // The members of slot's group (slot alone when ungrouped): a copy, since
-  // Unlink edits the group.
-  std::vector<uint64_t> GroupMembers(uint64_t slot) const;
-  // A random index slot to start a sampled scan at (under mu_).
-  uint64_t RandomSlot();
-  void CheckPending();
-
-  // ---- removal and deferred frees (master_remove.cc) ----
-  std::string HandleRemove(Decoder* d, bool batch);
-  // Called WITHOUT mu_: decodes and compiles outside it, then scans the
-  // index taking mu_ per slice.
-  std::string HandleRemoveMatching(std::string_view payload, bool all);
-  ErrorCode RemoveKey(std::string_view key, bool force);
-  // Tombstones the entry and frees its extent now (or when unpinned), or
-  // quarantines it (DeferredFree) until release_mono_ns / quarantine_pid.
-  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid = 0);
-  // Frees the quarantined extents whose time or owner process is over.
-  void ReleaseQuarantined(uint64_t now_mono);
-  // True when a live or retired pin table names the object of this
-  // generation (zero-copy views hold a pin that removal and eviction respect).
-  bool IsPinned(uint64_t generation) const;
-  // Calls `visit` with the generation of every pin in live or retired pin
-  // tables (after a seq_cst fence and ObserveRange); stops at the first true.
-  bool ScanPins(const std::function<bool(uint64_t generation)>& visit) const;
-  void ReleaseUnpinned();
-
-  // ---- pin tables outliving their attachment (master_pins.cc) ----
-  // Pins of a live process survive its slot's reclaim, its close() and a
-  // master restart: while a BufferHandle lives its bytes never change.
-  bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
-  bool TableHasPins(uint32_t slot) const;
-  // At reclaim (after the slot's generation was cleared): keeps the table as
-  // retired when the owner may be alive and holds views, else clears it.
-  void RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call);
-  // The request ring's caller word names `generation` (ShmRing::ClaimCaller).
-  bool RingCallerHolds(uint32_t slot, uint64_t generation);
-  // Zeroes the records; the counters too when no owner can still write them.
-  void ClearPinTable(uint32_t slot, bool owner_may_live);
-  // Releases retired tables whose views are gone or whose owner died.
-  void CheckRetiredPins();
-  // Recovery: slot `slot` of the previous incarnation keeps its table when
-  // its process may be alive and holds views; REQUIRES: before objects are
-  // unlinked. ReservePinnedExtents keeps the extents of objects unlinked
-  // while viewed (after the live objects' extents are reserved).
-  void RecoverPinTable(uint32_t slot);
-  void ReservePinnedExtents();
-
-  // ---- eviction (master_eviction.cc) ----
-  // An extent for a new object, evicting first when the pool is above its
-  // high watermark or the index near full, and again when allocation fails.
-  Result<Extent> AllocateForPut(uint64_t extent_bytes, std::string_view key);
-  struct PinSet;
-  // Evicts unprotected COMPLETE objects, least recently used first, until
-  // `bytes` and `entries` are freed or nothing evictable is left; returns the
-  // number of objects evicted. Logs one line per round.
-  uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
-  // EvictRound's first step: evicts from the ahead rounds' sorted window
-  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
-  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
-  // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
-  // is younger than a lease (at most 1 s): a round may evict from it.
-  bool AheadWindowUsable(uint64_t mono_ns) const;
-  uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const;
-  enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
-  Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;
-  bool SoftPinActive(uint64_t slot, uint64_t now) const;
-  // Evicts `slot` and, when it belongs to a group, every member of the group;
-  // nothing when any member is protected. Adds to *bytes; returns objects.
-  uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
-  // Group membership is the master's own (group_of_), not re-read from the
-  // header: `group` is the hash the master wrote or recovery checked.
-  void AddToGroup(uint64_t slot, uint64_t group);
-  void RemoveFromGroup(uint64_t slot);
-  uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
-
-  // ---- SSD tier (master_tier.cc) ----
-  // Opens the tier (Open, before AdoptPool) and publishes it in the superblock.
-  Status OpenTier();
-  void PublishTier();
-  void TierLoop();
-  void StopTier();
-  // Eviction's hook: frees the pool bytes of `slot` by turning it kOnDisk
-  // when its record is on disk, queues its demotion when it is not (0
-  // freed: the round is blocked transiently), else unlinks it. Returns
-  // objects freed (as UnlinkWithOlder).
-  uint64_t EvictOrDemote(uint64_t slot, uint64_t* bytes);
-  bool TierOn() const { return tier_ != nullptr; }
-  void QueueDemote(uint64_t slot, bool evict);
-  // Under mu_: the entry keeps its slot and generation, its extent shrinks
-  // to a stub (ObjectHeader + key + DiskStub). False when a pin or lease
-  // appeared meanwhile (the copy stays, as a clean copy).
-  bool ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes);
-  void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
-  // Unlink's hook: the record of an unlinked entry goes (a tombstone, later).
-  void ForgetDiskCopy(uint64_t slot, uint64_t generation);
-  std::string HandlePromote(Decoder* d);
-  // Recovery / --format: entries and records agree; rebuilds kOnDisk entries.
-  void RecoverTier(bool fresh);
-  bool DemoteBatch();  // takes up to ~4 MiB of queued demotions, one tier write, one mu_ pass each side
-  // Pre-demotion (--offload_ahead_ratio): with no demotion queued, up to
-  // ~4 MiB of clean copies of the coldest objects without one, written like
-  // a DemoteBatch (evict = false). Bounded under mu_ per call.
-  bool DemoteAhead();
-  // Queues `slot` for promotion with its group's other kOnDisk members (bounded).
-  static constexpr size_t kGroupPromoteMax = 256;
-  void QueuePromoteWithGroup(uint64_t slot, uint64_t state_gen);
-  // The tier over its watermark drops `slot` with its whole group, or nothing
-  // when a member is protected (lease, hard pin, view, unfinished). Returns
-  // objects unlinked; adds their value bytes to *bytes.
-  uint64_t DropFromTierWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes);
-  // Eviction of a group one of whose members the tier could not take (its
-  // append failed): the whole group is dropped, not split across the tiers.
-  bool GroupDropsWhole(const std::vector<uint64_t>& members) const;
-  // A group member being evicted found no room in the tier (DemoteBatch):
-  // the whole group is dropped now, as eviction without a tier would.
-  void DropGroupOf(uint64_t slot);
-  bool PromoteOne();
-  bool TierHousekeeping();
-  struct DemoteJob {
-    uint64_t slot, state_gen;
-    bool evict;
-  };
-  struct DemoteItem {
-    DemoteJob job;
-    std::string key;
-    const char* src;
-    uint64_t len;
-    uint64_t handle;
-  };
-  // Under mu_: `slot` (COMPLETE, CheckedLive, no record yet) joins `batch`;
-  // its extent is kept for the tier thread (busy_demote_).
-  void AddToDemoteBatch(const DemoteJob& job, std::vector<DemoteItem>* batch, uint64_t* batch_bytes);
-  // Without mu_: one AppendBatch; then under mu_ each copy is kept only if
-  // its object did not change meanwhile (else tombstoned), evict jobs convert.
-  void WriteDemoteBatch(std::vector<DemoteItem>* batch, bool ahead);
-  // disk_loc_ changes of pool (COMPLETE) objects keep pool_clean_bytes_.
-  void NoteClean(uint64_t value_len, bool add);
-  uint64_t PoolDirtyBytes() const;  // pool bytes not covered by a clean copy (estimate)
-  bool AheadWanted() const;         // pre-demotion on and the pool's dirty bytes above its threshold
-  struct PromoteJob {
-    uint64_t slot, state_gen;
-    uint32_t attempts = 0;  // tries that found no room
-  };
-  struct TierRemoval {
-    std::string key;
-    uint64_t generation;
-    uint64_t seq = 0;  // its ticket (QueueTombstone): tier_removals_ is in seq order
-  };
-  // ---- durable tombstones (master_tier.cc) ----
-  // Every tombstone gets the next sequence number; the tier thread writes
-  // them in groups (RemoveBatch) and then publishes the highest one written
-  // in Superblock::tier_tombs_durable. A reply whose request queued some
-  // carries the ticket tomb_queued_ (clients wait for it).
-  void QueueTombstone(std::string key, uint64_t generation);
-  bool FlushTombstones();  // tier thread, without mu_ (takes it briefly)
-  // The ticket for a request that saw tomb_queued_ == `before` when it began:
-  // 0 when it queued nothing.
-  uint64_t TombTicketSince(uint64_t before) const { return tomb_queued_ != before ? tomb_queued_ : 0; }
-  std::string HandleSettle(Decoder* d);
-  // An upsert of `key`: does an older value have (or is it getting) a record?
-  bool OlderHasRecord(std::string_view key, uint64_t hash, uint64_t generation) const;
-  // A newer put of slot's key is still WRITING: demoting slot now would leave
-  // a record that an acknowledged upsert cannot tombstone (it asked at PutStart).
-  bool NewerWriting(uint64_t slot) const;
-  uint64_t tomb_queued_ = 0;  // under mu_
-  // Stored key -> seq of its newest tombstone not yet written: a remove, put
-  // or upsert of the key waits for it too (an older record of the key must
-  // not come back behind an acknowledged operation). Under mu_.
-  std::unordered_map<std::string, uint64_t> tomb_pending_;
-  uint64_t PendingTomb(std::string_view key) const;
-  uint64_t tomb_fail_log_mono_ = 0;
-  std::unique_ptr<tier::DiskTier> tier_;
-  // Per index slot with a record in the tier (a clean copy of a pool object,
-  // or the value of a kOnDisk entry): where it is. Under mu_.
-  std::unordered_map<uint64_t, tier::RecordLocation> disk_loc_;
-  size_t tier_lru_bucket_ = 0;  // where the tier's LRU sample starts next (TierHousekeeping)
-  std::vector<DemoteJob> demote_q_;
-  std::unordered_map<uint64_t, bool> demote_queued_;  // slot -> evict
-  std::vector<PromoteJob> promote_q_;
-  std::unordered_map<uint64_t, uint64_t> promote_queued_;  // slot -> state_gen
-  std::vector<TierRemoval> tier_removals_;
-  std::unordered_map<uint64_t, uint64_t> no_disk_;  // slot -> state_gen whose append failed: eviction drops it
-  // Extent bytes of objects eviction queued for demotion, until their job
-  // is done (slot -> bytes): freed soon, so a put above the watermark does
-  // not run another round for them (AllocateForPut). A heuristic, like
-  // pool_clean_bytes_: it decides when a round runs, never what it frees.
-  std::unordered_map<uint64_t, uint64_t> evict_pending_;
-  uint64_t evict_pending_bytes_ = 0;
-  void ResolvePending(uint64_t slot);
-  // The extent the tier thread is copying from (demotion) or into
-  // (promotion): Unlink leaves it to the tier thread (busy_freed_).
-  uint64_t busy_handle_ = UINT64_MAX;
-  bool busy_freed_ = false;
-  // The same for the extents of the demotion batch being written: handle ->
-  // unlinked meanwhile (the tier thread frees it when the batch is done).
-  std::unordered_map<uint64_t, bool> busy_demote_;
-  std::unordered_map<uint64_t, std::pair<uint64_t, uint64_t>> promote_count_;  // slot -> (state_gen, disk reads)
-  uint64_t disk_objects_ = 0;
-  uint64_t tier_full_log_mono_ = 0;
-  bool tier_full_ = false;   // an append found no room: the tier drops its LRU first
-  bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
-  tier::Stats tier_stats_{};  // the tier thread's latest snapshot (under mu_)
-  std::thread tier_thread_;
-  std::mutex tier_wake_mu_;
-  std::condition_variable tier_cv_;
-  bool tier_stop_ = false;
-  bool tier_wake_ = false;
-  void WakeTier();
-
-  // ---- monitoring (master_http.cc) ----
-  struct ReadCountsResult {
-    uint64_t hits, misses, clients;
-  };
-  ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
-
-  MasterConfig config_;
-  std::unique_ptr<Pool> pool_;
-  std::atomic<const Pool*> pool_view_{nullptr};  // pool_.get(), for pool() without mu_
-  std::atomic<uint32_t> slot_count_{0};          // clients_.size(), for the RingServer
-  // Identity of the device mapped (fstat at adoption) and of a replacement
-  // already logged as refused or waiting (reason), under replace_mu_.
-  uint64_t pool_dev_ = 0, pool_ino_ = 0;
-  uint64_t skipped_dev_ = 0, skipped_ino_ = 0;
-  int skipped_reason_ = 0;
-  std::mutex replace_mu_;  // one CheckReplacedDevice at a time; taken before mu_
-  std::atomic<uint64_t> last_replace_check_mono_{0};
-  struct ReplacedPool {
-    std::unique_ptr<Pool> pool;
-    uint8_t token[16] = {};
-    std::string uuid;
-    uint64_t since_mono_ns = 0;
-  };
-  std::vector<ReplacedPool> replaced_;
-  // The tokens of pools replaced, for a clear refusal of their clients.
-  std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
-  uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
-  std::unique_ptr<ObjectIndex> index_;
-  std::unique_ptr<ExtentAllocator> alloc_;
-  // Per index slot, for live entries: the allocator handle of its extent (its
-  // offset and size come from the allocator), the key length, and whether the
-  // master has counted it COMPLETE (settles the race between a remove and the
-  // Tick that notices the completion). 16 bytes per slot.
-  // (Soft pin and put time live in the ObjectHeader the master wrote, read
-  // via HeaderOf: values only, never offsets or lengths.)
-  struct EntryMeta {
-    uint64_t extent = 0;  // allocator handle, when `live`
-    uint32_t key_len = 0;
-    bool live = false;         // the master inserted (or recovered) this entry
-    bool counted = false;
-    mutable bool quarantined = false;  // found corrupt; ReclaimCorrupt unlinks it
-  };
-  std::vector<EntryMeta> entry_meta_;
-  mutable std::vector<uint64_t> quarantine_;  // slots found corrupt (by const scans too)
-  mutable uint64_t corrupt_entries_ = 0;
-  bool pool_lost_ = false;
-  uint64_t last_size_check_mono_ = 0;
-  std::unordered_map<uint64_t, uint64_t> group_of_;  // slot -> group hash, grouped slots only
-  std::vector<PendingPut> pending_;
-  std::vector<DeferredFree> deferred_;
-  std::vector<PinnedFree> pinned_;
-  std::vector<RetiredPins> retired_;  // per client slot
-  uint64_t last_pin_scan_mono_ = 0;
-  uint64_t last_quarantine_check_mono_ = 0;
-  std::vector<ClientInfo> clients_;
-  uint8_t token_[16] = {};  // the pool's credential, copied at Open
-  uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
-  std::string machine_;
-  uint64_t next_generation_ = 1;
-  uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
-  uint64_t last_client_check_mono_ = 0;
-  MasterStats stats_;
-  std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots
-  uint64_t eviction_rng_ = 0x9E3779B97F4A7C15ull;
-  bool round_blocked_transiently_ = false;  // last round skipped something that will pass
-  // EvictAhead's round in progress: the sampled window (last access, slot),
-  // sorted once complete, and how far the scan and the eviction got.
-  struct AheadCandidate {
-    uint64_t last_access, slot, state_gen;  // state_gen: the object sampled
-    bool operator<(const AheadCandidate& o) const { return last_access < o.last_access; }
-  };
-  std::vector<AheadCandidate> ahead_window_;
-  uint64_t ahead_start_ = 0, ahead_scanned_ = 0, ahead_complete_ = 0;
-  size_t ahead_next_ = 0;  // next window member to evict; SIZE_MAX while scanning
-  uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
-  uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
-  std::atomic<bool> evict_ahead_wanted_{false};
-  // Pre-demotion (DemoteAhead): value bytes of COMPLETE objects with a
-  // record (a heuristic for how much ahead work is left: drift only changes
-  // how much is copied, never what a reader sees); its sampled window
-  // (eviction's order; soft-pinned members sort last), where its scan got,
-  // and whether a put has woken the tier thread for it.
-  uint64_t pool_clean_bytes_ = 0;
-  uint64_t test_write_delay_ms_ = 0;  // MCXL_TEST_TIER_WRITE_DELAY_MS: tests widen the write window
-  std::vector<AheadCandidate> pre_window_;
-  size_t pre_next_ = SIZE_MAX;  // next member to copy; SIZE_MAX while scanning
-  uint64_t pre_start_ = 0, pre_scanned_ = 0, pre_complete_ = 0, pre_sampled_mono_ = 0;
-  uint64_t pre_retry_mono_ = 0;  // a whole window had nothing to copy: not before then
-  uint64_t last_put_mono_ = 0;   // the latest PutStart that allocated (pre-demotion waits for a pause)
-  bool pre_kicked_ = false;
-  uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
-  uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
-  static constexpr uint16_t kMessageTypes = 16;
-  uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
-  // One lock for all entry points: the TCP loop, the ring server and the
-  // HTTP thread each call in; the work under it is short and never blocks.
-  mutable std::mutex mu_;
-  std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see SlotAttached
+ protected:
+  Master() = default;
 };
 
 }  // namespace mcxl

@@ -98,7 +98,7 @@ struct Superblock {
   // reads records itself; else it asks the master to stage them).
   alignas(kCacheLine) std::atomic<uint64_t> tier_config;
   char tier_root[1024];
-  // The SSD tier's durable tombstones (master_tier.cc): every tombstone the
+  // The SSD tier's durable tombstones (tier_manager.h): every tombstone the
   // master queued with a sequence number <= this one is written (survives a
   // SIGKILL). A remove or upsert whose reply carries a ticket returns once it
   // reaches the ticket. Written by the master's tier thread only; never

@@ -1,0 +1,476 @@
+// MasterImpl: the master (master.h) as the master library implements it;
+// only the master's sources include this header. Its parts by concern:
+//   master.cc            Create/Open, pool adoption and replacement, Handle,
+//                        ServeRing, Dispatch, Tick, stats, checked lookups
+//   master_puts.cc       PutStart, pending puts, upsert settling, abandonment
+//   master_remove.cc     removal, deferred and pin-deferred frees
+//   master_clients.cc    attach/detach/heartbeat, liveness, reclaim
+//   master_pins.cc       pin tables that outlive their attachment
+//   master_recovery.cc   restart on a formatted pool
+//   master_eviction.cc   sampled approximate LRU, eviction ahead of the watermark
+//   master_disk_entries.cc  the SSD tier's hooks and the entry writes it asks for
+//   master_http.cc       the monitoring pages
+// The SSD tier's own logic is TierManager's (tier_manager.h, tier_*.cc).
+//
+// Object life as the master sees it (docs/architecture.md, "Object life"):
+//   PutStart: allocate extent, write ObjectHeader + key, insert WRITING entry,
+//             remember it as pending. The client copies the value and CASes the
+//             entry COMPLETE itself; Tick notices and accounts for it.
+//   Remove:   tombstone (seqlock), then free the extent, or, while a client's
+//             pin table names the object (a live BufferHandle), keep the
+//             extent until the pin is gone. An unforced remove of a leased
+//             object is OBJECT_HAS_LEASE; a pinned one is unlinked at once
+//             (its extent waits for the last view).
+//   Tenants:  keys are stored in their tenant's namespace (tenant.h); the
+//             master knows each client's tenant from Attach and confines
+//             remove_all / remove_by_regex to it.
+//   Pending puts whose client died or that outlived
+//   --put_start_discard_timeout_sec are revoked; their extent is freed at once
+//   when the client is known dead, else quarantined: a stalled but live
+//   client may still be writing into it. A client of this machine keeps it
+//   until its process is gone (checked in Tick); a remote one until
+//   --put_start_release_timeout_sec has passed.
+//
+//   Upsert:   until Tick settles it, the newest COMPLETE entry of a key is
+//             its value for every decision: eviction and removal unlink an
+//             entry only with the older ones, oldest first (UnlinkWithOlder).
+//   Views:    pins of a process that may be alive outlive its attachment
+//             (reclaim, close(), restart): the slot is retired with its pin
+//             table until the process re-attaches, drops its views or dies
+//             (master_pins.cc).
+//
+// Recovery (a master started on a formatted pool without --format): every
+// COMPLETE entry whose header checks out is kept and its extent reserved;
+// unfinished puts are revoked; client slots are cleared (clients re-attach),
+// except slots retired with live views, whose viewed extents stay reserved.
+//
+// The pool is memory every client can write: the master never dereferences
+// an offset or length it reads from an entry or header. Where an object lies
+// (its extent) and how long its key is come from the master's own records
+// (EntryMeta + the allocator); CheckedLive compares the entry and header with
+// them before any use, and an entry that disagrees is corrupt: logged,
+// counted (mooncake_cxl_corrupt_entries_total), skipped, and reclaimed by the
+// next Tick (tombstoned; only the extent the master's own handle names is
+// freed). A shrunk pool device stops the master (see Tick).
+//
+// As the tier's host (TierHost, tier_host.h) the master does every
+// structural write the tier asks for (master_disk_entries.cc); the tier's
+// policy, queues and disk records are TierManager's (tier_manager.h).
+//
+// Atomics in master*.cc and tier_*.cc follow three rules, so each load and store there
+// needs no comment of its own:
+//  * Entry fields other than state_gen and the lease word, superblock and
+//    client-slot lines of the master's: only the master writes them, under
+//    mu_, so its own loads are relaxed (program order) and its stores go
+//    through ObjectIndex's seqlock or a release store + PublishRange.
+//  * state_gen: a client may CAS WRITING->COMPLETE/ABORTED at any time. Loads
+//    that decide on that are acquire (they pair with the client's release
+//    CAS and make its value bytes visible); the master's own transitions of a
+//    WRITING entry go through the same CAS (ObjectIndex::Abort), so exactly
+//    one side wins. A decision uses one load per entry, never two.
+//  * Client-written lines (heartbeat, pins, hit counters) and lease words are
+//    hints compared with the clock or summed for statistics: relaxed, after
+//    ObserveRange.
+//
+// Thread safety: one lock, mu_, protects all of the master's state and the
+// SSD tier's (TierManager's, which takes it through TierHost::mu()). Every
+// public entry point takes it (the TCP loop, its long-request worker, the
+// ring server, the HTTP thread and the tier thread call in). Work under mu_
+// is short: scans of the whole index (remove_by_regex, remove_all, /metrics,
+// /get_all_keys) take it per slice of kScanSliceSlots slots, so other
+// requests interleave; each entry is judged on one look under one hold. The
+// tier's disk I/O never runs under it. Not under mu_: the atomics below
+// (attached_bits_, slot_count_, pool_view_, evict_ahead_wanted_,
+// last_replace_check_mono_) and what replace_mu_ guards.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "mooncake_cxl/common/error_code.h"
+#include "mooncake_cxl/control/rpc_protocol.h"
+#include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/pool/extent_allocator.h"
+#include "mooncake_cxl/pool/object_index.h"
+#include "mooncake_cxl/pool/pool.h"
+#include "master_internal.h"
+#include "tier_host.h"
+#include "tier_manager.h"
+
+namespace mcxl {
+
+class MasterImpl final : public Master, private TierHost {
+ public:
+  explicit MasterImpl(const MasterConfig& config) : config_(config) {}
+  ~MasterImpl() override;
+  Status Open();
+
+  // ---- Master (master.h) ----
+  std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
+  void OnDisconnect(uint32_t slot) override;
+  void ServeRing(uint32_t slot) override;
+  // Slots 64*word .. 64*word+63 as a bit set (bit i = slot 64*word+i attached).
+  // Acquire: pairs with the release in SetAttached; the rings were reset.
+  // REQUIRES: word < (kMaxClientSlots + 63) / 64.
+  uint64_t AttachedWord(uint32_t word) const override { return attached_bits_[word].load(std::memory_order_acquire); }
+  uint32_t client_slot_count() const override { return slot_count_.load(std::memory_order_acquire); }
+  // Every kClientCheckIntervalNs it also checks the pool device's size.
+  uint64_t Tick() override;
+  // Eviction ahead of the watermark (EvictAhead). Wanted: a relaxed hint
+  // (the next put sets it again when still needed).
+  bool IdleWorkWanted() const override { return evict_ahead_wanted_.load(std::memory_order_relaxed); }
+  void IdleWork(uint64_t budget_ns, const std::function<bool()>& interrupted) override {
+    EvictAhead(budget_ns, interrupted);
+  }
+  MasterStats stats() const override;
+  std::string MetricsText() override;
+  std::string SummaryLine() override;
+  std::pair<int, std::string> QueryKey(std::string_view key, std::string_view tenant) const override;
+  std::string AllKeys(uint64_t limit, bool* truncated, std::string_view tenant) const override;
+  std::string AllSegments() const override;
+  const Pool& pool() const override { return *pool_view_.load(std::memory_order_acquire); }
+  const MasterConfig& config() const override { return config_; }
+
+ private:
+  struct PendingPut {
+    uint64_t entry_slot, generation;
+    uint32_t owner;
+    uint64_t put_id;  // the owner's PutStart that made it
+    uint64_t start_mono_ns;
+    bool upsert;
+  };
+  // The extent of a revoked put whose writer may still run: freed once
+  // `owner_pid` (a process of this machine) is gone, or, when the owner's
+  // pid cannot be checked here (0), at release_mono_ns.
+  struct DeferredFree {
+    uint64_t handle;
+    uint64_t release_mono_ns;
+    uint64_t owner_pid = 0;
+  };
+  // An unlinked object whose extent a BufferHandle still pins.
+  struct PinnedFree {
+    uint64_t handle;
+    uint64_t generation;
+  };
+  // A slot whose attachment ended while its process may still hold views
+  // (layout.h, kSlotRetired): its pin table stays honoured.
+  struct RetiredPins {
+    bool active = false;
+    uint64_t generation = 0;  // the ended attachment's: a re-attach naming it takes the slot back
+    uint64_t pid = 0;
+    bool local = false;  // same machine: pid liveness can be checked
+    uint64_t since_mono_ns = 0;
+  };
+  struct ClientInfo {
+    bool attached = false;
+    uint64_t generation = 0;
+    uint64_t pid = 0;
+    bool local = false;      // same machine: pid liveness can be checked
+    bool connected = false;
+    uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
+    std::string tenant;      // key namespace (tenant.h), from Attach
+    std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
+    uint64_t reply_tail = 0;          // ServeRing's copy of its reply ring's tail (ShmRing::Push)
+  };
+
+  // Makes `pool` (formatted, or verified when !fresh) the one served: every
+  // record of the previous pool is dropped (it moves to replaced_). REQUIRES:
+  // mu_ held, or in Open.
+  void AdoptPool(std::unique_ptr<Pool> pool, bool fresh);
+  // The device behind --cxl_path was replaced (another inode/device than the
+  // one mapped: Mooncake's CXL test deletes and recreates its pool file while
+  // the master runs). A new blank device, sized and with an acceptable mode,
+  // is formatted (a new uuid and token) and served; one holding a
+  // superblock is never formatted. Loud log lines; WITHOUT mu_.
+  void CheckReplacedDevice();
+  void LogReplacementOnce(uint64_t dev, uint64_t ino, int reason, bool error, const char* fmt, ...)
+      __attribute__((format(printf, 6, 7)));
+  void ReleaseReplacedPools(uint64_t now_mono);
+  static constexpr uint64_t kReplacedPoolGraceNs = 30ull * 1000000000ull;
+
+  // ---- dispatch and index lookups (master.cc) ----
+  std::string Dispatch(uint16_t type, std::string_view payload, uint32_t* conn_slot);
+  void CountOp(uint16_t type, const std::string& reply);
+  // Live (WRITING or COMPLETE) entries of `key`, in probe order; corrupt
+  // ones are left out (see CheckedLive).
+  void FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const override;
+  // True when the live entry `slot` agrees with the master's records: an
+  // extent the master allocated for it, at the entry's object_offset, a value
+  // that fits it, a header with the magic, key length and hash the master
+  // wrote. Otherwise the entry is quarantined (logged once, counted) for
+  // ReclaimCorrupt and false is returned. Cheap: compares, one header line.
+  bool CheckedLive(uint64_t slot) const override;
+  // Tombstones quarantined entries; frees what the master's handle names.
+  void ReclaimCorrupt();
+  // The key / header of a live entry, located by the master's own record
+  // (allocator handle + key length), never by the pool: in bounds whatever
+  // a client wrote (the bytes themselves may have been overwritten). Empty /
+  // nullptr for an entry the master holds no record of.
+  std::string_view KeyOf(uint64_t entry_slot) const override;
+  const ObjectHeader* HeaderOf(uint64_t entry_slot) const;
+  // The device shrank (Tick): refuse everything.
+  bool PoolLost();
+
+  // ---- recovery (master_recovery.cc) ----
+  void Recover();
+
+  // ---- clients and reclaim (master_clients.cc) ----
+  void SetAttached(uint32_t slot, bool attached);
+  std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
+  std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
+  std::string HandleHeartbeat(Decoder* d);
+  bool ClientValid(const ClientRef& ref) const;
+  // Access check of every request but Ping and Attach (see Handle): false
+  // with the refusal reply in *refusal.
+  bool Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal);
+  // Logs a refused request: at most kRefusalLinesPerSec lines per second,
+  // the next line counts those not logged.
+  static constexpr uint64_t kRefusalLinesPerSec = 10;
+  void LogRefusal(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
+  // Reclaims slots whose local process is gone (the table is full at attach).
+  uint32_t ReclaimDeadLocalClients();
+  void ReclaimClient(uint32_t slot, const char* why);
+  void CheckClients();
+
+  // ---- puts and pending puts (master_puts.cc) ----
+  std::string HandlePutStart(Decoder* d);
+  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
+  // The current state of the entry `p` names, or kEmpty when the entry no
+  // longer is that put (removed, or its slot reused): a stale record.
+  EntryState PendingState(const PendingPut& p) const;
+  void CountComplete(uint64_t entry_slot);
+  void FinishPending(const PendingPut& p, EntryState state);
+  void RevokePending(const PendingPut& p, bool owner_dead);
+  // Records put ids the client abandoned and revokes what they allocated.
+  void ForgetAbandoned(uint32_t slot, const std::vector<uint64_t>& ids);
+  void ClearSupersededIfSettled(std::string_view key, uint64_t hash);
+  // The newest generation of a key is its current value at every decision
+  // (eviction, removal), whether or not Tick has noticed its completion: an
+  // entry goes only together with every older COMPLETE entry of its key,
+  // oldest first, so that no moment exists in which an older value is linked
+  // and a newer one is not. Returns the entries unlinked (0 when `slot` is no
+  // longer COMPLETE); adds their extent bytes to *bytes when given.
+  uint64_t UnlinkWithOlder(uint64_t slot, uint64_t* bytes) override;
+  // True when an older entry of `slot`'s key is still WRITING: it may yet be
+  // published, so `slot` must not go before it (it would become current).
+  bool OlderUnfinished(uint64_t slot) const;
+  // Another entry of slot's key, newer (or older) than slot, is still WRITING.
+  bool OtherWriting(uint64_t slot, bool newer) const;
+  // The members of slot's group (slot alone when ungrouped): a copy, since
+  // Unlink edits the group.
+  std::vector<uint64_t> GroupMembers(uint64_t slot) const override;
+  // A random index slot to start a sampled scan at (under mu_).
+  uint64_t RandomSlot() override;
+  void CheckPending();
+
+  // ---- removal and deferred frees (master_remove.cc) ----
+  std::string HandleRemove(Decoder* d, bool batch);
+  // Called WITHOUT mu_: decodes and compiles outside it, then scans the
+  // index taking mu_ per slice.
+  std::string HandleRemoveMatching(std::string_view payload, bool all);
+  ErrorCode RemoveKey(std::string_view key, bool force);
+  // Tombstones the entry and frees its extent now (or when unpinned), or
+  // quarantines it (DeferredFree) until release_mono_ns / quarantine_pid.
+  void Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mono_ns, uint64_t quarantine_pid = 0);
+  // Frees the quarantined extents whose time or owner process is over.
+  void ReleaseQuarantined(uint64_t now_mono);
+  // True when a live or retired pin table names the object of this
+  // generation (zero-copy views hold a pin that removal and eviction respect).
+  bool IsPinned(uint64_t generation) const override;
+  // Calls `visit` with the generation of every pin in live or retired pin
+  // tables (after a seq_cst fence and ObserveRange); stops at the first true.
+  bool ScanPins(const std::function<bool(uint64_t generation)>& visit) const;
+  void ReleaseUnpinned();
+
+  // ---- pin tables outliving their attachment (master_pins.cc) ----
+  // Pins of a live process survive its slot's reclaim, its close() and a
+  // master restart: while a BufferHandle lives its bytes never change.
+  bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
+  bool TableHasPins(uint32_t slot) const;
+  // At reclaim (after the slot's generation was cleared): keeps the table as
+  // retired when the owner may be alive and holds views, else clears it.
+  void RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool owner_dead, bool in_ring_call);
+  // The request ring's caller word names `generation` (ShmRing::ClaimCaller).
+  bool RingCallerHolds(uint32_t slot, uint64_t generation);
+  // Zeroes the records; the counters too when no owner can still write them.
+  void ClearPinTable(uint32_t slot, bool owner_may_live);
+  // Releases retired tables whose views are gone or whose owner died.
+  void CheckRetiredPins();
+  // Recovery: slot `slot` of the previous incarnation keeps its table when
+  // its process may be alive and holds views; REQUIRES: before objects are
+  // unlinked. ReservePinnedExtents keeps the extents of objects unlinked
+  // while viewed (after the live objects' extents are reserved).
+  void RecoverPinTable(uint32_t slot);
+  void ReservePinnedExtents();
+
+  // ---- eviction (master_eviction.cc) ----
+  // An extent for a new object, evicting first when the pool is above its
+  // high watermark or the index near full, and again when allocation fails.
+  Result<Extent> AllocateForPut(uint64_t extent_bytes, std::string_view key);
+  // Eviction ahead of the watermark: once a put lifts the pool past
+  // watermark - ratio/2, the RingServer spends its idle moments (no request
+  // waiting) in slices of about `budget_ns` evicting down to watermark -
+  // ratio, so a PutStart rarely runs a round inline. With an SSD tier it
+  // demotes as an inline round does (bytes queued for demotion count as
+  // gone), so puts with a tier rarely run a round either. `interrupted`
+  // (optional) is polled between candidates: a request waiting ends the
+  // slice at once, so a PutStart waits for one candidate, not a slice.
+  void EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted);
+  struct PinSet;
+  // Evicts unprotected COMPLETE objects, least recently used first, until
+  // `bytes` and `entries` are freed or nothing evictable is left; returns the
+  // number of objects evicted. Logs one line per round.
+  uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
+  // EvictRound's first step: evicts from the ahead rounds' sorted window
+  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
+  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
+  // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
+  // is younger than a lease (at most 1 s): a round may evict from it.
+  bool AheadWindowUsable(uint64_t mono_ns) const;
+  uint64_t LastAccessNs(uint64_t slot, uint64_t ttl_ns) const override;
+  enum class Protection { kNone, kTransient /* lease, view, unfinished */, kPermanent /* hard pin */ };
+  Protection Protected(uint64_t slot, uint64_t now, const PinSet& pins) const;
+  bool SoftPinActive(uint64_t slot, uint64_t now) const override;
+  // Evicts `slot` and, when it belongs to a group, every member of the group;
+  // nothing when any member is protected. Adds to *bytes; returns objects.
+  uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
+  // Group membership is the master's own (group_of_), not re-read from the
+  // header: `group` is the hash the master wrote or recovery checked.
+  void AddToGroup(uint64_t slot, uint64_t group);
+  void RemoveFromGroup(uint64_t slot);
+  uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
+
+  // ---- the SSD tier's hooks ----
+  // Eviction's hook (master_eviction.cc): to the SSD tier when there is one
+  // (TierManager::EvictOrDemote), else, or when the round wants index
+  // slots, unlinked with the older values of the key.
+  uint64_t EvictOrDemote(uint64_t slot, uint64_t* bytes);
+  // Extent bytes queued for demotion: leaving soon (0 without a tier).
+  uint64_t EvictPendingBytes() const { return tier_ ? tier_->evict_pending_bytes() : 0; }
+  std::string HandlePromote(Decoder* d);  // master_disk_entries.cc
+  std::string HandleSettle(Decoder* d);   // master_puts.cc
+  void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
+
+  // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
+  // master_eviction.cc; the lookups above ----
+  std::mutex& mu() const override { return mu_; }
+  const ObjectIndex& index() const override { return *index_; }
+  const ExtentAllocator& alloc() const override { return *alloc_; }
+  bool pool_lost() const override { return pool_lost_; }
+  EntryRecord Record(uint64_t slot) const override;
+  const char* ValueBytes(uint64_t slot) const override;
+  bool NewerWriting(uint64_t slot) const override { return OtherWriting(slot, true); }
+  bool ConvertToDisk(uint64_t slot, const tier::RecordLocation& loc, uint64_t* bytes) override;
+  void RewriteStub(uint64_t slot, const tier::RecordLocation& loc) override;
+  Result<PromotionTarget> AllocateForPromotion(uint64_t slot) override;
+  void LinkPromoted(uint64_t slot, const Extent& extent) override;
+  void FreeExtent(uint64_t handle) override { (void)alloc_->Free(handle); }
+  void FreeWhenUnpinned(uint64_t handle, uint64_t generation) override;
+  void UnlinkNow(uint64_t slot) override { Unlink(slot, true, 0); }
+  void DropGroup(uint64_t slot) override;
+  Result<uint64_t> InsertOnDisk(const std::string& key, const tier::RecordLocation& loc, uint64_t now) override;
+  void ReserveGeneration(uint64_t generation) override;
+  uint64_t TombsDurable() const override;
+  void PublishTombsDurable(uint64_t seq) override;
+
+  // ---- monitoring (master_http.cc) ----
+  struct ReadCountsResult {
+    uint64_t hits, misses, clients;
+  };
+  ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
+  struct DiskReads {
+    uint64_t hits, bad;
+  };
+  DiskReads DiskReadCounts() const;  // the clients' SSD tier reads, reclaimed clients' included; under mu_
+
+  MasterConfig config_;
+  std::unique_ptr<Pool> pool_;
+  std::atomic<const Pool*> pool_view_{nullptr};  // pool_.get(), for pool() without mu_
+  std::atomic<uint32_t> slot_count_{0};          // clients_.size(), for the RingServer
+  // Identity of the device mapped (fstat at adoption) and of a replacement
+  // already logged as refused or waiting (reason), under replace_mu_.
+  uint64_t pool_dev_ = 0, pool_ino_ = 0;
+  uint64_t skipped_dev_ = 0, skipped_ino_ = 0;
+  int skipped_reason_ = 0;
+  std::mutex replace_mu_;  // one CheckReplacedDevice at a time; taken before mu_
+  std::atomic<uint64_t> last_replace_check_mono_{0};
+  struct ReplacedPool {
+    std::unique_ptr<Pool> pool;
+    uint8_t token[16] = {};
+    std::string uuid;
+    uint64_t since_mono_ns = 0;
+  };
+  std::vector<ReplacedPool> replaced_;
+  // The tokens of pools replaced, for a clear refusal of their clients.
+  std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
+  std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<ExtentAllocator> alloc_;
+  // Per index slot, for live entries: the allocator handle of its extent (its
+  // offset and size come from the allocator), the key length, and whether the
+  // master has counted it COMPLETE (settles the race between a remove and the
+  // Tick that notices the completion). 16 bytes per slot.
+  // (Soft pin and put time live in the ObjectHeader the master wrote, read
+  // via HeaderOf: values only, never offsets or lengths.)
+  struct EntryMeta {
+    uint64_t extent = 0;  // allocator handle, when `live`
+    uint32_t key_len = 0;
+    bool live = false;         // the master inserted (or recovered) this entry
+    bool counted = false;
+    mutable bool quarantined = false;  // found corrupt; ReclaimCorrupt unlinks it
+  };
+  std::vector<EntryMeta> entry_meta_;
+  mutable std::vector<uint64_t> quarantine_;  // slots found corrupt (by const scans too)
+  mutable uint64_t corrupt_entries_ = 0;
+  bool pool_lost_ = false;
+  uint64_t last_size_check_mono_ = 0;
+  std::unordered_map<uint64_t, uint64_t> group_of_;  // slot -> group hash, grouped slots only
+  std::vector<PendingPut> pending_;
+  std::vector<DeferredFree> deferred_;
+  std::vector<PinnedFree> pinned_;
+  std::vector<RetiredPins> retired_;  // per client slot
+  uint64_t last_pin_scan_mono_ = 0;
+  uint64_t last_quarantine_check_mono_ = 0;
+  std::vector<ClientInfo> clients_;
+  uint8_t token_[16] = {};  // the pool's credential, copied at Open
+  uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
+  std::string machine_;
+  uint64_t next_generation_ = 1;
+  uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
+  uint64_t last_client_check_mono_ = 0;
+  MasterStats stats_;
+  std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots
+  uint64_t eviction_rng_ = 0x9E3779B97F4A7C15ull;
+  bool round_blocked_transiently_ = false;  // last round skipped something that will pass
+  bool evict_drop_ = false;  // this eviction round needs index slots: it drops, never demotes
+  // EvictAhead's round in progress: the sampled window (last access, slot),
+  // sorted once complete, and how far the scan and the eviction got.
+  std::vector<SampledSlot> ahead_window_;
+  uint64_t ahead_start_ = 0, ahead_scanned_ = 0, ahead_complete_ = 0;
+  size_t ahead_next_ = 0;  // next window member to evict; SIZE_MAX while scanning
+  uint64_t ahead_t0_ = 0, ahead_freed_ = 0, ahead_freed_bytes_ = 0, ahead_used_before_ = 0;
+  uint64_t ahead_sampled_mono_ns_ = 0;  // when ahead_window_ was sorted (reused while younger than a lease)
+  std::atomic<bool> evict_ahead_wanted_{false};
+  uint64_t retired_hits_ = 0, retired_misses_ = 0;  // of reclaimed clients
+  uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
+  // The SSD tier (--enable_offload), or null. Its state is under mu_ too.
+  std::unique_ptr<TierManager> tier_;
+  static constexpr uint16_t kMessageTypes = 16;
+  uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
+  // One lock for all entry points: the TCP loop, the ring server, the HTTP
+  // thread and the tier thread each call in; the work under it is short and
+  // never blocks (see Thread safety above).
+  mutable std::mutex mu_;
+  std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
+};
+
+}  // namespace mcxl
