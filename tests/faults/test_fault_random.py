@@ -81,7 +81,7 @@ HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
 DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
 FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
 # Well below the ~20 MiB the workers keep live: the tier's LRU drops and its
-# segments (capacity / 8 each, master_tier.cc) get compacted.
+# segments (capacity / 8 each, tier_manager.h) get compacted.
 TIER_CAPACITY = 8 << 20
 
 

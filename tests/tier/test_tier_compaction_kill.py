@@ -1,7 +1,7 @@
 """SIGKILL of the master while the SSD tier compacts, at the
 master level: the tier is filled through eviction (--offload_on_evict), most
 disk-resident keys are removed so that more than half of the segment bytes
-are garbage and the tier thread compacts (master_tier.cc), and the master is
+are garbage and the tier thread compacts (tier_manager.h), and the master is
 SIGKILLed as soon as its log says a segment is being compacted (a few rounds,
 each killed a little later). After each restart on the same pool and tier:
 every key acknowledged and not removed reads back with its exact bytes (from
@@ -17,7 +17,7 @@ from test_tiering import tier_flags, wait_idle
 
 POOL = 16 << 20
 SIZE = 256 << 10
-CAPACITY = 96 << 20  # segments of CAPACITY / 8 = 12 MiB (master_tier.cc); never full: nothing dropped
+CAPACITY = 96 << 20  # segments of CAPACITY / 8 = 12 MiB (tier_manager.h); never full: nothing dropped
 ROUNDS = 6
 
 

@@ -1,7 +1,7 @@
 """No resurrection of removed or overwritten keys (SSD tier): an
 acknowledged remove, batch remove, remove_all, remove_by_regex or upsert of a
 disk-resident key returns only once the tombstone of the old record is
-written (master_tier.cc "Durable before acknowledged"), so a master SIGKILLed
+written (tier_manager.h, "Removal"), so a master SIGKILLed
 right after the acknowledgement and restarted with --format (the pool
 formatted anew, the index rebuilt from the segment files alone) never serves
 the removed key or the old value again. Real processes: the master is a
