@@ -199,6 +199,46 @@ std::string_view KeyView(const py::handle& key, std::string* tmp) {
   return *tmp;
 }
 
+// get's destination: a new bytes object of the value's size, allocated with
+// the GIL (held when the read starts: the index probe is shorter than a GIL
+// hand-over); the GIL is released for the copy, and taken again only to
+// allocate anew when a retry finds a value of another size.
+class BytesSink final : public ReadSink {
+ public:
+  ~BytesSink() {
+    TakeGil();
+    Py_XDECREF(bytes_);
+  }
+  Status Place(uint64_t size, ReadDest* dest) override {
+    if (bytes_ == nullptr || uint64_t(PyBytes_GET_SIZE(bytes_)) != size) {
+      TakeGil();
+      Py_XDECREF(bytes_);
+      bytes_ = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(size));
+      if (bytes_ == nullptr) return ErrorCode::INTERNAL_ERROR;  // MemoryError, raised by Get
+    }
+    if (saved_ == nullptr) saved_ = PyEval_SaveThread();
+    slice_ = {PyBytes_AS_STRING(bytes_), size};
+    dest->slices = &slice_;
+    dest->nslices = 1;
+    return ErrorCode::OK;
+  }
+  void TakeGil() {
+    if (saved_ != nullptr) PyEval_RestoreThread(saved_);
+    saved_ = nullptr;
+  }
+  // The value read (the GIL held).
+  py::bytes Release() {
+    PyObject* b = bytes_;
+    bytes_ = nullptr;
+    return py::reinterpret_steal<py::bytes>(b);
+  }
+
+ private:
+  PyObject* bytes_ = nullptr;
+  PyThreadState* saved_ = nullptr;  // set while the GIL is released
+  MutSlice slice_{};
+};
+
 class Store {
  public:
   ~Store() {
@@ -569,32 +609,14 @@ class Store {
   py::bytes Get(const std::string& key) {
     auto c = Ready("get");
     if (!c) return py::bytes("");
-    for (int attempt = 0; attempt < 1000; ++attempt) {
-      std::optional<Result<EntrySnapshot>> snap;
-      {
-        py::gil_scoped_release nogil;
-        snap.emplace(c->Locate(key));
-      }
-      if (!*snap) {
-        if (snap->error() == ErrorCode::OBJECT_NOT_FOUND) c->RecordRead(false);
-        return py::bytes("");
-      }
-      const EntrySnapshot& s = snap->value();
-      py::object out = py::reinterpret_steal<py::object>(PyBytes_FromStringAndSize(nullptr, Py_ssize_t(s.value_size)));
-      if (!out) throw py::error_already_set();
-      MutSlice dst{PyBytes_AS_STRING(out.ptr()), s.value_size};
-      std::optional<Result<bool>> ok;
-      {
-        py::gil_scoped_release nogil;
-        ok.emplace(c->CopyValidated(s, key, &dst, 1));
-      }
-      if (!*ok) return py::bytes("");
-      if (ok->value()) {
-        c->RecordRead(true);
-        return py::reinterpret_steal<py::bytes>(out.release());
-      }
+    BytesSink sink;
+    auto r = c->Get(key, sink);
+    sink.TakeGil();
+    if (!r) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      return py::bytes("");
     }
-    return py::bytes("");
+    return sink.Release();
   }
 
   std::vector<py::bytes> GetBatch(const std::vector<std::string>& keys) {
