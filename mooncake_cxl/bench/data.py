@@ -46,11 +46,11 @@ def _chunk(size, n):
 
 
 def _baseline(size, working_set, dst_working_set=0, anonymous=False):
-    from mooncake_cxl import _core
+    from mooncake_cxl import _bench_core
     # From a /dev/shm mapping (the pool's own medium), or from ordinary
     # anonymous memory (what a user compares against).
     shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
-    return _core._MemcpyBench(size, working_set, dst_working_set, shm)
+    return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)
 
 
 def _connect(address, prefault):

@@ -73,6 +73,14 @@ void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts
   }
 }
 
+void CopyOut(const char* src, uint64_t len, const ReadDest& dest) {
+  if (dest.ranges == nullptr) return ScatterTo(src, len, dest.slices, dest.nslices);
+  for (size_t i = 0; i < dest.nranges; ++i) {
+    const RangeCopy& r = dest.ranges[i];
+    if (r.src_offset <= len && r.size <= len - r.src_offset) CopyFromPool(r.dst, src + r.src_offset, r.size);
+  }
+}
+
 Client::Client(const ClientOptions& options) : options_(options) {
   if (options_.tenant.empty()) options_.tenant = std::string(kDefaultTenant);
   tenant_prefix_ = TenantPrefix(options_.tenant);

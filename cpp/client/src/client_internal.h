@@ -9,9 +9,6 @@
 
 namespace mcxl {
 
-// How often a one-sided read retries a copy that a concurrent writer tore.
-constexpr int kCopyRetries = 1000;
-
 // A put copies its value in chunks of this size and checks between chunks
 // that the put is still its own (client_write.cc): the most a writer resumed
 // after its put was revoked can still write is the rest of one chunk.
@@ -29,5 +26,7 @@ uint64_t TotalSize(const MutSlice* s, size_t n);
 // Copies the first len bytes of src into the slices, in order (the slices
 // must hold at least len bytes together).
 void ScatterTo(const char* src, uint64_t len, const MutSlice* dsts, size_t ndsts);
+// Copies a value of len bytes at src to where `dest` says (ReadDest).
+void CopyOut(const char* src, uint64_t len, const ReadDest& dest);
 
 }  // namespace mcxl

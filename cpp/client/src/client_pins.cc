@@ -7,7 +7,6 @@
 // Atomics: as stated at the top of client.cc.
 #include "mooncake_cxl/client/client.h"
 
-#include <immintrin.h>
 #include <unistd.h>
 #include <algorithm>
 #include <cstring>
@@ -18,6 +17,7 @@
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "client_internal.h"
+#include "read_loop.h"
 
 namespace mcxl {
 
@@ -36,100 +36,40 @@ Result<PinnedView> Client::PinValue(std::string_view user_key) {
   std::string buf;
   std::string_view key;
   if (!ScopeKey(user_key, "get_buffer", &buf, &key)) return ErrorCode::INVALID_PARAMS;
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   int reattaches = 0;
-  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = LocateStored(key);
-    if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
-    if (!snap) return snap.error();
-    std::shared_lock<std::shared_mutex> lock(life_mu_);
-    if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-    if (snap->state() == EntryState::kOnDisk) {
+  PinnedView v;
+  ReadTally tally;
+  auto pinned = ReadLoop(key, KeyHash(key), nullptr, 0, &tally, [&](const EntrySnapshot& s) -> Result<bool> {
+    if (s.state() == EntryState::kOnDisk) {
       // A view needs the bytes in the pool: have the master stage it.
-      Status st = StageAndWait(*snap, key);
+      Status st = StageAndWait(s, key);
       if (!st.ok()) return st.error();
-      continue;
+      return false;
     }
-    const char* data = index_->ValuePtr(*snap, key);
-    if (data == nullptr) continue;
-    PinnedView v;
-    v.object_offset = snap->object_offset;
-    v.generation = snap->generation();
-    ClientSlot* cs = nullptr;
+    const char* data = index_->ValuePtr(s, key);
+    if (data == nullptr) return false;
     bool slot_lost = false;
-    {
-      std::lock_guard<std::mutex> attach(attach_mu_);
-      std::lock_guard<std::mutex> pins(pin_mu_);
-      v.slot = slot_.load(std::memory_order_relaxed);
-      v.slot_generation = slot_generation_.load(std::memory_order_relaxed);
-      cs = pool_->client_slot(v.slot);
-      // Acquire: pairs with the master's release store when it assigns,
-      // reclaims or retires the slot. A table that is no longer ours is not
-      // written (it may be another client's by now).
-      slot_lost = cs->generation.load(std::memory_order_acquire) != v.slot_generation;
-      if (!slot_lost) {
-        if (pin_slot_ != v.slot) {  // a different slot: its table starts empty for us
-          free_pins_.clear();
-          pin_high_water_ = 0;
-          pin_slot_ = v.slot;
-        }
-        uint32_t per = pool_->geometry().pins_per_client;
-        PinRecord* table = pool_->pin_table(v.slot);
-        for (;;) {
-          if (free_pins_.empty() && pin_high_water_ >= per) {
-            MCXL_LOG(kWarn, "client", "get_buffer of '%.*s': all %u pin records of this client are in use; "
-                     "drop some BufferHandles", int(key.size()), key.data(), per);
-            return ErrorCode::NO_AVAILABLE_HANDLE;
-          }
-          uint32_t r = pin_high_water_;
-          if (free_pins_.empty()) {
-            ++pin_high_water_;
-          } else {
-            r = free_pins_.back();
-            free_pins_.pop_back();
-          }
-          RaiseTo(cs->pin_high_water, pin_high_water_);  // the master scans [0, high water)
-          // Relaxed claim and stores: the seq_cst fence below orders them
-          // before the re-checks, and the master reads them after its own
-          // seq_cst fence. A CAS, so that a stale writer of this table (one
-          // stopped across its reclaim) and we never share a record.
-          uint64_t expected = 0;
-          if (table[r].object_offset.compare_exchange_strong(expected, v.object_offset,
-                                                            std::memory_order_relaxed)) {
-            table[r].generation.store(v.generation, std::memory_order_relaxed);
-            v.record = r;
-            break;
-          }
-          // Held by such a stale writer: skip the record.
-        }
-        cs->pins_in_use.fetch_add(1, std::memory_order_relaxed);
-        PublishRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
-        PublishRange(&table[v.record], sizeof(PinRecord));
-      }
-    }
-    bool pinned = false;
+    Status claimed = ClaimPin(s, key, &v, &slot_lost);
+    if (!claimed.ok()) return claimed.error();
     if (!slot_lost) {
       // seq_cst: the claim before the re-checks (the Dekker pairs with the
       // master's tombstone-then-scan, Master::IsPinned, and with its
       // generation-store-then-scan when it reclaims the slot, RetireOrClearPins).
       std::atomic_thread_fence(std::memory_order_seq_cst);
       if (pool_->failed()) {
-        lock.unlock();
         Unpin(v);
         return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
       }
-      slot_lost = cs->generation.load(std::memory_order_acquire) != v.slot_generation;
-      pinned = !slot_lost && index_->StillValid(*snap);
-      if (pinned) {
-        index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+      // Acquire: as in ClaimPin.
+      slot_lost = pool_->client_slot(v.slot)->generation.load(std::memory_order_acquire) != v.slot_generation;
+      if (!slot_lost && index_->StillValid(s)) {
         v.data = data;
-        v.size = snap->value_size;
-        RecordRead(true);
-        return v;
+        v.size = s.value_size;
+        return true;
       }
-      lock.unlock();
       Unpin(v);
-    } else {
-      lock.unlock();
     }
     if (slot_lost) {
       // Reclaimed (stopped past --client_ttl), retired, or a restarted
@@ -139,8 +79,63 @@ Result<PinnedView> Client::PinValue(std::string_view user_key) {
       Status a = Attach(false);
       if (!a.ok()) return a.error();
     }
+    return false;
+  });
+  RecordReads(tally.hits, tally.misses);
+  if (!pinned) return pinned.error();
+  return v;
+}
+
+Status Client::ClaimPin(const EntrySnapshot& snap, std::string_view key, PinnedView* v, bool* slot_lost) {
+  v->object_offset = snap.object_offset;
+  v->generation = snap.generation();
+  std::lock_guard<std::mutex> attach(attach_mu_);
+  std::lock_guard<std::mutex> pins(pin_mu_);
+  v->slot = slot_.load(std::memory_order_relaxed);
+  v->slot_generation = slot_generation_.load(std::memory_order_relaxed);
+  ClientSlot* cs = pool_->client_slot(v->slot);
+  // Acquire: pairs with the master's release store when it assigns,
+  // reclaims or retires the slot. A table that is no longer ours is not
+  // written (it may be another client's by now).
+  *slot_lost = cs->generation.load(std::memory_order_acquire) != v->slot_generation;
+  if (*slot_lost) return ErrorCode::OK;
+  if (pin_slot_ != v->slot) {  // a different slot: its table starts empty for us
+    free_pins_.clear();
+    pin_high_water_ = 0;
+    pin_slot_ = v->slot;
   }
-  return ErrorCode::OBJECT_NOT_FOUND;
+  uint32_t per = pool_->geometry().pins_per_client;
+  PinRecord* table = pool_->pin_table(v->slot);
+  for (;;) {
+    if (free_pins_.empty() && pin_high_water_ >= per) {
+      MCXL_LOG(kWarn, "client", "get_buffer of '%.*s': all %u pin records of this client are in use; "
+               "drop some BufferHandles", int(key.size()), key.data(), per);
+      return ErrorCode::NO_AVAILABLE_HANDLE;
+    }
+    uint32_t r = pin_high_water_;
+    if (free_pins_.empty()) {
+      ++pin_high_water_;
+    } else {
+      r = free_pins_.back();
+      free_pins_.pop_back();
+    }
+    RaiseTo(cs->pin_high_water, pin_high_water_);  // the master scans [0, high water)
+    // Relaxed claim and stores: the seq_cst fence in PinValue orders them
+    // before the re-checks, and the master reads them after its own seq_cst
+    // fence. A CAS, so that a stale writer of this table (one stopped across
+    // its reclaim) and we never share a record.
+    uint64_t expected = 0;
+    if (table[r].object_offset.compare_exchange_strong(expected, v->object_offset, std::memory_order_relaxed)) {
+      table[r].generation.store(v->generation, std::memory_order_relaxed);
+      v->record = r;
+      break;
+    }
+    // Held by such a stale writer: skip the record.
+  }
+  cs->pins_in_use.fetch_add(1, std::memory_order_relaxed);
+  PublishRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
+  PublishRange(&table[v->record], sizeof(PinRecord));
+  return ErrorCode::OK;
 }
 
 void Client::Unpin(const PinnedView& v) {

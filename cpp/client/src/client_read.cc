@@ -1,11 +1,11 @@
-// One-sided reads: locate the key in the index under the entry's seqlock,
-// check the object header, extend the lease, copy, and re-check the entry's
-// version; a changed version means the copy may be torn and is retried.
+// One-sided reads: every read runs the loop of read_loop.h (locate under
+// the entry's seqlock, act, re-check the entry's version, retry a torn
+// copy); this file holds its copy step, the single-key and batch reads that
+// drive it, and the sinks that say where a value goes.
 //
 // Atomics: as stated at the top of client.cc.
 #include "mooncake_cxl/client/client.h"
 
-#include <immintrin.h>
 #include <algorithm>
 #include <cstring>
 
@@ -15,8 +15,47 @@
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "client_internal.h"
+#include "read_loop.h"
 
 namespace mcxl {
+
+namespace {
+// Caller slices that receive the whole value (get_into, batch reads).
+class SliceSink final : public ReadSink {
+ public:
+  SliceSink(const MutSlice* dsts, size_t ndsts) : dsts_(dsts), ndsts_(ndsts) {}
+  Status Place(uint64_t, ReadDest* dest) override {
+    dest->slices = dsts_;
+    dest->nslices = ndsts_;
+    return ErrorCode::OK;
+  }
+
+ private:
+  const MutSlice* dsts_;
+  size_t ndsts_;
+};
+
+// Ranges of the value (get_into_ranges): each range's result is its size,
+// or INVALID_PARAMS when it does not lie inside the value located.
+class RangeSink final : public ReadSink {
+ public:
+  RangeSink(const std::vector<RangeCopy>& ranges, std::vector<int64_t>* out) : ranges_(ranges), out_(out) {}
+  Status Place(uint64_t size, ReadDest* dest) override {
+    for (size_t i = 0; i < ranges_.size(); ++i) {
+      const RangeCopy& r = ranges_[i];
+      bool inside = r.src_offset <= size && r.size <= size - r.src_offset;
+      (*out_)[i] = inside ? int64_t(r.size) : ToInt(ErrorCode::INVALID_PARAMS);
+    }
+    dest->ranges = ranges_.data();
+    dest->nranges = ranges_.size();
+    return ErrorCode::OK;
+  }
+
+ private:
+  const std::vector<RangeCopy>& ranges_;
+  std::vector<int64_t>* out_;
+};
+}  // namespace
 
 Result<EntrySnapshot> Client::Locate(std::string_view key) {
   std::string buf;
@@ -31,34 +70,48 @@ Result<EntrySnapshot> Client::LocateStored(std::string_view key) {
   return index_->FindComplete(key, KeyHash(key));
 }
 
-Result<bool> Client::CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
-                                   size_t ndsts) {
-  std::string buf;
-  std::string_view stored;
-  if (!ScopeKey(key, "get", &buf, &stored)) return ErrorCode::INVALID_PARAMS;
-  return CopyStored(snap, stored, dsts, ndsts);
+Result<bool> Client::CopyStep(const EntrySnapshot& snap, std::string_view key, ReadSink& sink) {
+  ReadDest dest;
+  Status placed = sink.Place(snap.value_size, &dest);
+  if (!placed.ok()) return placed.error();
+  if (dest.ranges == nullptr && TotalSize(dest.slices, dest.nslices) < snap.value_size) {
+    MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
+             int(key.size()), key.data(), (unsigned long long)TotalSize(dest.slices, dest.nslices),
+             (unsigned long long)snap.value_size);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  return CopyLocked(snap, key, dest);
 }
 
-Result<bool> Client::CopyStored(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
-                                size_t ndsts) {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  return CopyLocked(snap, key, dsts, ndsts, NowNs() + LeaseTtlNs());
-}
-
-Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts, size_t ndsts,
-                                uint64_t lease_until_ns) {
-  if (TotalSize(dsts, ndsts) < snap.value_size) return ErrorCode::INVALID_PARAMS;
-  if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dsts, ndsts);
+Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key, const ReadDest& dest) {
+  if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dest);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
   ObserveRange(src, snap.value_size);
-  ScatterTo(src, snap.value_size, dsts, ndsts);
+  CopyOut(src, snap.value_size, dest);
   // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  if (!index_->StillValid(snap)) return false;
-  index_->ExtendLease(snap.slot, lease_until_ns);
-  return true;
+  return index_->StillValid(snap);
+}
+
+Result<uint64_t> Client::GetScoped(std::string_view user_key, const char* op, ReadSink& sink) {
+  std::string buf;
+  std::string_view key;
+  if (!ScopeKey(user_key, op, &buf, &key)) return ErrorCode::INVALID_PARAMS;
+  std::shared_lock<std::shared_mutex> lock(life_mu_);
+  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  ReadTally tally;
+  auto size = ReadLoop(key, KeyHash(key), nullptr, 0, &tally,
+                       [&](const EntrySnapshot& s) { return CopyStep(s, key, sink); });
+  RecordReads(tally.hits, tally.misses);
+  return size;
+}
+
+Result<uint64_t> Client::Get(std::string_view key, ReadSink& sink) { return GetScoped(key, "get", sink); }
+
+Result<uint64_t> Client::GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts) {
+  SliceSink sink(dsts, ndsts);
+  return GetScoped(key, "get", sink);
 }
 
 void Client::RecordRead(bool hit) { RecordReads(hit ? 1 : 0, hit ? 0 : 1); }
@@ -108,12 +161,12 @@ void Client::BatchGetInto(const std::vector<std::string_view>& user_keys, const 
   uint64_t lease_until = NowNs() + LeaseTtlNs();
   std::vector<EntrySnapshot> snaps(n);
   std::vector<char> located(n, 0);
-  uint64_t hits = 0, misses = 0;
+  ReadTally tally;
   for (size_t i = 0; i < n; ++i) {
     if ((*out)[i] != 0) continue;
     auto snap = index_->FindComplete(keys[i].stored, keys[i].hash);
     if (!snap) {
-      if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) ++misses;
+      if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) ++tally.misses;
       (*out)[i] = ToInt(snap.error());
       continue;
     }
@@ -121,76 +174,16 @@ void Client::BatchGetInto(const std::vector<std::string_view>& user_keys, const 
     located[i] = 1;
     if (const char* src = index_->ValuePtr(*snap, keys[i].stored)) __builtin_prefetch(src);
   }
-  // Pass 3: copy and validate each; a key whose entry changed since its
-  // snapshot is looked up again, as GetInto does.
+  // Pass 3: the read loop of each key, starting from its snapshot.
   for (size_t i = 0; i < n; ++i) {
     if (!located[i]) continue;
-    const MutSlice* d = dsts.data() + first[i];
-    size_t nd = first[i + 1] - first[i];
+    SliceSink sink(dsts.data() + first[i], first[i + 1] - first[i]);
     std::string_view key = keys[i].stored;
-    if (TotalSize(d, nd) < snaps[i].value_size) {
-      MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
-               int(key.size()), key.data(), (unsigned long long)TotalSize(d, nd),
-               (unsigned long long)snaps[i].value_size);
-      (*out)[i] = ToInt(ErrorCode::INVALID_PARAMS);
-      continue;
-    }
-    EntrySnapshot snap = snaps[i];
-    int64_t result = ToInt(ErrorCode::OBJECT_NOT_FOUND);  // rewritten on every attempt: treat as gone
-    for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-      if (attempt > 0) {
-        _mm_pause();
-        auto again = index_->FindComplete(key, keys[i].hash);
-        if (!again) {
-          if (again.error() == ErrorCode::OBJECT_NOT_FOUND) ++misses;
-          result = ToInt(again.error());
-          break;
-        }
-        snap = *again;
-        if (TotalSize(d, nd) < snap.value_size) {
-          result = ToInt(ErrorCode::INVALID_PARAMS);
-          break;
-        }
-      }
-      auto ok = CopyLocked(snap, key, d, nd, lease_until);
-      if (!ok) {
-        result = ToInt(ok.error());
-        break;
-      }
-      if (*ok) {
-        ++hits;
-        result = int64_t(snap.value_size);
-        break;
-      }
-    }
-    (*out)[i] = result;
+    auto size = ReadLoop(key, keys[i].hash, &snaps[i], lease_until, &tally,
+                         [&](const EntrySnapshot& s) { return CopyStep(s, key, sink); });
+    (*out)[i] = size ? int64_t(*size) : int64_t(ToInt(size.error()));
   }
-  RecordReads(hits, misses);  // one counter update per batch
-}
-
-Result<uint64_t> Client::GetInto(std::string_view user_key, const MutSlice* dsts, size_t ndsts) {
-  std::string buf;
-  std::string_view key;
-  if (!ScopeKey(user_key, "get", &buf, &key)) return ErrorCode::INVALID_PARAMS;
-  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = LocateStored(key);
-    if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
-    if (!snap) return snap.error();
-    if (TotalSize(dsts, ndsts) < snap->value_size) {
-      MCXL_LOG(kWarn, "client", "get of '%.*s': buffer of %llu bytes is smaller than the value (%llu)",
-               int(key.size()), key.data(), (unsigned long long)TotalSize(dsts, ndsts),
-               (unsigned long long)snap->value_size);
-      return ErrorCode::INVALID_PARAMS;
-    }
-    auto ok = CopyStored(*snap, key, dsts, ndsts);
-    if (!ok) return ok.error();
-    if (*ok) {
-      RecordRead(true);
-      return snap->value_size;
-    }
-    _mm_pause();
-  }
-  return ErrorCode::OBJECT_NOT_FOUND;  // rewritten on every attempt: treat as gone
+  RecordReads(tally.hits, tally.misses);  // one counter update per batch
 }
 
 int Client::IsExist(std::string_view key) {
@@ -209,54 +202,11 @@ Result<uint64_t> Client::GetSize(std::string_view key) {
   return snap->value_size;
 }
 
-std::vector<int64_t> Client::GetRanges(std::string_view user_key, const std::vector<RangeCopy>& ranges) {
+std::vector<int64_t> Client::GetRanges(std::string_view key, const std::vector<RangeCopy>& ranges) {
   std::vector<int64_t> out(ranges.size(), 0);
-  std::string buf;
-  std::string_view key;
-  if (!ScopeKey(user_key, "get_into_ranges", &buf, &key)) {
-    out.assign(ranges.size(), ToInt(ErrorCode::INVALID_PARAMS));
-    return out;
-  }
-  for (int attempt = 0; attempt < kCopyRetries; ++attempt) {
-    auto snap = LocateStored(key);
-    if (!snap) {
-      if (snap.error() == ErrorCode::OBJECT_NOT_FOUND) RecordRead(false);
-      out.assign(ranges.size(), ToInt(snap.error()));
-      return out;
-    }
-    std::shared_lock<std::shared_mutex> lock(life_mu_);
-    if (closed_) break;
-    std::string disk_copy;  // a disk-resident value: read whole, then the ranges
-    if (snap->state() == EntryState::kOnDisk) {
-      disk_copy.resize(snap->value_size);
-      MutSlice d{disk_copy.data(), disk_copy.size()};
-      auto ok = CopyFromDisk(*snap, key, &d, 1);
-      if (!ok) {
-        out.assign(ranges.size(), ToInt(ok.error()));
-        return out;
-      }
-      if (!*ok) continue;
-    }
-    const char* src = disk_copy.empty() ? index_->ValuePtr(*snap, key) : disk_copy.data();
-    if (src == nullptr) continue;
-    ObserveRange(src, snap->value_size);
-    for (size_t i = 0; i < ranges.size(); ++i) {
-      const RangeCopy& r = ranges[i];
-      if (r.src_offset > snap->value_size || r.size > snap->value_size - r.src_offset) {
-        out[i] = ToInt(ErrorCode::INVALID_PARAMS);
-        continue;
-      }
-      memcpy(r.dst, src + r.src_offset, r.size);
-      out[i] = int64_t(r.size);
-    }
-    if (pool_->failed()) break;  // see CopyValidated
-    if (!disk_copy.empty() || index_->StillValid(*snap)) {  // a disk copy was validated by CopyFromDisk
-      index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
-      RecordRead(true);
-      return out;
-    }
-  }
-  out.assign(ranges.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  RangeSink sink(ranges, &out);
+  auto r = GetScoped(key, "get_into_ranges", sink);
+  if (!r) out.assign(ranges.size(), ToInt(r.error()));
   return out;
 }
 

@@ -89,8 +89,7 @@ Status Client::StageAndWait(const EntrySnapshot& snap, std::string_view key) {
   return ErrorCode::OBJECT_NOT_FOUND;
 }
 
-Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
-                                  size_t ndsts) {
+Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view key, const ReadDest& dest) {
   auto tier = Tier();
   const DiskStub* st = index_->StubPtr(snap, key);
   if (st == nullptr || !tier || tier->root.empty()) return false;  // stale geometry (or no tier): locate again
@@ -115,9 +114,12 @@ Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view ke
   loc.crc32c = c.crc32c;
   loc.key_len = c.key_len;
   loc.generation = c.generation;
+  // Straight into the first slice when it holds the whole value; else read
+  // whole, then scatter (or copy the ranges).
   std::string tmp;
-  void* dst = dsts[0].data;
-  if (ndsts == 0 || dsts[0].size < snap.value_size) {  // spans slices: read whole, then scatter
+  bool direct = dest.ranges == nullptr && dest.nslices > 0 && dest.slices[0].size >= snap.value_size;
+  void* dst = direct ? dest.slices[0].data : nullptr;
+  if (!direct) {
     tmp.resize(snap.value_size);
     dst = tmp.data();
   }
@@ -137,8 +139,7 @@ Result<bool> Client::CopyFromDisk(const EntrySnapshot& snap, std::string_view ke
     return ErrorCode::OBJECT_NOT_FOUND;
   }
   if (!index_->StillValid(snap)) return false;
-  if (!tmp.empty()) ScatterTo(tmp.data(), snap.value_size, dsts, ndsts);
-  index_->ExtendLease(snap.slot, NowNs() + LeaseTtlNs());
+  if (!direct) CopyOut(tmp.data(), snap.value_size, dest);
   offload_reads_.fetch_add(1, std::memory_order_relaxed);
   ClientSlot* cs = pool_->client_slot(slot_.load(std::memory_order_relaxed));
   cs->disk_hits.fetch_add(1, std::memory_order_relaxed);

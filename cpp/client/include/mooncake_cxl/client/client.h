@@ -60,7 +60,7 @@ struct ClientOptions {
   bool prefault_pool = false;
   // Key namespace (tenant.h): "" or "default" = keys stored unchanged.
   std::string tenant = "default";
-  // SSD tier (issue 13). The client reads records of disk-resident objects
+  // SSD tier. The client reads records of disk-resident objects
   // itself when it can open the tier's directory (the master's --root_fs_dir,
   // or this host's path for it: MOONCAKE_OFFLOAD_FILE_STORAGE_PATH), unless
   // tier_direct_read is off (MC_CXL_TIER_DIRECT_READ=0); otherwise it asks
@@ -96,6 +96,31 @@ struct RangeCopy {
   uint64_t size;
 };
 
+// Where a read puts the value it located: the whole value scattered over
+// `slices` in order (together at least the value's size, else the read
+// fails with INVALID_PARAMS), or, when `ranges` is set, only those ranges of
+// it (a range outside the value is skipped).
+struct ReadDest {
+  const MutSlice* slices = nullptr;
+  size_t nslices = 0;
+  const RangeCopy* ranges = nullptr;
+  size_t nranges = 0;
+};
+
+// The caller's side of a read (Client::Get): told the size of the value once
+// its key is located, says where the bytes go. Place is called again on each
+// retry (the entry changed under the copy; the new version may differ in
+// size), with the client's life lock held shared: it may block (the binding
+// takes the GIL there to allocate), but must not call into the client. An
+// error it returns ends the read with that error.
+class ReadSink {
+ public:
+  virtual Status Place(uint64_t size, ReadDest* dest) = 0;
+
+ protected:
+  ~ReadSink() = default;
+};
+
 // A zero-copy view of a value in the pool, pinned: the master keeps its
 // extent (and refuses unforced removes) until Unpin, also past this client's
 // close(), a reclaim of its slot while it lives, or a master restart (the
@@ -125,19 +150,20 @@ class Client {
                              const std::vector<PutParts>& values, const PutOptions& options,
                              bool upsert);
   // Put of one key whose value is `parts` (same results), without per-key
-  // vectors: the small-put fast path (issue 14).
+  // vectors: the small-put fast path.
   ErrorCode PutOne(std::string_view key, const ConstSlice* parts, size_t nparts, const PutOptions& options,
                    bool upsert);
 
-  // One-sided reads. Locate finds the newest COMPLETE entry; CopyValidated
-  // copies its value (scattered over `dsts`, which must hold value_size bytes
-  // in total) and reports whether the entry stayed unchanged meanwhile (if not,
-  // Locate again). A successful copy extends the object's lease.
+  // One-sided reads. Locate finds the newest COMPLETE entry (no copy, no
+  // lease). Get locates the key, asks `sink` where the value goes, copies it
+  // and re-checks the entry, retrying (a bounded number of times) a copy
+  // that raced with a writer; a read extends the object's lease and counts
+  // as a hit or a miss (RecordRead). Result: the value's size, or
+  // OBJECT_NOT_FOUND, or the sink's error.
   Result<EntrySnapshot> Locate(std::string_view key);
-  Result<bool> CopyValidated(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts,
-                             size_t ndsts);
-  // Locate + copy with retries: bytes read, INVALID_PARAMS when the value does
-  // not fit `capacity`, OBJECT_NOT_FOUND.
+  Result<uint64_t> Get(std::string_view key, ReadSink& sink);
+  // Get into caller slices: INVALID_PARAMS (logged) when the value does not
+  // fit them.
   Result<uint64_t> GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts);
   // Reads served from the SSD tier by this client (get_offload_rpc_read_count).
   uint64_t offload_read_count() const { return offload_reads_.load(std::memory_order_relaxed); }
@@ -226,15 +252,31 @@ class Client {
   Status RingCallInto(MessageType type, std::string_view payload, std::string* reply);
   // Checks a caller's key (not empty, not in another namespace, short enough
   // once scoped) and returns it as stored (tenant.h), in *buf when scoped.
+  // Each call scopes its keys once, here; everything below takes stored keys.
   bool ScopeKey(std::string_view key, const char* op, std::string* buf, std::string_view* stored) const;
   // The same for keys already scoped (internal calls).
   bool ValidKey(std::string_view key, const char* op) const;
-  // Locate / CopyValidated of a stored (scoped) key.
   Result<EntrySnapshot> LocateStored(std::string_view stored);
-  Result<bool> CopyStored(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts);
-  // CopyStored with life_mu_ already held (shared) and the lease given.
-  Result<bool> CopyLocked(const EntrySnapshot& snap, std::string_view stored, const MutSlice* dsts, size_t ndsts,
-                          uint64_t lease_until_ns);
+  // ---- the read loop (read_loop.h), with life_mu_ held shared ----
+  struct ReadTally {
+    uint64_t hits = 0, misses = 0;
+  };
+  // Locates `stored` (or starts from *first), applies `step` to the entry
+  // (true: done; false: the entry changed, locate again; an error ends the
+  // read), then extends the lease (to lease_until_ns, 0 = now + the ttl)
+  // and counts the hit or miss in *tally. The value's size, or the error.
+  template <class Step>
+  Result<uint64_t> ReadLoop(std::string_view stored, uint64_t hash, const EntrySnapshot* first,
+                            uint64_t lease_until_ns, ReadTally* tally, Step&& step);
+  // ReadLoop's step for copies: sink.Place, then CopyLocked.
+  Result<bool> CopyStep(const EntrySnapshot& snap, std::string_view stored, ReadSink& sink);
+  // Copies the entry's value to `dest` and re-checks the entry (false: changed).
+  Result<bool> CopyLocked(const EntrySnapshot& snap, std::string_view stored, const ReadDest& dest);
+  // Get of a caller's key, `op` naming the call in log lines.
+  Result<uint64_t> GetScoped(std::string_view key, const char* op, ReadSink& sink);
+  // PinValue's claim of a record in this client's pin table for `snap`
+  // (filling *v): *slot_lost when the slot is no longer ours (nothing claimed).
+  Status ClaimPin(const EntrySnapshot& snap, std::string_view stored, PinnedView* v, bool* slot_lost);
   std::string tenant_prefix_;  // TenantPrefix(options_.tenant)
   // ---- SSD tier (client_tier.cc) ----
   struct TierView {
@@ -246,7 +288,7 @@ class Client {
   void LoadTier();  // at attach: from the superblock the master wrote
   // Copies the value of a kOnDisk snapshot: from the record, or by staging
   // it into the pool (false: Locate again, as for a torn pool copy).
-  Result<bool> CopyFromDisk(const EntrySnapshot& snap, std::string_view key, const MutSlice* dsts, size_t ndsts);
+  Result<bool> CopyFromDisk(const EntrySnapshot& snap, std::string_view key, const ReadDest& dest);
   // Asks the master to copy a kOnDisk object into the pool and waits (up to
   // a few seconds) until the entry changed: OK, or an error (a miss).
   Status StageAndWait(const EntrySnapshot& snap, std::string_view key);

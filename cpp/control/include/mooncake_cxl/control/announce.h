@@ -1,6 +1,6 @@
-// Announcement channels: "blocks ready" records through the pool (DESIGN.md
-// §9), so a decode process learns that a prefill process stored blocks with
-// no TCP between them.
+// Announcement channels: "blocks ready" records through the pool (the block
+// KV layer's hand-off, docs/architecture.md), so a decode process learns
+// that a prefill process stored blocks with no TCP between them.
 //
 // Contract: a pool region holds announce_channels channels (layout.h
 // AnnounceChannelHeader) of announce_slots one-line records. A channel is
