@@ -206,8 +206,6 @@ def repository_files():
 OUTSIDE_DESIGN_FILES = ("DESIGN" + ".md", "MOONCAKE_API" + ".md")
 
 
-@pytest.mark.xfail(strict=False, reason="code and test comments still cite them until the parallel "
-                                         "clean-ups are merged")
 def test_nothing_cites_design_files_outside_the_repository():
     problems = []
     for f in repository_files():

@@ -1,5 +1,5 @@
 // Reads of objects whose value lives in the SSD tier (EntryState::kOnDisk,
-// master_tier.cc). Contract: the entry is found one-sidedly as any other;
+// tier_manager.h). Contract: the entry is found one-sidedly as any other;
 // its stub (DiskStub) is copied and the entry re-checked; then the client
 // reads the record itself (tier::ReadRecord verifies key, length,
 // generation, crc32c) when it can open the tier's directory, else it asks
