@@ -381,7 +381,7 @@ class TensorMethods:
     def _parallel_write(self, key, tensor, parallelism, config, writer_partition, upsert, op,
                         from_buffer=False):
         """The routes of Mooncake 0.3.13's put_tensor_with_parallelism, as its
-        store behaves (tests/test_conformance.py checks the keys and bytes):
+        store behaves (tests/compat/test_conformance.py checks the keys and bytes):
         a writer partition or a multi-axis TP request stores the calling
         rank's shard of the full tensor; a single TP axis takes `tensor` as
         that rank's shard already (global shape = its shape × size along

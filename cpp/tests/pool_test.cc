@@ -352,7 +352,7 @@ TEST_F(PoolTest, MasterRefusesToStartOnACorruptSuperblockNamingTheField) {
     uint64_t saved = Read(base, c.offset, c.width);
     memcpy(base + c.offset, &c.value, c.width);
     testing::internal::CaptureStderr();
-    auto m = Master::Create(cfg);  // used to abort in vector::reserve for index_capacity 2^58
+    auto m = Master::Create(cfg);  // must not abort in vector::reserve for index_capacity 2^58
     std::string log = testing::internal::GetCapturedStderr();
     EXPECT_EQ(m.error(), ErrorCode::INVALID_PARAMS) << c.what;
     EXPECT_NE(log.find(c.names), std::string::npos) << c.what << ": " << log;

@@ -28,7 +28,7 @@ this model takes ~5 minutes and the section needs four of them; run
 max_position_embeddings, vLLM's max_model_len, its CPU KV cache
 (VLLM_CPU_KVCACHE_SPACE) and the pool are sized for the longest prompt; the
 parallel-load pair runs at min(longest, 8192) tokens (PARALLEL_MAX) unless told. The child side (`child_main`) is
-also what tests/test_vllm_mooncake_connector.py runs.
+also what tests/vllm/test_vllm_mooncake_connector.py runs.
 """
 import argparse
 import json

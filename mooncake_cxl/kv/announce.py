@@ -1,6 +1,6 @@
 """Announcements through the pool: "blocks first..end of request R (layer l)
 are stored" from a prefill process to decode processes, with no TCP between
-them (the C++ channel is cpp/include/mooncake_cxl/announce.h).
+them (the C++ channel is cpp/control/include/mooncake_cxl/control/announce.h).
 
     ann = Announcer(store, "prefill-0")                  # one producer per channel
     cache.save(hashes[:end], blocks[:end], start=first)

@@ -73,7 +73,7 @@ def _removed_but_viewed(master):
 
 
 def test_pins_of_a_killed_process_are_released(master_factory):
-    # A short lease, so that only the pin is left. A pin no longer refuses an
+    # A short lease, so that only the pin is left. A pin does not refuse an
     # unforced remove (Mooncake returns 0: its handles are private copies):
     # the key goes at once, the extent waits for the view and is freed when
     # the viewing process dies.

@@ -56,7 +56,7 @@ bool TierManager::FlushTombstones() {
     batch.swap(removals_);
     upto = tomb_queued_;
   }
-  // Test hook (tests/test_tier_tombstones.py): a slow tier, so that a reply
+  // Test hook (tests/tier/test_tier_tombstones.py): a slow tier, so that a reply
   // sent before its tombstone is written would lose the race for sure.
   static const uint64_t delay_ms = [] {
     const char* v = getenv("MCXL_TIER_TEST_TOMB_DELAY_MS");

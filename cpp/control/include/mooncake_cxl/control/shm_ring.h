@@ -50,7 +50,7 @@ namespace mcxl {
 // pause-only window double (to kMaxPauseNs); a yield that took longer than
 // kContendedNs (another task ran here) after which the data was there says
 // the peer shares our core: the window drops to zero, we yield at once.
-// Measured (issue 14, 2 cores, fixed 2 µs pause): a ring round trip took
+// Measured (2 cores, fixed 2 µs pause): a ring round trip took
 // 1.3 µs with client and master on different cores, 9.6 µs on one core.
 // Not thread-safe: one per waiting thread (callers serialise).
 class SpinWait {

@@ -12,9 +12,9 @@
 // idle CPU stays ~0 (what it spends is one window per pause in the traffic).
 // The server yields its core at every poll of a long window (SpinWait), so a
 // task that wants the core gets it, and one that keeps it longer than the
-// window sends the server to sleep. (Going to sleep whenever a yield let
-// another task run for 20 µs or more was tried: the VM's timer ticks did
-// that every ~4 ms, and 2.3% of puts at a 100 µs pace paid a wake-up vs 0.5%.)
+// window sends the server to sleep. (Sleeping as soon as a yield let another
+// task run for 20 µs would not do: a VM's timer ticks do that every ~4 ms,
+// and 2.3% of puts at a 100 µs pace would pay a wake-up instead of 0.5%.)
 // Not thread-safe: the ring server's loop owns it.
 #pragma once
 

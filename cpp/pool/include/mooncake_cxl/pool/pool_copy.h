@@ -8,7 +8,7 @@
 // ordered before any later store (sfence), so the caller's PublishRange +
 // release store still announce complete data.
 //
-// Why not memcpy (docs/bench/issue14_tail.md): glibc sizes its copy strategy
+// Why not memcpy: glibc sizes its copy strategy
 // from the CPUID cache sizes; on VMs that report a huge shared cache (this
 // one: 320 MiB) it never switches to non-temporal stores below 240 MiB, so a
 // 4 MiB put into cold pool lines pays a read-for-ownership per line and

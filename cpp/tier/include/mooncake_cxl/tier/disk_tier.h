@@ -1,4 +1,4 @@
-// DiskTier: the SSD tier's segment files (issue 13), below the CXL pool.
+// DiskTier: the SSD tier's segment files, below the CXL pool.
 //
 // Contract. Objects are appended as records to large segment files
 // `<root_dir>/seg-<segment_id as 8 hex digits>.mcxl` (ids start at 1, never
