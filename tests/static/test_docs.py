@@ -113,7 +113,7 @@ def test_module_map_names_every_source_file():
     assert not missing, "source files missing from docs/architecture.md's module map:\n" + "\n".join(missing)
 
 
-@pytest.mark.parametrize("path,limit", [(README, 400), (ARCHITECTURE, 700)], ids=["README", "architecture"])
+@pytest.mark.parametrize("path,limit", [(README, 450), (ARCHITECTURE, 950)], ids=["README", "architecture"])
 def test_length(path, limit):
     n = len(read(path).splitlines())
     assert n <= limit, f"{rel(path)} has {n} lines, more than {limit}"
