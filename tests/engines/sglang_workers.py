@@ -1,0 +1,109 @@
+"""SGLang's HiCache Mooncake backend (its MooncakeStore with its CPU device and
+host KV pools), run as a script by the engines interpreter:
+
+    python sglang_workers.py spec.json out.json
+
+spec: {"mode": "write"|"read", "master": "host:port", "seed": int, "route":
+"extra"|"file"|"env", "cases": [[name, mla, layout], ...]}. Each case builds
+a device pool and SGLang's host pool for it, fills the host pool with seeded
+bytes and, in "write", stores PAGES pages with batch_set_v1 and reads them back
+into other pages; in "read" (a fresh process) it finds them, reads them with
+batch_get_v1. out.json records
+per case whether the pages came back byte-exact.
+"""
+import json
+import os
+import sys
+
+import torch
+
+PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS = 16, 4, 2, 32, 512
+PAGES = 8
+
+
+def build_pools(mla, layout):
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
+    from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
+    if mla:
+        dev = MLATokenToKVPool(TOKENS, PAGE, torch.bfloat16, 64, 16, LAYERS, "cpu", False,
+                               start_layer=0, end_layer=LAYERS - 1)
+    else:
+        dev = MHATokenToKVPool(TOKENS, PAGE, torch.float16, HEADS, HEAD_DIM, LAYERS, "cpu", False,
+                               start_layer=0, end_layer=LAYERS - 1)
+    # As SGLang's _build_mha_mla_host_pool, without pinned memory (a CUDA call).
+    kwargs = dict(host_to_device_ratio=2.0, host_size=0, page_size=PAGE, layout=layout,
+                  pin_memory=False, allocator_type="default", pool_label="kv")
+    if mla:
+        host = MLATokenToKVPoolHost(dev.get_device_pool_infos()[0].buffer_info,
+                                    device_capacity_tokens=dev.size, start_layer=dev.start_layer,
+                                    end_layer=dev.end_layer, target_layer_num=dev.layer_num,
+                                    override_kv_cache_dim=dev.kv_cache_dim, **kwargs)
+    else:
+        host_cls, host_input, host_kwargs = _mha_host_inputs(dev)
+        host = host_cls(host_input, **host_kwargs, **kwargs)
+    return dev, host
+
+
+def storage_config(mla, route, master):
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+    extra = None
+    if route == "extra":
+        extra = {"master_server_address": master, "protocol": "tcp", "global_segment_size": "1gb",
+                 "metadata_server": "P2PHANDSHAKE", "device_name": ""}
+    return HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                                attn_cp_size=1, is_mla_model=mla, enable_storage_metrics=False,
+                                is_page_first_layout=True, model_name="org/model", extra_config=extra)
+
+
+def page_bytes(host, token_index):
+    return host.get_data_page(token_index, flat=True).contiguous().view(torch.uint8)
+
+
+def run_case(spec, name, mla, layout):
+    from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
+    _, host = build_pools(mla, layout)
+    gen = torch.Generator().manual_seed(spec["seed"] + sum(map(ord, name)))
+    raw = host.kv_buffer.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
+    store = MooncakeStore(storage_config(mla, spec["route"], spec["master"]), host)
+    store.register_mem_pool_host(host)
+    keys = [f"{name}-{i}" for i in range(PAGES)]
+    src = torch.arange(0, PAGES * PAGE)
+    dst = torch.arange(PAGES * PAGE, 2 * PAGES * PAGE)
+    for t in dst[::PAGE]:  # the read target starts as zeros
+        host.get_data_page(int(t), flat=False).zero_()
+    result = {}
+    if spec["mode"] == "write":
+        result["set"] = store.batch_set_v1(keys, src)
+    result["exists"] = store.batch_exists(keys)
+    result["get"] = store.batch_get_v1(keys, dst)
+    result["exact"] = all(torch.equal(page_bytes(host, int(a)), page_bytes(host, int(b)))
+                          for a, b in zip(src[::PAGE], dst[::PAGE]))
+    result["page_bytes"] = page_bytes(host, 0).numel()
+    store.close()
+    return result
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    if spec["route"] == "env":
+        os.environ.update({"MOONCAKE_MASTER": spec["master"], "MOONCAKE_PROTOCOL": "tcp",
+                           "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE", "MOONCAKE_DEVICE": ""})
+    elif spec["route"] == "file":
+        path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "sglang_mooncake.json")
+        with open(path, "w") as f:
+            json.dump({"master_server_address": spec["master"], "protocol": "tcp",
+                       "metadata_server": "P2PHANDSHAKE", "global_segment_size": "1gb"}, f)
+        os.environ["SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"] = path
+    import mooncake.store
+    out = {"impl": "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference",
+           "cases": {}}
+    for name, mla, layout in spec["cases"]:
+        out["cases"][name] = run_case(spec, name, mla, layout)
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
