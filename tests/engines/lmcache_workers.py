@@ -1,0 +1,85 @@
+"""LMCache 0.5.6's `mooncakestore://` connector through LMCache's own
+CreateConnector and LocalCPUBackend, run as a script by the engines interpreter:
+
+    python lmcache_workers.py spec.json out.json
+
+spec: {"mode": "write"|"read", "master": "host:port", "seed": int,
+"save_chunk_meta": bool, "chunks": int}. "write" puts `chunks` 256-token KV
+chunks of seeded bytes with batched_put (then reads them back); "read" (a
+fresh process) checks they exist and gets them with batched_get. out.json
+records whether every chunk came back byte-exact.
+"""
+import asyncio
+import json
+import sys
+
+import torch
+
+CHUNK, LAYERS, HEADS, HEAD_DIM = 256, 4, 2, 64
+KV_SHAPE = (LAYERS, 2, CHUNK, HEADS, HEAD_DIM)  # LMCacheMetadata's; a chunk is 256 KiB at bfloat16
+MODEL = "org/model"
+
+
+def chunk_bytes(seed, i):
+    g = torch.Generator().manual_seed(seed * 1000 + i)
+    return torch.randint(0, 256, (LAYERS * 2 * CHUNK * HEADS * HEAD_DIM * 2,), dtype=torch.uint8, generator=g)
+
+
+def build(spec):
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.connector import CreateConnector
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    extra = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "protocol": "tcp",
+             "device_name": "", "master_server_address": spec["master"],
+             "global_segment_size": str(256 << 20), "local_buffer_size": str(64 << 20),
+             "save_chunk_meta": spec["save_chunk_meta"]}
+    if spec.get("reference"):
+        # Mooncake reads master_server_addr only; LMCache forwards mooncake_-prefixed keys stripped.
+        extra["mooncake_master_server_addr"] = extra.pop("master_server_address")
+    config = LMCacheEngineConfig.from_defaults(chunk_size=CHUNK, local_cpu=False, max_local_cpu_size=0.1,
+                                               remote_url=f"mooncakestore://{spec['master']}",
+                                               remote_serde="naive", extra_config=extra)
+    metadata = LMCacheMetadata(model_name=MODEL, world_size=1, local_world_size=1, worker_id=0,
+                               local_worker_id=0, kv_dtype=torch.bfloat16, kv_shape=KV_SHAPE)
+    loop = asyncio.new_event_loop()
+    backend = LocalCPUBackend(config, metadata)
+    connector = CreateConnector(config.remote_url, loop, backend, config, metadata)
+    return loop, backend, connector, metadata
+
+
+def key(i, seed):
+    from lmcache.utils import CacheEngineKey
+    return CacheEngineKey(MODEL, 1, 0, seed * 1000 + i, torch.bfloat16)
+
+
+def main():
+    from lmcache.v1.memory_management import MemoryFormat
+    spec = json.load(open(sys.argv[1]))
+    loop, backend, connector, metadata = build(spec)
+    n, seed = spec["chunks"], spec["seed"]
+    keys = [key(i, seed) for i in range(n)]
+    out = {}
+    import mooncake.store
+    out["impl"] = "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference"
+    if spec["mode"] == "write":
+        shape = metadata.get_shapes()[0]
+        objs = []
+        for i in range(n):
+            obj = backend.allocate(shape, torch.bfloat16, MemoryFormat.KV_2LTD)
+            obj.tensor.view(torch.uint8).view(-1).copy_(chunk_bytes(seed, i))
+            objs.append(obj)
+        loop.run_until_complete(connector.batched_put(keys, objs))
+        for o in objs:
+            o.ref_count_down()
+    out["exists"] = [connector.exists_sync(k) for k in keys]
+    got = loop.run_until_complete(connector.batched_get(keys))
+    out["exact"] = [g is not None and torch.equal(g.tensor.view(torch.uint8).reshape(-1), chunk_bytes(seed, i))
+                    for i, g in enumerate(got)]
+    loop.run_until_complete(connector.close())
+    with open(sys.argv[2], "w") as f:
+        json.dump(out, f)
+
+
+if __name__ == "__main__":
+    main()
