@@ -9,6 +9,8 @@ same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.p
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
 (pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
 itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
+--only engines (needs SGLang and LMCache, MCXL_ENGINES_PYTHON) times their Mooncake
+backends on ours and on Mooncake's store (engines.py), under `unshare -n` likewise.
 
 --report [PATH] rewrites the sections that ran in the performance document
 (default docs/performance.md of the source checkout, see report.py); without
@@ -24,7 +26,7 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "control", "eviction", "tiering", "pd")
+SECTIONS = ("data", "control", "eviction", "tiering", "pd", "engines")
 DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
@@ -47,7 +49,9 @@ def _parser():
                          "eviction (throughput at the watermark, master memory per object), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
-                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
+                         "engines (SGLang's and LMCache's Mooncake backends, ours vs Mooncake; "
+                         "their interpreter: MCXL_ENGINES_PYTHON)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -92,7 +96,7 @@ def main(argv=None):
         out = args.out or report.output_dir()
         return compare.main(out=out, quick=args.quick, progress=not args.no_progress,
                             reexec=not args.no_reexec, argv=argv, report_path=report_path)
-    if "pd" in sections:
+    if "pd" in sections or "engines" in sections:
         if not reference.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" \
                 and reference.netns_unavailable() is None:
             return reference.rerun_in_netns(argv, _PD_NETNS_ENV)
@@ -165,6 +169,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             _show(bodies, name, mod.markdown(results["pd"][name]))
+    if "engines" in sections:
+        from . import engines
+        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "engines", engines.markdown(results["engines"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

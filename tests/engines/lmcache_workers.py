@@ -3,11 +3,12 @@ CreateConnector and LocalCPUBackend, run as a script by the engines interpreter:
 
     python lmcache_workers.py spec.json out.json
 
-spec: {"mode": "write"|"read", "master": "host:port", "seed": int,
-"save_chunk_meta": bool, "chunks": int}. "write" puts `chunks` 256-token KV
-chunks of seeded bytes with batched_put (then reads them back); "read" (a
-fresh process) checks they exist and gets them with batched_get. out.json
-records whether every chunk came back byte-exact.
+spec: {"mode": "write"|"read", "master": "host:port", "seed": int, "chunks": int}.
+For each save_chunk_meta mode (False: batch_put_from/batch_get_into; True:
+put_parts/batch_get_buffer) "write" puts `chunks` 256-token KV chunks of
+seeded bytes with batched_put (then reads them back); "read" (a fresh process)
+checks they exist and gets them with batched_get. out.json records per mode
+whether every chunk came back byte-exact.
 """
 import asyncio
 import json
@@ -25,7 +26,7 @@ def chunk_bytes(seed, i):
     return torch.randint(0, 256, (LAYERS * 2 * CHUNK * HEADS * HEAD_DIM * 2,), dtype=torch.uint8, generator=g)
 
 
-def build(spec):
+def build(spec, save_chunk_meta):
     from lmcache.v1.config import LMCacheEngineConfig
     from lmcache.v1.metadata import LMCacheMetadata
     from lmcache.v1.storage_backend.connector import CreateConnector
@@ -33,7 +34,7 @@ def build(spec):
     extra = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "protocol": "tcp",
              "device_name": "", "master_server_address": spec["master"],
              "global_segment_size": str(256 << 20), "local_buffer_size": str(64 << 20),
-             "save_chunk_meta": spec["save_chunk_meta"]}
+             "save_chunk_meta": save_chunk_meta}
     if spec.get("reference"):
         # Mooncake reads master_server_addr only; LMCache forwards mooncake_-prefixed keys stripped.
         extra["mooncake_master_server_addr"] = extra.pop("master_server_address")
@@ -53,15 +54,12 @@ def key(i, seed):
     return CacheEngineKey(MODEL, 1, 0, seed * 1000 + i, torch.bfloat16)
 
 
-def main():
+def run_mode(spec, save_chunk_meta):
     from lmcache.v1.memory_management import MemoryFormat
-    spec = json.load(open(sys.argv[1]))
-    loop, backend, connector, metadata = build(spec)
-    n, seed = spec["chunks"], spec["seed"]
+    loop, backend, connector, metadata = build(spec, save_chunk_meta)
+    n, seed = spec["chunks"], spec["seed"] + int(save_chunk_meta)
     keys = [key(i, seed) for i in range(n)]
     out = {}
-    import mooncake.store
-    out["impl"] = "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference"
     if spec["mode"] == "write":
         shape = metadata.get_shapes()[0]
         objs = []
@@ -72,11 +70,20 @@ def main():
         loop.run_until_complete(connector.batched_put(keys, objs))
         for o in objs:
             o.ref_count_down()
-    out["exists"] = [connector.exists_sync(k) for k in keys]
+    out["exists"] = [int(connector.exists_sync(k)) for k in keys]
     got = loop.run_until_complete(connector.batched_get(keys))
     out["exact"] = [g is not None and torch.equal(g.tensor.view(torch.uint8).reshape(-1), chunk_bytes(seed, i))
                     for i, g in enumerate(got)]
     loop.run_until_complete(connector.close())
+    return out
+
+
+def main():
+    spec = json.load(open(sys.argv[1]))
+    import mooncake.store
+    out = {"impl": "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference"}
+    for save_chunk_meta in spec.get("modes", [False, True]):
+        out["put_parts" if save_chunk_meta else "batch_put_from"] = run_mode(spec, save_chunk_meta)
     with open(sys.argv[2], "w") as f:
         json.dump(out, f)
 

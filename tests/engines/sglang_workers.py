@@ -3,8 +3,10 @@ host KV pools), run as a script by the engines interpreter:
 
     python sglang_workers.py spec.json out.json
 
-spec: {"mode": "write"|"read", "master": "host:port", "seed": int, "route":
-"extra"|"file"|"env", "cases": [[name, mla, layout], ...]}. Each case builds
+spec: {"mode": "write"|"read", "master": "host:port", "seed": int, "cases":
+[[name, mla, layout, route], ...]}; route is how SGLang finds the store's
+config: "extra" (extra_config), "file" (SGLANG_HICACHE_MOONCAKE_CONFIG_PATH) or
+"env" (MOONCAKE_* variables). Each case builds
 a device pool and SGLang's host pool for it, fills the host pool with seeded
 bytes and, in "write", stores PAGES pages with batch_set_v1 and reads them back
 into other pages; in "read" (a fresh process) it finds them, reads them with
@@ -60,13 +62,30 @@ def page_bytes(host, token_index):
     return host.get_data_page(token_index, flat=True).contiguous().view(torch.uint8)
 
 
-def run_case(spec, name, mla, layout):
+def use_route(route, master, config_path):
+    """Point SGLang's config loading at `route` for the next MooncakeStore."""
+    os.environ.pop("SGLANG_HICACHE_MOONCAKE_CONFIG_PATH", None)
+    for k in ("MOONCAKE_MASTER", "MOONCAKE_PROTOCOL", "MOONCAKE_TE_META_DATA_SERVER", "MOONCAKE_DEVICE"):
+        os.environ.pop(k, None)
+    if route == "env":
+        os.environ.update({"MOONCAKE_MASTER": master, "MOONCAKE_PROTOCOL": "tcp",
+                           "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE", "MOONCAKE_DEVICE": ""})
+    elif route == "file":
+        with open(config_path, "w") as f:
+            json.dump({"master_server_address": master, "protocol": "tcp",
+                       "metadata_server": "P2PHANDSHAKE", "global_segment_size": "1gb"}, f)
+        os.environ["SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"] = config_path
+
+
+def run_case(spec, name, mla, layout, route):
     from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
     _, host = build_pools(mla, layout)
     gen = torch.Generator().manual_seed(spec["seed"] + sum(map(ord, name)))
     raw = host.kv_buffer.view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
-    store = MooncakeStore(storage_config(mla, spec["route"], spec["master"]), host)
+    use_route(route, spec["master"], os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])),
+                                                  "sglang_mooncake.json"))
+    store = MooncakeStore(storage_config(mla, route, spec["master"]), host)
     store.register_mem_pool_host(host)
     keys = [f"{name}-{i}" for i in range(PAGES)]
     src = torch.arange(0, PAGES * PAGE)
@@ -87,20 +106,11 @@ def run_case(spec, name, mla, layout):
 
 def main():
     spec = json.load(open(sys.argv[1]))
-    if spec["route"] == "env":
-        os.environ.update({"MOONCAKE_MASTER": spec["master"], "MOONCAKE_PROTOCOL": "tcp",
-                           "MOONCAKE_TE_META_DATA_SERVER": "P2PHANDSHAKE", "MOONCAKE_DEVICE": ""})
-    elif spec["route"] == "file":
-        path = os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])), "sglang_mooncake.json")
-        with open(path, "w") as f:
-            json.dump({"master_server_address": spec["master"], "protocol": "tcp",
-                       "metadata_server": "P2PHANDSHAKE", "global_segment_size": "1gb"}, f)
-        os.environ["SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"] = path
     import mooncake.store
     out = {"impl": "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference",
            "cases": {}}
-    for name, mla, layout in spec["cases"]:
-        out["cases"][name] = run_case(spec, name, mla, layout)
+    for name, mla, layout, route in spec["cases"]:
+        out["cases"][name] = run_case(spec, name, mla, layout, route)
     with open(sys.argv[2], "w") as f:
         json.dump(out, f)
 

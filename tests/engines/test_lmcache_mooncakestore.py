@@ -21,14 +21,14 @@ def _run(python, tmp_path, name, spec, compat):
                              tmp_path / f"{name}.log", compat=compat)
 
 
-@pytest.mark.parametrize("save_chunk_meta", [False, True], ids=["batch_put_from", "put_parts"])
-def test_lmcache_connector_second_process_reads_byte_exact(engines_python, master, tmp_path, save_chunk_meta):
-    spec = {"mode": "write", "master": master.address, "seed": 11, "save_chunk_meta": save_chunk_meta,
-            "chunks": CHUNKS}
+def test_lmcache_connector_second_process_reads_byte_exact(engines_python, master, tmp_path):
+    spec = {"mode": "write", "master": master.address, "seed": 11, "chunks": CHUNKS}
+    every = {"exists": [1] * CHUNKS, "exact": [True] * CHUNKS}
+    both = {"impl": "ours", "batch_put_from": every, "put_parts": every}  # save_chunk_meta False, True
     w = _run(engines_python, tmp_path, "write", spec, compat=True)
-    assert w == {"impl": "ours", "exists": [1] * CHUNKS, "exact": [True] * CHUNKS}, w
+    assert w == both, w
     r = _run(engines_python, tmp_path, "read", dict(spec, mode="read"), compat=True)
-    assert r == {"impl": "ours", "exists": [1] * CHUNKS, "exact": [True] * CHUNKS}, r
+    assert r == both, r
     log = open(tmp_path / "write.log").read()
     assert "unknown key" not in log  # every key LMCache sends is one setup(config) knows
 
@@ -39,9 +39,9 @@ def test_lmcache_connector_on_reference_mooncake(engines_python, tmp_path):
         pytest.skip(why)
     m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
     try:
-        spec = {"mode": "write", "master": m.address, "seed": 11, "save_chunk_meta": False,
-                "chunks": CHUNKS, "reference": True}
+        spec = {"mode": "write", "master": m.address, "seed": 11, "chunks": CHUNKS, "reference": True}
+        every = {"exists": [1] * CHUNKS, "exact": [True] * CHUNKS}
         w = _run(engines_python, tmp_path, "ref_write", spec, compat=False)
-        assert w == {"impl": "reference", "exists": [1] * CHUNKS, "exact": [True] * CHUNKS}, w
+        assert w == {"impl": "reference", "batch_put_from": every, "put_parts": every}, w
     finally:
         m.stop()

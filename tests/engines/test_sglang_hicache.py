@@ -34,12 +34,13 @@ def _assert_exact(out, impl, write):
 
 
 def test_sglang_mooncake_store_second_process_reads_byte_exact(engines_python, master, tmp_path):
-    spec = {"mode": "write", "master": master.address, "seed": 7, "route": "extra", "cases": CASES}
+    spec = {"mode": "write", "master": master.address, "seed": 7,
+            "cases": [c + ["extra"] for c in CASES]}
     _assert_exact(_run(engines_python, tmp_path, "write", spec, compat=True), "ours", write=True)
-    for route in ("file", "env"):  # SGLANG_HICACHE_MOONCAKE_CONFIG_PATH, then MOONCAKE_* variables
-        out = _run(engines_python, tmp_path, f"read_{route}", dict(spec, mode="read", route=route),
-                   compat=True)
-        _assert_exact(out, "ours", write=False)
+    # The reader finds the store by SGLang's two other routes: its config file, MOONCAKE_* variables.
+    routes = ["file", "env", "file", "env"]
+    spec = dict(spec, mode="read", cases=[c + [r] for c, r in zip(CASES, routes)])
+    _assert_exact(_run(engines_python, tmp_path, "read", spec, compat=True), "ours", write=False)
 
 
 def test_sglang_mooncake_store_on_reference_mooncake(engines_python, tmp_path):
@@ -48,7 +49,7 @@ def test_sglang_mooncake_store_on_reference_mooncake(engines_python, tmp_path):
         pytest.skip(why)
     m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
     try:
-        spec = {"mode": "write", "master": m.address, "seed": 7, "route": "extra", "cases": CASES}
+        spec = {"mode": "write", "master": m.address, "seed": 7, "cases": [c + ["extra"] for c in CASES]}
         _assert_exact(_run(engines_python, tmp_path, "ref_write", spec, compat=False), "reference",
                       write=True)
     finally:
