@@ -171,7 +171,7 @@ def _run_sections(args, sections, pd_parts, pool_dir):
             _show(bodies, name, mod.markdown(results["pd"][name]))
     if "engines" in sections:
         from . import engines
-        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir)
+        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "engines", engines.markdown(results["engines"]))
     if "tiering" in sections:
         from . import tiering

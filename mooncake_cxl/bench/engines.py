@@ -31,11 +31,13 @@ def engines_python():
 
 
 class _Worker:
-    def __init__(self, python, master, impl, log_path):
+    def __init__(self, python, master, impl, log_path, prefault=True):
         env = dict(os.environ)
         env.pop("MOONCAKE_CXL_COMPAT", None)
         if impl == "ours":
             env["MOONCAKE_CXL_COMPAT"] = "1"
+            if prefault:
+                env["MC_CXL_PREFAULT"] = "1"  # map the pool's pages at attach, as the data section
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([python, WORKER, master, impl], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd="/")
@@ -58,7 +60,7 @@ class _Worker:
         self.log.close()
 
 
-def run(quick=False, pool_dir=None, rounds=None):
+def run(quick=False, pool_dir=None, prefault=True, rounds=None):
     from ..launch import MasterProcess
     from . import reference
     rounds = rounds or (1 if quick else 3)
@@ -66,10 +68,11 @@ def run(quick=False, pool_dir=None, rounds=None):
     out_dir = tempfile.gettempdir()  # the workers' and Mooncake master's logs
     results = {"rounds": rounds, "python": python, "cases": {}}
     with common.temp_pool("mcxl_bench_engines", pool_dir) as pool, \
-            MasterProcess(pool, 1536 * MIB, format=True) as ours_master, \
+            MasterProcess(pool, 1536 * MIB, format=True,
+                          extra_flags=["--prefault_pool"] if prefault else []) as ours_master, \
             reference.ReferenceMaster(os.path.join(out_dir, "mcxl_bench_engines_ref.log")) as ref_master:
         workers = {"ours": _Worker(python, ours_master.address, "ours",
-                                   os.path.join(out_dir, "mcxl_bench_engines_ours.log")),
+                                   os.path.join(out_dir, "mcxl_bench_engines_ours.log"), prefault),
                    "mooncake": _Worker(python, ref_master.address, "reference",
                                        os.path.join(out_dir, "mcxl_bench_engines_mooncake.log"))}
         try:

@@ -4,6 +4,7 @@ a failed setup logged at ERROR with the address, an SSD path that is not the
 tier ignored, MooncakeHostMemAllocator with setup_dummy, and the wheel's
 pure-Python service modules on the shim."""
 import ctypes
+import os
 import logging
 
 import pytest
@@ -105,3 +106,57 @@ def test_shim_serves_the_wheels_service_modules():
             "from mooncake.store import MooncakeHostMemAllocator, bind_to_numa_node\n")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/")
     assert r.returncode == 0, r.stderr
+
+
+def test_wheels_rest_server_runs_unmodified_on_ours(master, tmp_path):
+    """mc_store_rest_server (the wheel's mooncake_store_service) under the compat
+    switch: a put over its REST API is in our store; /api/mount_shm is refused."""
+    import json
+    import subprocess
+    import sys
+    import urllib.error
+    import urllib.request
+    from conftest import wait_until
+    from oracle import loopback_only_netns, reference_package_dir
+    if reference_package_dir() is None:
+        pytest.skip("the reference Mooncake wheel (whose files these are) is not installed")
+    pytest.importorskip("aiohttp")
+    ok, why = loopback_only_netns()
+    if not ok:
+        pytest.skip(f"the wheel's REST server binds 0.0.0.0; it runs only in a loopback-only "
+                    f"network namespace (unshare -n): {why}")
+    port = free_port()
+    env = dict(os.environ, MOONCAKE_MASTER=master.address, MOONCAKE_PROTOCOL="tcp",
+               MOONCAKE_TE_META_DATA_SERVER="P2PHANDSHAKE", MOONCAKE_DEVICE="",
+               MOONCAKE_LOCAL_HOSTNAME="127.0.0.1")
+    log = open(tmp_path / "rest.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "mooncake_cxl.compat", "run", "-m",
+                             "mooncake.mooncake_store_service", "--port", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT, env=env, cwd="/")
+
+    def call(method, path, body=None):
+        req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", method=method,
+                                     data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(req, timeout=5) as r:
+                return r.status, r.read()
+        except urllib.error.HTTPError as e:
+            return e.code, e.read()
+        except OSError:
+            return None, b""
+
+    try:
+        wait_until(lambda: call("PUT", "/api/put", {"key": "rest-k", "value": "hello"})[0] == 200,
+                   lambda: "the REST server's put: " + open(tmp_path / "rest.log").read()[-2000:])
+        assert call("GET", "/api/get/rest-k") == (200, b"hello")
+        s = MooncakeDistributedStore()
+        assert s.setup("127.0.0.1", "P2PHANDSHAKE", 0, 0, "tcp", "", master.address) == 0
+        assert s.get("rest-k") == b"hello"  # in our pool, visible to any client
+        s.close()
+        status, body = call("POST", "/api/mount_shm", {"name": "seg", "size": 4096})
+        assert status == 500, body  # mount_segment: NOT_SUPPORTED, the pool is the one segment
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
