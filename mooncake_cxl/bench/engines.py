@@ -104,7 +104,7 @@ def markdown(results):
             lines.append(f"| {label} | {field.split('_')[0]} | {a:.2f} | {b:.2f} | {a / b:.1f}x | "
                          f"{'yes' if exact else 'NO'} |")
     lines.append("")
-    lines.append(f"Medians of {results['rounds']} alternating rounds per store; each round is the "
-                 "engine's own call path end to end (SGLang's batch_set_v1 includes its "
-                 "batch_is_exist); Mooncake over TCP on loopback.")
+    lines.append(f"A batch's bytes over its median time in a round, median of {results['rounds']} "
+                 "rounds alternating the stores; each batch is the engine's own call path end to end "
+                 "(SGLang's batch_set_v1 includes its batch_is_exist); Mooncake over TCP on loopback.")
     return "\n".join(lines)

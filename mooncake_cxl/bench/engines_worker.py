@@ -4,7 +4,7 @@ alternates them). Reads commands from stdin, one JSON object a line, and
 answers each with one JSON line on stdout:
 
     {"op": "sglang", "page_bytes": N, "batch": 32, "iters": I}
-        -> {"set_gbps": ..., "get_gbps": ..., "exact": bool}
+        -> {"set_gbps": ..., "get_gbps": ..., "exact": bool}  (a batch's bytes / its median time)
     {"op": "lmcache", "batch": B, "iters": I}
         -> {"put_gbps": ..., "get_gbps": ..., "exact": bool}
 
@@ -13,6 +13,7 @@ backends skip keys that exist) and reads them back into other host memory.
 """
 import asyncio
 import json
+import statistics
 import sys
 import time
 
@@ -57,7 +58,7 @@ def sglang(master, page_bytes, batch, iters, tag):
     store, host, page = _sglang[key]
     src = torch.arange(0, batch * page)
     dst = torch.arange(batch * page, 2 * batch * page)
-    t_set = t_get = 0.0
+    t_set, t_get = [], []
     exact = True
     for i in range(iters):
         keys = [f"{tag}-{page_bytes}-{i}-{j}" for j in range(batch)]
@@ -66,14 +67,15 @@ def sglang(master, page_bytes, batch, iters, tag):
         t1 = time.perf_counter()
         ok_get = store.batch_get_v1(keys, dst)
         t2 = time.perf_counter()
-        t_set += t1 - t0
-        t_get += t2 - t1
+        t_set.append(t1 - t0)
+        t_get.append(t2 - t1)
         exact &= all(ok_set) and all(ok_get)
     a = host.kv_buffer[:, :batch * page].contiguous().view(torch.uint8)
     b = host.kv_buffer[:, batch * page:2 * batch * page].contiguous().view(torch.uint8)
     exact &= torch.equal(a, b)
-    moved = iters * batch * page_bytes / 1e9
-    return {"set_gbps": moved / t_set, "get_gbps": moved / t_get, "exact": bool(exact)}
+    moved = batch * page_bytes / 1e9
+    return {"set_gbps": moved / statistics.median(t_set), "get_gbps": moved / statistics.median(t_get),
+            "exact": bool(exact)}
 
 
 _lm = {}
@@ -106,7 +108,7 @@ def lmcache(master, batch, iters, tag):
     shape = _lm["metadata"].get_shapes()[0]
     values = [torch.randint(0, 256, (2 * shape.numel(),), dtype=torch.uint8) for _ in range(batch)]
     chunk = values[0].numel()
-    t_put = t_get = 0.0
+    t_put, t_get = [], []
     exact = True
     for i in range(iters):
         keys = [CacheEngineKey("bench", 1, 0, hash((tag, i, j)) & (2**62 - 1), torch.bfloat16) for j in range(batch)]
@@ -118,14 +120,15 @@ def lmcache(master, batch, iters, tag):
         t1 = time.perf_counter()
         got = loop.run_until_complete(connector.batched_get(keys))
         t2 = time.perf_counter()
-        t_put += t1 - t0
-        t_get += t2 - t1
+        t_put.append(t1 - t0)
+        t_get.append(t2 - t1)
         exact &= all(g is not None and torch.equal(g.tensor.view(torch.uint8).reshape(-1), v)
                      for g, v in zip(got, values))
         for o in objs + [g for g in got if g is not None]:
             o.ref_count_down()
-    moved = iters * batch * chunk / 1e9
-    return {"put_gbps": moved / t_put, "get_gbps": moved / t_get, "exact": bool(exact), "chunk_bytes": chunk}
+    moved = batch * chunk / 1e9
+    return {"put_gbps": moved / statistics.median(t_put), "get_gbps": moved / statistics.median(t_get),
+            "exact": bool(exact), "chunk_bytes": chunk}
 
 
 def main():

@@ -9,8 +9,19 @@ import pytest
 
 # SGLang imports torchvision unconditionally; PyPI's does not load beside the CPU torch here.
 NO_TORCHVISION = os.path.join(os.path.dirname(os.path.abspath(__file__)), "no_torchvision")
-PROBE = ("import sglang.srt.mem_cache.storage.mooncake_store.mooncake_store, "
-         "lmcache.v1.storage_backend.connector.mooncakestore_connector, mooncake_cxl")
+WANTED = {"sglang": "0.5.23", "lmcache": "0.5.6"}
+# Finding the packages and their versions is enough here (importing them takes ~20 s);
+# the workers import them and fail loudly if they do not load.
+PROBE = ("import importlib.metadata as m, importlib.util as u\n"
+         "assert u.find_spec('mooncake_cxl'), 'mooncake_cxl is not installed'\n"
+         f"want = {WANTED!r}\n"
+         "have = {}\n"
+         "for name in want:\n"
+         "    try:\n"
+         "        have[name] = m.version(name)\n"
+         "    except m.PackageNotFoundError:\n"
+         "        have[name] = None\n"
+         "assert have == want, f'found {have}, want {want}'\n")
 
 
 def engines_env(compat):
