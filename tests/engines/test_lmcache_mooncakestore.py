@@ -2,7 +2,8 @@
 LocalCPUBackend) on our store through MOONCAKE_CXL_COMPAT=1, configured with
 LMCache's legacy extra_config keys (master_server_address, string sizes), in
 both save_chunk_meta modes: a second process reads every 256-token chunk the
-first wrote, byte-exact. The writer also runs against Mooncake 0.3.13."""
+first wrote, byte-exact; and LMCacheEngine itself stores in one process and
+retrieves in another. The connector's writer also runs against Mooncake 0.3.13."""
 import json
 import os
 
@@ -21,14 +22,19 @@ def _run(python, tmp_path, name, spec, compat):
                              tmp_path / f"{name}.log", compat=compat)
 
 
-def test_lmcache_connector_second_process_reads_byte_exact(engines_python, master, tmp_path):
-    spec = {"mode": "write", "master": master.address, "seed": 11, "chunks": CHUNKS}
+def test_lmcache_second_process_reads_byte_exact(engines_python, master, tmp_path):
+    """The connector in both modes, then LMCacheEngine: store() of a prompt's KV
+    (4 full chunks and a partial one) in the writer; in the reader lookup() and
+    retrieve() bring back every full chunk, byte-exact, and nothing else."""
+    spec = {"mode": "write", "master": master.address, "seed": 11, "chunks": CHUNKS,
+            "engine_tokens": 4 * 256 + 100}
     every = {"exists": [1] * CHUNKS, "exact": [True] * CHUNKS}
     both = {"impl": "ours", "batch_put_from": every, "put_parts": every}  # save_chunk_meta False, True
     w = _run(engines_python, tmp_path, "write", spec, compat=True)
-    assert w == both, w
+    assert w == dict(both, engine={"lookup": 4 * 256}), w
     r = _run(engines_python, tmp_path, "read", dict(spec, mode="read"), compat=True)
-    assert r == both, r
+    assert r == dict(both, engine={"lookup": 4 * 256, "retrieved": 4 * 256, "exact": True,
+                                   "rest_untouched": True}), r
     log = open(tmp_path / "write.log").read()
     assert "unknown key" not in log  # every key LMCache sends is one setup(config) knows
 
