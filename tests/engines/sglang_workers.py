@@ -5,8 +5,9 @@ host KV pools), run as a script by the engines interpreter:
 
 spec: {"mode": "write"|"read", "master": "host:port", "seed": int, "cases":
 [[name, mla, layout, route], ...]}; route is how SGLang finds the store's
-config: "extra" (extra_config), "file" (SGLANG_HICACHE_MOONCAKE_CONFIG_PATH) or
-"env" (MOONCAKE_* variables). Each case builds
+config: "extra" (extra_config), "file" (SGLANG_HICACHE_MOONCAKE_CONFIG_PATH),
+"env" (MOONCAKE_* variables) or "standalone" (standalone_storage: setup_dummy
+through spec["standalone"], host pool from MooncakeHostMemAllocator). Each case builds
 a device pool and SGLang's host pool for it, fills the host pool with seeded
 bytes and, in "write", stores PAGES pages with batch_set_v1 and reads them back
 into other pages; in "read" (a fresh process) it finds them, reads them with
@@ -23,7 +24,7 @@ PAGE, LAYERS, HEADS, HEAD_DIM, TOKENS = 16, 4, 2, 32, 512
 PAGES = 8
 
 
-def build_pools(mla, layout):
+def build_pools(mla, layout, allocator_type="default"):
     from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
     from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool, MLATokenToKVPool
     from sglang.srt.mem_cache.pool_host.mla import MLATokenToKVPoolHost
@@ -35,7 +36,7 @@ def build_pools(mla, layout):
                                start_layer=0, end_layer=LAYERS - 1)
     # As SGLang's _build_mha_mla_host_pool, without pinned memory (a CUDA call).
     kwargs = dict(host_to_device_ratio=2.0, host_size=0, page_size=PAGE, layout=layout,
-                  pin_memory=False, allocator_type="default", pool_label="kv")
+                  pin_memory=False, allocator_type=allocator_type, pool_label="kv")
     if mla:
         host = MLATokenToKVPoolHost(dev.get_device_pool_infos()[0].buffer_info,
                                     device_capacity_tokens=dev.size, start_layer=dev.start_layer,
@@ -47,9 +48,12 @@ def build_pools(mla, layout):
     return dev, host
 
 
-def storage_config(mla, route, master):
+def storage_config(mla, route, master, standalone=None):
     from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
     extra = None
+    if route == "standalone":  # attach through the per-host standalone client (setup_dummy)
+        extra = {"standalone_storage": True, "client_server_address": standalone, "protocol": "tcp",
+                 "metadata_server": "P2PHANDSHAKE", "device_name": ""}
     if route == "extra":
         extra = {"master_server_address": master, "protocol": "tcp", "global_segment_size": "1gb",
                  "metadata_server": "P2PHANDSHAKE", "device_name": ""}
@@ -79,13 +83,13 @@ def use_route(route, master, config_path):
 
 def run_case(spec, name, mla, layout, route):
     from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
-    _, host = build_pools(mla, layout)
+    _, host = build_pools(mla, layout, "mooncake" if route == "standalone" else "default")
     gen = torch.Generator().manual_seed(spec["seed"] + sum(map(ord, name)))
     raw = host.kv_buffer.view(torch.uint8)
     raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8, generator=gen))
     use_route(route, spec["master"], os.path.join(os.path.dirname(os.path.abspath(sys.argv[2])),
                                                   "sglang_mooncake.json"))
-    store = MooncakeStore(storage_config(mla, route, spec["master"]), host)
+    store = MooncakeStore(storage_config(mla, route, spec["master"], spec.get("standalone")), host)
     store.register_mem_pool_host(host)
     keys = [f"{name}-{i}" for i in range(PAGES)]
     src = torch.arange(0, PAGES * PAGE)
@@ -100,6 +104,9 @@ def run_case(spec, name, mla, layout, route):
     result["exact"] = all(torch.equal(page_bytes(host, int(a)), page_bytes(host, int(b)))
                           for a, b in zip(src[::PAGE], dst[::PAGE]))
     result["page_bytes"] = page_bytes(host, 0).numel()
+    if route == "standalone":
+        result["allocator"] = type(host.allocator).__name__
+        result["setup_dummy"] = hasattr(store.store, "_mem_pool_budget")  # set by our setup_dummy
     store.close()
     return result
 
