@@ -1,11 +1,17 @@
 """What a client's setup takes, shared by the store (store.py), the dummy
 client (dummy.py) and the standalone client (standalone.py): the protocols
-it accepts, the host:port name a client goes by, the tenant-id rule, and
-integer settings read from the environment.
+it accepts, the host:port name a client goes by, the tenant-id rule,
+integer settings read from the environment, the keys of setup(config: dict)
+with the aliases integrations send, and whether an ssd_offload_path is the
+SSD tier's directory.
 """
+import difflib
+import logging
 import os
 import random
 import socket
+
+log = logging.getLogger("mooncake_cxl")
 
 # Every one of them reads and writes the CXL pool directly; "" is Mooncake's default.
 PROTOCOLS = ("tcp", "rdma", "cxl", "")
@@ -63,9 +69,6 @@ CONFIG_ALIASES = {"master_server_address": "master_server_addr", "device_name": 
 def normalize_config(config):
     """A copy of a setup dict with aliases renamed to Mooncake's keys; each
     unknown key is logged by name (with the key it most resembles) and dropped."""
-    import difflib
-    import logging
-    log = logging.getLogger("mooncake_cxl")
     out = {}
     for key, value in config.items():
         name = CONFIG_ALIASES.get(key, key)
@@ -100,8 +103,7 @@ def tier_path(path):
             return path
     except OSError:
         return path
-    import logging
-    logging.getLogger("mooncake_cxl").warning(
+    log.warning(
         "setup(): ssd_offload_path %r holds no SSD tier files; ignored (this store's SSD tier is "
         "the master's --root_fs_dir, read from where the master says)", path)
     return ""
