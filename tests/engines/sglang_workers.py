@@ -81,6 +81,23 @@ def use_route(route, master, config_path):
         os.environ["SGLANG_HICACHE_MOONCAKE_CONFIG_PATH"] = config_path
 
 
+def legacy_api(store, host, name):
+    """The older zero-copy calls (set/get, batch_set/batch_get) on two pages' K halves."""
+    src = [host.get_data_page(i * PAGE, flat=False) for i in (0, 1)]
+    dst = [host.get_data_page((2 * PAGES + i) * PAGE, flat=False) for i in (0, 1)]
+    half = src[0][0].numel() * src[0].element_size()  # the K half of a page_first page is contiguous
+    for d in dst:
+        d.zero_()
+    ok = store.set(f"{name}-legacy-0", target_location=src[0][0].data_ptr(), target_sizes=half)
+    ok &= store.get(f"{name}-legacy-0", target_location=dst[0][0].data_ptr(), target_sizes=half)
+    keys = [f"{name}-legacy-b{i}" for i in (0, 1)]
+    ok &= store.batch_set(keys, target_locations=[p[0].data_ptr() for p in src], target_sizes=[half] * 2)
+    got = store.batch_get(keys, target_locations=[p[0].data_ptr() for p in dst], target_sizes=[half] * 2)
+    # batch_get counts pages (an MHA page is a K and a V key): two K keys are one.
+    return bool(ok) and got == 1 and all(torch.equal(a[0].view(torch.uint8), b[0].view(torch.uint8))
+                                         for a, b in zip(src, dst))
+
+
 def run_case(spec, name, mla, layout, route):
     from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
     _, host = build_pools(mla, layout, "mooncake" if route == "standalone" else "default")
@@ -104,6 +121,8 @@ def run_case(spec, name, mla, layout, route):
     result["exact"] = all(torch.equal(page_bytes(host, int(a)), page_bytes(host, int(b)))
                           for a, b in zip(src[::PAGE], dst[::PAGE]))
     result["page_bytes"] = page_bytes(host, 0).numel()
+    if spec["mode"] == "write" and name == "mha_page_first":
+        result["legacy"] = legacy_api(store, host, name)
     if route == "standalone":
         result["allocator"] = type(host.allocator).__name__
         result["setup_dummy"] = hasattr(store.store, "_mem_pool_budget")  # set by our setup_dummy

@@ -46,6 +46,7 @@ def test_sglang_mooncake_store_second_process_reads_byte_exact(engines_python, m
                 "cases": [c + ["extra"] for c in CASES] + [STANDALONE + ["standalone"]]}
         out = _run(engines_python, tmp_path, "write", spec, compat=True)
         _assert_exact(out, "ours", write=True, names=NAMES + [STANDALONE[0]])
+        assert out["cases"]["mha_page_first"]["legacy"] is True  # set/get, batch_set/batch_get
         r = out["cases"][STANDALONE[0]]
         assert r["allocator"] == "MooncakeHostTensorAllocator" and r["setup_dummy"] is True, r
     finally:
@@ -63,7 +64,8 @@ def test_sglang_mooncake_store_on_reference_mooncake(engines_python, tmp_path):
     m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
     try:
         spec = {"mode": "write", "master": m.address, "seed": 7, "cases": [c + ["extra"] for c in CASES]}
-        _assert_exact(_run(engines_python, tmp_path, "ref_write", spec, compat=False), "reference",
-                      write=True)
+        out = _run(engines_python, tmp_path, "ref_write", spec, compat=False)
+        _assert_exact(out, "reference", write=True)
+        assert out["cases"]["mha_page_first"]["legacy"] is True
     finally:
         m.stop()
