@@ -143,7 +143,8 @@ Status Client::MapPool() {
   if (!(*pool)->CheckSize()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
   // Off the setup path: a put or read reaching a page first maps it itself.
-  if (options_.prefault_pool) populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client");
+  if (options_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap);
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);

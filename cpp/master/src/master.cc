@@ -105,7 +105,8 @@ Status MasterImpl::Open() {
   }
   AdoptPool(std::move(pool_), fresh);
   // Off the start path: a put reaching a page first faults it in itself.
-  if (config_.prefault_pool) populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master");
+  if (config_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate);
   if (tier_) {
     std::lock_guard<std::mutex> lock(mu_);
     tier_->Recover(fresh);
@@ -267,7 +268,8 @@ void MasterImpl::CheckReplacedDevice() {
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
-  if (config_.prefault_pool) populator_.Start(adopted, PopulatePlan(*adopted, true), "master");
+  if (config_.prefault_pool)
+    populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate);
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),

@@ -1,11 +1,15 @@
 #include "mooncake_cxl/pool/populate.h"
 
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <fcntl.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -47,12 +51,21 @@ Status PopulateRange(const Pool& pool, uint64_t offset, uint64_t len) {
   return ErrorCode::OK;
 }
 
-void BackgroundPopulator::Start(const Pool* pool, std::vector<PoolRange> plan, std::string who) {
+Status AllocateRange(const Pool& pool, uint64_t offset, uint64_t len) {
+  if (offset >= pool.size()) return ErrorCode::OK;
+  len = std::min(len, pool.size() - offset);
+  int rc;
+  do rc = fallocate(pool.fd(), 0, off_t(offset), off_t(len));
+  while (rc != 0 && errno == EINTR);
+  return rc == 0 ? Status(ErrorCode::OK) : Status(ErrorCode::INTERNAL_ERROR);
+}
+
+void BackgroundPopulator::Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode) {
   Stop();
   stop_.store(false, std::memory_order_relaxed);
   done_.store(false, std::memory_order_relaxed);
-  thread_ = std::thread([this, pool, plan = std::move(plan), who = std::move(who)]() mutable {
-    Run(pool, std::move(plan), std::move(who));
+  thread_ = std::thread([this, pool, plan = std::move(plan), who = std::move(who), mode]() mutable {
+    Run(pool, std::move(plan), std::move(who), mode);
   });
 }
 
@@ -61,14 +74,23 @@ void BackgroundPopulator::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std::string who) {
+void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode) {
+  bool allocate = mode == PopulateMode::kAllocate && PopulateDataPays(*pool);
+  // Zeroing pages yields the core to ring threads and putters (nice 19, not
+  // SCHED_IDLE: a fault on a page this thread holds waits for it, and an
+  // idle-class thread on a busy machine made such waits last 100s of ms).
+  // Mapping allocated pages is cheap and holds the mapping's lock: it runs
+  // at normal priority, to be done before large puts need it.
+  if (allocate) (void)setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
+  uint64_t step = allocate ? kAllocateStepBytes : kMapStepBytes;
   uint64_t t0 = MonoNs(), total = 0;
   for (const PoolRange& r : plan) {
-    for (uint64_t off = r.offset; off < r.offset + r.len; off += kPopulateStepBytes) {
+    for (uint64_t off = r.offset; off < r.offset + r.len; off += step) {
       if (stop_.load(std::memory_order_relaxed)) return;  // closing: nothing to log
       if (pool->failed()) return;
-      uint64_t n = std::min(kPopulateStepBytes, r.offset + r.len - off);
-      if (!PopulateRange(*pool, off, n).ok()) {
+      uint64_t n = std::min(step, r.offset + r.len - off);
+      Status st = allocate ? AllocateRange(*pool, off, n) : PopulateRange(*pool, off, n);
+      if (!st.ok()) {
         int err = errno;
         MCXL_LOG(kWarn, who.c_str(), "stopped populating pool %s at %llu of %llu MiB: %s; later pages fault "
                  "in on first touch", pool->path().c_str(), (unsigned long long)(total >> 20),
@@ -78,9 +100,10 @@ void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std
       total += n;
     }
   }
-  MCXL_LOG(kInfo, who.c_str(), "populated the pool (%llu of %llu MiB%s) in %.3f s in the background",
+  MCXL_LOG(kInfo, who.c_str(), "populated the pool (%llu of %llu MiB%s, %s) in %.3f s in the background",
            (unsigned long long)(total >> 20), (unsigned long long)(pool->size() >> 20),
-           plan.size() > 1 ? ", data included" : ", metadata only", double(MonoNs() - t0) / 1e9);
+           plan.size() > 1 ? ", data included" : ", metadata only", allocate ? "allocated" : "mapped",
+           double(MonoNs() - t0) / 1e9);
   done_.store(true, std::memory_order_release);
 }
 
