@@ -54,8 +54,13 @@ Status PopulateRange(const Pool& pool, uint64_t offset, uint64_t len) {
 Status AllocateRange(const Pool& pool, uint64_t offset, uint64_t len) {
   if (offset >= pool.size()) return ErrorCode::OK;
   len = std::min(len, pool.size() - offset);
+  // Never past the file's end: a file that shrank stays shrunk, for
+  // CheckSize to see (KEEP_SIZE, and no allocation beyond EOF either).
+  struct stat st {};
+  if (fstat(pool.fd(), &st) != 0) return ErrorCode::INTERNAL_ERROR;
+  if (uint64_t(st.st_size) < offset + len) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   int rc;
-  do rc = fallocate(pool.fd(), 0, off_t(offset), off_t(len));
+  do rc = fallocate(pool.fd(), FALLOC_FL_KEEP_SIZE, off_t(offset), off_t(len));
   while (rc != 0 && errno == EINTR);
   return rc == 0 ? Status(ErrorCode::OK) : Status(ErrorCode::INTERNAL_ERROR);
 }
@@ -90,6 +95,7 @@ void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std
       if (pool->failed()) return;
       uint64_t n = std::min(step, r.offset + r.len - off);
       Status st = allocate ? AllocateRange(*pool, off, n) : PopulateRange(*pool, off, n);
+      if (st.error() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) return;  // shrank: CheckSize logs it
       if (!st.ok()) {
         int err = errno;
         MCXL_LOG(kWarn, who.c_str(), "stopped populating pool %s at %llu of %llu MiB: %s; later pages fault "

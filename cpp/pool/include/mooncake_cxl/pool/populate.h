@@ -54,8 +54,10 @@ std::vector<PoolRange> PopulatePlan(const Pool& pool, bool data);
 // Maps [offset, offset + len) of the pool now (clamped to the mapping,
 // page-rounded). INTERNAL_ERROR when the kernel refuses (not logged).
 Status PopulateRange(const Pool& pool, uint64_t offset, uint64_t len);
-// Allocates [offset, offset + len) of the pool's file (clamped).
-// INTERNAL_ERROR when the file system refuses (errno says why; not logged).
+// Allocates [offset, offset + len) of the pool's file (clamped), never past
+// its end: UNAVAILABLE_IN_CURRENT_STATUS when the file is shorter (it shrank,
+// and must stay so for CheckSize); INTERNAL_ERROR when the file system
+// refuses (errno says why; not logged).
 Status AllocateRange(const Pool& pool, uint64_t offset, uint64_t len);
 
 class BackgroundPopulator {
