@@ -2,8 +2,8 @@
 //
 // Contract: on a pool file on tmpfs or hugetlbfs, the first touch of a page
 // nobody touched yet allocates and zeroes it inside a page fault (a 16 MiB
-// put into such space takes several times a warm one), and the first touch of a page
-// another process allocated still costs this process a fault to map it.
+// put into such space takes several times a warm one), and the first touch
+// of a page another process allocated costs this process a fault to map it.
 // AllocateRange allocates a range of the file (fallocate: the pages are
 // zeroed in the page cache, no process's mapping is touched); PopulateRange
 // maps a range into this process (MADV_POPULATE_WRITE, Linux 5.14+), and
