@@ -287,7 +287,7 @@ def test_random_faults_with_ssd_tier(pool_path, tmp_path):
     the same (a disk read must not return older, torn or foreign bytes
     either); the space check counts a disk-resident object's stub extent."""
     tier = os.path.join(str(tmp_path), "tier")
-    os.mkdir(tier)
+    os.mkdir(tier, 0o700)  # the master refuses a tier directory other users may enter
     drive(pool_path, tmp_path, default_seconds=20, extra_flags=[
         "--enable_offload", "--offload_on_evict", "--promotion_on_hit", f"--root_fs_dir={tier}",
         f"--offload_capacity_bytes={TIER_CAPACITY}", "--offload_ahead_ratio=0.5"])

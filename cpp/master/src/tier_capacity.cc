@@ -48,9 +48,20 @@ uint64_t TierManager::DropWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes
 }
 
 bool TierManager::Housekeeping() {
+  // The filesystem's free space, a few times a second: the capacity follows
+  // it down (another program filled it) and back up (space returned).
+  if (MonoNs() - space_mono_ > 200 * 1000000ull) {
+    space_mono_ = MonoNs();
+    disk_->RefreshSpace();
+    tier::Stats fresh = disk_->stats();
+    std::lock_guard<std::mutex> lock(host_.mu());
+    disk_stats_ = fresh;
+  }
   {
     std::lock_guard<std::mutex> lock(host_.mu());
-    uint64_t cap = config_.offload_capacity_bytes;
+    // What the filesystem leaves, not only the flag: a drop target sized
+    // from a capacity the disk does not have would empty the tier.
+    uint64_t cap = std::min(config_.offload_capacity_bytes, disk_stats_.capacity_effective);
     uint64_t high = uint64_t(config_.offload_high_watermark_ratio * double(cap));
     if (disk_stats_.live_bytes > high || full_) {
       // Drop the tier's least recently used objects down to 90% of the
@@ -99,22 +110,50 @@ bool TierManager::Housekeeping() {
   }
   bool wrote = FlushTombstones();
   tier::Stats ts = disk_->stats();
-  bool compacted = false;
-  if (ts.used_bytes > 0 && double(ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes)) > 0.5 * double(ts.used_bytes)) {
+  bool compacted = false, compact_failing = false;
+  const uint64_t garbage = ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes);
+  // Degraded (a full filesystem): any garbage is worth a victim, the tier
+  // has no other way to get space back.
+  const bool want = ts.used_bytes > 0 && (double(garbage) > 0.5 * double(ts.used_bytes) || (degraded_ && garbage > 0));
+  if (want && MonoNs() >= compact_retry_mono_) {
     uint64_t before = ts.compactions;
     // 64 MiB a turn in 4 MiB steps, tombstones written in between: a remove
     // waits for at most one step's copy, not the whole turn.
     for (int step = 0; step < 16 && ts.compactions == before; ++step) {
-      if (!disk_->Compact(4ull << 20).ok()) break;
+      if (!disk_->Compact(4ull << 20).ok()) {
+        compact_failing = true;
+        break;
+      }
       ts = disk_->stats();
       wrote |= FlushTombstones();
     }
     ts = disk_->stats();
     compacted = ts.compactions != before;
+    compact_backoff_ns_ = compact_failing ? std::clamp<uint64_t>(2 * compact_backoff_ns_, 50000000ull, 2 * kNsPerSec) : 0;
+    compact_retry_mono_ = compact_failing ? MonoNs() + compact_backoff_ns_ : 0;
   }
   std::lock_guard<std::mutex> lock(host_.mu());
   disk_stats_ = ts;
+  UpdateDegraded(!removals_.empty() && tomb_retry_mono_ != 0, compact_failing);
   return wrote || compacted;
+}
+
+void TierManager::UpdateDegraded(bool tomb_failing, bool compact_failing) {
+  const bool enospc = disk_stats_.enospc != enospc_seen_;
+  enospc_seen_ = disk_stats_.enospc;
+  // Degraded from the first ENOSPC until a pass sees none and nothing waits.
+  const bool now = enospc || (degraded_ && (tomb_failing || compact_failing || full_));
+  if (now == degraded_) return;
+  degraded_ = now;
+  if (now)
+    MCXL_LOG(kWarn, "tier", "SSD tier degraded: its filesystem (%s) is full, %llu bytes free; the tier now holds at "
+             "most %llu bytes (configured %llu), drops its least recently used objects to fit%s",
+             config_.root_fs_dir.c_str(), (unsigned long long)disk_stats_.fs_free_bytes,
+             (unsigned long long)disk_stats_.capacity_effective, (unsigned long long)config_.offload_capacity_bytes,
+             tomb_failing ? ", and removes wait for their tombstones" : "");
+  else
+    MCXL_LOG(kInfo, "tier", "SSD tier no longer degraded: %llu bytes free, capacity %llu bytes; demotion resumes",
+             (unsigned long long)disk_stats_.fs_free_bytes, (unsigned long long)disk_stats_.capacity_effective);
 }
 
 }  // namespace mcxl

@@ -148,6 +148,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       if (!s.ok() && w.err != 0) s = WriteErrorCode(w.err);  // the copy's write failed
       if (s.ok()) {
         RecordHeader nh = src;
+        nh.reserved |= kRecordCopy;  // its seq is the original's: rebuild's damage bound skips it
         nh.segment_id = dseg;
         nh.offset = doff;
         SealRecordHeader(&nh);
@@ -155,6 +156,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       }
       if (!s.ok()) {
         t.Unreserve(dseg, doff, bytes);
+        if (w.err != 0) t.WriteFailed(w.err, "compaction copy", dseg, doff);
         if (s.error() == ErrorCode::CHECKSUM_MISMATCH && h.kind == kKindValue) {
           // A corrupt live record: dropped (reported with new segment 0), never copied.
           CountChecksumFailure();
@@ -169,8 +171,11 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
           continue;
         }
         if (s.error() == ErrorCode::NO_AVAILABLE_HANDLE && t.ReleaseReserve()) continue;
-        MCXL_LOG(kError, "disk_tier", "compact: copy of segment %u offset %llu: %s (%s)",
-                 cc.victim, (unsigned long long)off, ErrorCodeName(s.error()), why);
+        uint64_t suppressed = 0;
+        if (t.write_log.Allow(&suppressed))
+          MCXL_LOG(kError, "disk_tier", "compact: copy of segment %u offset %llu: %s (%s; %llu more failed writes "
+                   "in the last second not logged)", cc.victim, (unsigned long long)off, ErrorCodeName(s.error()),
+                   why, (unsigned long long)suppressed);
         result = s;
         break;
       }
