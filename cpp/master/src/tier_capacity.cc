@@ -52,6 +52,7 @@ bool TierManager::Housekeeping() {
   // it down (another program filled it) and back up (space returned).
   if (MonoNs() - space_mono_ > 200 * 1000000ull) {
     space_mono_ = MonoNs();
+    tier::CloseDeletedReaderFds();  // promotions' reads: deleted segments must not keep their space
     disk_->RefreshSpace();
     tier::Stats fresh = disk_->stats();
     std::lock_guard<std::mutex> lock(host_.mu());
@@ -68,7 +69,10 @@ bool TierManager::Housekeeping() {
       // watermark (entries and records): sampled like the pool's eviction.
       uint64_t low = uint64_t(0.9 * double(high));
       uint64_t target = disk_stats_.live_bytes > low ? disk_stats_.live_bytes - low : 0;
-      if (full_) target = std::max<uint64_t>(target, cap / 20);
+      // An append found no room: drop only what live records keep from 5% of
+      // the capacity; garbage beyond that is compaction's to reclaim.
+      if (full_ && disk_stats_.live_bytes + cap / 20 > cap)
+        target = std::max<uint64_t>(target, disk_stats_.live_bytes + cap / 20 - cap);
       uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
       uint64_t now = NowNs();
       const ObjectIndex& index = host_.index();
@@ -102,9 +106,12 @@ bool TierManager::Housekeeping() {
         n += DropWithGroup(c.second, now, &dropped);  // with its group; records go too
       }
       counters_.tier_evictions += n;
-      if (n > 0)
+      uint64_t now_mono = MonoNs();
+      if (n > 0 && now_mono - drop_log_mono_ > kNsPerSec) {
+        drop_log_mono_ = now_mono;
         MCXL_LOG(kInfo, "tier", "SSD tier over its watermark (%llu of %llu bytes live): dropped %llu objects",
                  (unsigned long long)disk_stats_.live_bytes, (unsigned long long)cap, (unsigned long long)n);
+      }
       full_ = false;
     }
   }
@@ -112,9 +119,11 @@ bool TierManager::Housekeeping() {
   tier::Stats ts = disk_->stats();
   bool compacted = false, compact_failing = false;
   const uint64_t garbage = ts.used_bytes - std::min(ts.used_bytes, ts.live_bytes);
-  // Degraded (a full filesystem): any garbage is worth a victim, the tier
-  // has no other way to get space back.
-  const bool want = ts.used_bytes > 0 && (double(garbage) > 0.5 * double(ts.used_bytes) || (degraded_ && garbage > 0));
+  // Near its capacity (or degraded: a full filesystem) any garbage is worth
+  // a look for a victim: there is no other way to get the space back.
+  const uint64_t cap = std::min(config_.offload_capacity_bytes, ts.capacity_effective);
+  const bool tight = degraded_ || double(ts.used_bytes) > 0.9 * double(cap);
+  const bool want = ts.used_bytes > 0 && (double(garbage) > 0.5 * double(ts.used_bytes) || (tight && garbage > 0));
   if (want && MonoNs() >= compact_retry_mono_) {
     uint64_t before = ts.compactions;
     // 64 MiB a turn in 4 MiB steps, tombstones written in between: a remove
@@ -141,8 +150,9 @@ bool TierManager::Housekeeping() {
 void TierManager::UpdateDegraded(bool tomb_failing, bool compact_failing) {
   const bool enospc = disk_stats_.enospc != enospc_seen_;
   enospc_seen_ = disk_stats_.enospc;
-  // Degraded from the first ENOSPC until a pass sees none and nothing waits.
-  const bool now = enospc || (degraded_ && (tomb_failing || compact_failing || full_));
+  // Degraded from the first ENOSPC (or a filesystem filled by another
+  // writer) until a pass sees neither and nothing waits for space.
+  const bool now = enospc || disk_stats_.fs_full || (degraded_ && (tomb_failing || compact_failing));
   if (now == degraded_) return;
   degraded_ = now;
   if (now)

@@ -293,6 +293,7 @@ class TierManager {
   uint64_t tomb_retry_mono_ = 0, tomb_backoff_ns_ = 0;
   uint64_t compact_retry_mono_ = 0, compact_backoff_ns_ = 0;
   uint64_t space_mono_ = 0;   // the last RefreshSpace
+  uint64_t drop_log_mono_ = 0;  // the last "dropped N objects" line (one a second)
   uint64_t enospc_seen_ = 0;  // disk_stats_.enospc at the last Housekeeping
   bool degraded_ = false;
 

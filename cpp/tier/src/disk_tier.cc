@@ -363,12 +363,16 @@ Stats DiskTier::stats() const {
   s.direct_io = t.active_id != 0 ? t.active_direct : false;
   s.capacity_effective = t.cap_eff;
   s.fs_free_bytes = t.fs_avail;
+  s.fs_full = t.fs_full;
   s.enospc = t.enospc;
   s.damage_dropped = t.damage_dropped;
   s.write_errors = t.write_errors;
   return s;
 }
 
-void DiskTier::RefreshSpace() { impl_->RefreshSpace(); }
+void DiskTier::RefreshSpace() {
+  std::lock_guard<std::mutex> wlock(impl_->wmu);
+  impl_->RefreshSpace();
+}
 
 }  // namespace mcxl::tier

@@ -209,6 +209,7 @@ struct DiskTier::Impl {
   bool logged_full = false;
   // Space (disk_tier_space.cc): the capacity the filesystem leaves (under mu).
   uint64_t cap_eff = 0, fs_avail = 0;
+  bool fs_full = false;
   uint64_t enospc = 0, damage_dropped = 0, write_errors = 0;
   LogLimit write_log;  // write failures (under wmu)
   int lock_fd = -1;    // <root_dir>/lock.mcxl, flock()ed while open
@@ -235,7 +236,7 @@ struct DiskTier::Impl {
   void Reaccount(KeyState& st, size_t key_len);
   void MaybeErase(std::unordered_map<std::string, KeyState>::iterator it);
   void AddLive(uint32_t seg, int64_t delta);
-  // statvfs into cap_eff/fs_avail. Takes mu.
+  // statvfs into cap_eff/fs_avail. Under wmu; takes mu.
   void RefreshSpace();
   // A write failed with errno e (under wmu): counted; one log line a second
   // at most; on ENOSPC the space is re-read and the active segment sealed.

@@ -174,7 +174,7 @@ Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, u
   return ErrorCode::OK;
 }
 
-void DiskTier::Impl::RefreshSpace() {
+void DiskTier::Impl::RefreshSpace() {  // under wmu (reserve_held)
   struct statvfs sv;
   const bool got = statvfs(opt.root_dir.c_str(), &sv) == 0;
   std::lock_guard<std::mutex> lock(mu);
@@ -183,10 +183,16 @@ void DiskTier::Impl::RefreshSpace() {
     return;
   }
   fs_avail = uint64_t(sv.f_bavail) * sv.f_frsize;
-  // Headroom of 1/64 of the filesystem: other files' growth, metadata.
-  const uint64_t slack = uint64_t(sv.f_blocks) * sv.f_frsize / 64;
-  const uint64_t room = used + fs_avail > slack ? used + fs_avail - slack : 0;
+  // Headroom: 1/64 of the filesystem (other files, metadata) and half a
+  // segment (the most one compaction copies before it deletes its victim).
+  const uint64_t fs_bytes = uint64_t(sv.f_blocks) * sv.f_frsize;
+  const uint64_t slack = fs_bytes / 64 + opt.segment_bytes / 2;
+  // A reserve given up on ENOSPC is still set aside: it is for removes and
+  // compaction, and returns after the next compaction.
+  const uint64_t keep = slack + (reserve_held ? 0 : reserve_bytes);
+  const uint64_t room = used + fs_avail > keep ? used + fs_avail - keep : 0;
   cap_eff = std::min(opt.capacity_bytes, room);
+  fs_full = fs_avail < fs_bytes / 128;  // the tier itself stops above this: another writer took it
 }
 
 void DiskTier::Impl::SealActive() {

@@ -41,7 +41,8 @@
 // appended before it (seq below the first fresh record after it; all of
 // them when none follows) is dropped and tombstoned (Stats::damage_dropped).
 // Full filesystem: the capacity used is min(capacity_bytes, what statvfs
-// leaves: used + free - 1/64 of the filesystem); an append that meets
+// leaves: used + free - 1/64 of the filesystem - half a segment - the
+// reserve file when released); an append that meets
 // ENOSPC anyway seals the active segment (compactable) and refreshes it.
 // Failed writes are counted (Stats::write_errors, enospc) and logged at most
 // once a second.
@@ -122,6 +123,7 @@ struct Stats {
   bool direct_io = false;     // the active segment is written with O_DIRECT (extension)
   uint64_t capacity_effective = 0;  // min(capacity, the filesystem's room) as of the last RefreshSpace
   uint64_t fs_free_bytes = 0;       // statvfs f_bavail of root_dir then
+  bool fs_full = false;             // ... below 1/128 of the filesystem: something else filled it
   uint64_t enospc = 0;              // writes that met ENOSPC/EDQUOT
   uint64_t damage_dropped = 0;      // records dropped at Open: appended before a damaged block
   uint64_t write_errors = 0;        // failed writes (every one; the log is rate-limited)
@@ -221,6 +223,11 @@ class DiskTier {
 // INVALID_PARAMS (location out of bounds), INVALID_READ (I/O error).
 Status ReadRecord(const std::string& root_dir, const RecordLocation& loc, std::string_view key,
                   void* dst, uint64_t dst_len);
+
+// Closes ReadRecord's cached fds of segments that were deleted (compacted):
+// an open fd keeps a deleted file's space. ReadRecord sweeps on a new
+// segment and once a second; a reader idle for long calls this (cheap).
+void CloseDeletedReaderFds();
 
 // The segment file name of `segment_id` under root_dir.
 std::string SegmentPath(const std::string& root_dir, uint32_t segment_id);
