@@ -122,6 +122,7 @@ def test_full_tier_filesystem_caps_degrades_and_recovers(master_factory, small_f
     assert not [k for k in on_disk[:40] if s.is_exist(k) == 1]
     assert s.remove_all(True) >= 0
     wait_idle(m)
+    wait_until(lambda: tier_metric(m, "fs_free_bytes") > FS // 2, "compaction to give the space back", master=m)
     writes = tier_metric(m, "writes_total")
     put_range(s, "b", 100)
     wait_idle(m)
