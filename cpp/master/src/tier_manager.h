@@ -54,10 +54,14 @@
 //     and answers with their ticket. Pool-only keys get no ticket and pay
 //     nothing. While a newer put of a key is WRITING, its older values are
 //     not demoted (the settle flag was decided at PutStart).
-//   * Capacity: above --offload_high_watermark_ratio of
-//     --offload_capacity_bytes the least recently used kOnDisk objects are
-//     dropped (entry and record); an append that still fails marks the
-//     object "no disk" and eviction drops it as without a tier.
+//   * Capacity: above --offload_high_watermark_ratio of the capacity in
+//     force (--offload_capacity_bytes, or less when the filesystem has less
+//     room: DiskTier::RefreshSpace, every 200 ms) the least recently used
+//     kOnDisk objects are dropped (entry and record); an append that still
+//     fails marks the object "no disk" and eviction drops it as without a
+//     tier, and the tier drops only what keeps 5% of room for live records.
+//     Writes meeting ENOSPC make the tier "degraded" (gauge, log line on
+//     each change); failed tombstones and compactions back off to 2 s.
 //   * Groups (ReplicateConfig.group_ids) move together: eviction demotes
 //     every member, the tier drops a group whole or not at all, and a
 //     promotion (threshold crossed, or a stage request) queues the group's
