@@ -230,14 +230,17 @@ def test_second_master_on_a_tier_directory_is_refused(master_factory, tier_dir, 
     other_pool = str(tmp_path / "pool2")
     second = MasterProcess(other_pool, POOL, format=True, extra_flags=tier_flags(tier_dir),
                            log_path=str(tmp_path / "second.log"))
-    with pytest.raises(MasterError, match=rf"in use by another master \(pid {m.proc.pid} on .*, pool {m.uuid}\)"):
+    try:
+        with pytest.raises(MasterError, match=rf"in use by another master \(pid {m.proc.pid} on .*, pool {m.uuid}\)"):
+            second.start()
+        # The first one is unaffected; once it is gone the directory is free.
+        s = connect(m)
+        put_range(s, "l", 2 * POOL // SIZE)
+        wait_idle(m)
+        assert tier_metric(m, "demotion_failures_total") == 0
+        s.close()
+        m.stop()
         second.start()
-    # The first one is unaffected; once it is gone the directory is free.
-    s = connect(m)
-    put_range(s, "l", 2 * POOL // SIZE)
-    wait_idle(m)
-    assert tier_metric(m, "demotion_failures_total") == 0
-    s.close()
-    m.stop()
-    second.start()
-    second.stop()
+    finally:
+        if second.proc is not None:
+            second.stop()
