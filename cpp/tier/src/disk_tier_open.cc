@@ -165,8 +165,15 @@ int LockRootDir(const Options& o) {
   char text[256];
   int n = snprintf(text, sizeof(text), "pid %d on %s, pool %s\n", int(getpid()), host,
                    o.owner.empty() ? "-" : o.owner.c_str());
-  if (SetFileMode(fd, o.file_mode, o.group) != 0 || ftruncate(fd, 0) != 0 ||
-      PwriteFull(fd, text, uint64_t(std::clamp(n, 0, int(sizeof(text)) - 1)), 0) != 0)
+  // The mode and group every tier file gets: failing here (a group this
+  // user may not give files to) beats failing at the first segment.
+  if (int e = SetFileMode(fd, o.file_mode, o.group); e != 0) {
+    MCXL_LOG(kError, "disk_tier", "%s: cannot set mode %04o and group %lld: %s", path.c_str(), o.file_mode,
+             (long long)o.group, strerror(e));
+    close(fd);
+    return -1;
+  }
+  if (ftruncate(fd, 0) != 0 || PwriteFull(fd, text, uint64_t(std::clamp(n, 0, int(sizeof(text)) - 1)), 0) != 0)
     MCXL_LOG(kWarn, "disk_tier", "%s: cannot record the holder: %s", path.c_str(), strerror(errno));
   return fd;
 }
