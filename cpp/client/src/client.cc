@@ -30,6 +30,7 @@
 #include "mooncake_cxl/common/tenant.h"
 #include "client_internal.h"
 #include "mooncake_cxl/pool/pool_copy.h"
+#include "mooncake_cxl/tier/disk_tier.h"
 
 namespace mcxl {
 namespace {
@@ -395,6 +396,7 @@ void Client::HeartbeatLoop() {
       PublishRange(&cs->heartbeat_ns, kCacheLine);
     }
     lock.unlock();
+    tier::CloseDeletedReaderFds();  // compacted segments' space goes back even while we do not read
     if (lost) {
       // The master restarted or reclaimed us: take a slot again so that the
       // master can see us alive (readers never talk to it otherwise).

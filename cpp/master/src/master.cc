@@ -99,7 +99,7 @@ Status MasterImpl::Open() {
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
   if (config_.enable_offload) {  // before AdoptPool: the superblock publishes it
-    auto tier = TierManager::Open(config_, this);
+    auto tier = TierManager::Open(config_, this, UuidToString(pool_->superblock()->uuid));
     if (!tier) return tier.error();
     tier_ = std::move(tier.value());
   }
