@@ -36,8 +36,7 @@ class _Worker:
         env.pop("MOONCAKE_CXL_COMPAT", None)
         if impl == "ours":
             env["MOONCAKE_CXL_COMPAT"] = "1"
-            if prefault:
-                env["MC_CXL_PREFAULT"] = "1"  # map the pool's pages at attach, as the data section
+            env["MC_CXL_PREFAULT"] = "1" if prefault else "0"  # the default is on, as in the data section
         self.log = open(log_path, "w")
         self.proc = subprocess.Popen([python, WORKER, master, impl], stdin=subprocess.PIPE,
                                      stdout=subprocess.PIPE, stderr=self.log, text=True, env=env, cwd="/")
@@ -69,7 +68,7 @@ def run(quick=False, pool_dir=None, prefault=True, rounds=None):
     results = {"rounds": rounds, "python": python, "cases": {}}
     with common.temp_pool("mcxl_bench_engines", pool_dir) as pool, \
             MasterProcess(pool, 1536 * MIB, format=True,
-                          extra_flags=["--prefault_pool"] if prefault else []) as ours_master, \
+                          extra_flags=[] if prefault else ["--prefault_pool=false"]) as ours_master, \
             reference.ReferenceMaster(os.path.join(out_dir, "mcxl_bench_engines_ref.log")) as ref_master:
         workers = {"ours": _Worker(python, ours_master.address, "ours",
                                    os.path.join(out_dir, "mcxl_bench_engines_ours.log"), prefault),
