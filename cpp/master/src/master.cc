@@ -52,6 +52,11 @@ Status MasterImpl::Open() {
              (unsigned long long)config_.client_slots);
     return ErrorCode::INVALID_PARAMS;
   }
+  if (!(config_.index_high_watermark_ratio >= 0.1 && config_.index_high_watermark_ratio <= 0.95)) {
+    MCXL_LOG(kError, "master", "--index_high_watermark_ratio must be 0.1..0.95, got %g",
+             config_.index_high_watermark_ratio);
+    return ErrorCode::INVALID_PARAMS;
+  }
   PoolFileOptions file;
   file.group = config_.pool_group;
   // Mooncake's master starts before its CXL device exists (its CXL test
@@ -359,12 +364,16 @@ void MasterImpl::FindLive(std::string_view key, uint64_t hash, std::vector<uint6
   uint64_t cap = index_->capacity();
   uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
   uint64_t home = index_->HomeSlot(hash);
+  last_find_probes_ = max_probe + 1;
   for (uint64_t i = 0; i <= max_probe; ++i) {
     uint64_t slot = (home + i) & (cap - 1);
     const IndexEntry& e = index_->entry(slot);
     // Acquire: a client's COMPLETE CAS published the value before it.
     EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kEmpty) break;
+    if (st == EntryState::kEmpty) {
+      last_find_probes_ = i + 1;
+      break;
+    }
     if (st != EntryState::kWriting && !Readable(st)) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
     if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);
@@ -565,6 +574,7 @@ MasterStats MasterImpl::stats() const {
   s.corrupt_entries = corrupt_entries_;
   s.pending_puts = pending_.size();
   s.allocated_bytes = alloc_->used_bytes();
+  s.index_live_entries = live_entries_;
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
   if (tier_) tier_->FillStats(&s);

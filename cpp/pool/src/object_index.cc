@@ -240,7 +240,7 @@ void ObjectIndex::EndWrite(IndexEntry& e) {
 
 Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   uint64_t home = HomeSlot(a.key_hash);
-  for (uint64_t i = 0; i < capacity_; ++i) {
+  for (uint64_t i = 0; i < std::min(capacity_, kMaxProbeSlots); ++i) {
     uint64_t slot = (home + i) & (capacity_ - 1);
     IndexEntry& e = entries_[slot];
     EntryState st = StateOf(e.state_gen.load(std::memory_order_relaxed));
@@ -266,25 +266,54 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   return ErrorCode::NO_AVAILABLE_HANDLE;
 }
 
+bool ObjectIndex::NoProbePasses(uint64_t t) const {
+  // Master-side loads are relaxed: only the master changes states and hashes
+  // legitimately, under its lock. A key hash another process rewrote can
+  // only cost that entry its reachability: a miss, never a wrong value.
+  for (uint64_t k = 1; k <= max_probe_; ++k) {
+    uint64_t j = (t + k) & (capacity_ - 1);
+    EntryState st = StateOf(entries_[j].state_gen.load(std::memory_order_relaxed));
+    if (st == EntryState::kEmpty) return true;
+    if (st == EntryState::kTombstone) continue;
+    if (Distance(j, entries_[j].key_hash.load(std::memory_order_relaxed)) >= k) return false;
+  }
+  return true;
+}
+
+void ObjectIndex::MakeEmpty(uint64_t slot) {
+  IndexEntry& e = entries_[slot];
+  uint64_t sg = e.state_gen.load(std::memory_order_relaxed);
+  BeginWrite(e);
+  e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
+  EndWrite(e);
+}
+
 void ObjectIndex::Tombstone(uint64_t slot) {
   IndexEntry& e = entries_[slot];
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
+  // Tombstones between the entry's home and it may have stayed for its sake.
+  uint64_t back = std::min(Distance(slot, e.key_hash.load(std::memory_order_relaxed)), max_probe_);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
   e.flags.store(0, std::memory_order_relaxed);
   EndWrite(e);
-  // A run of tombstones that ends in EMPTY can become EMPTY: no key's probe
-  // sequence passes through it to a live entry (sequences have no EMPTY gap).
-  uint64_t next = (slot + 1) & (capacity_ - 1);
-  if (StateOf(entries_[next].state_gen.load(std::memory_order_relaxed)) != EntryState::kEmpty)
-    return;
-  for (uint64_t i = 0, s = slot; i < capacity_; ++i, s = (s - 1) & (capacity_ - 1)) {
-    IndexEntry& t = entries_[s];
-    uint64_t sg = t.state_gen.load(std::memory_order_relaxed);
-    if (StateOf(sg) != EntryState::kTombstone) break;
-    BeginWrite(t);
-    t.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
-    EndWrite(t);
+  // An EMPTY where a tombstone was ends only probes that no live entry lies
+  // beyond (NoProbePasses), so sequences keep no EMPTY gap; readers that
+  // stop there miss only keys that are not there. Walks back over the
+  // entry's own stretch, then over the run of tombstones that ends in an
+  // EMPTY (which no probe passes through any more).
+  for (uint64_t i = 0; i < capacity_; ++i) {
+    uint64_t t = (slot - i) & (capacity_ - 1);
+    bool mine = i <= back;
+    EntryState st = StateOf(entries_[t].state_gen.load(std::memory_order_relaxed));
+    if (st != EntryState::kTombstone) {
+      if (mine) continue;
+      break;
+    }
+    bool next_empty =
+        StateOf(entries_[(t + 1) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) == EntryState::kEmpty;
+    if (!mine && !next_empty) break;
+    if (next_empty || NoProbePasses(t)) MakeEmpty(t);
   }
 }
 

@@ -2,7 +2,11 @@
 //
 // Contract: 64-byte entries, linear probing from KeyHash(key) & (capacity-1).
 // EMPTY ends a probe sequence, TOMBSTONE does not; no probe goes further than
-// Superblock::max_probe. Two sides use it:
+// Superblock::max_probe, and Insert places no entry kMaxProbeSlots or more
+// slots from its home, so every lookup reads at most kMaxProbeSlots entries
+// however full the table is (the master evicts in the window when it is
+// full). Tombstone turns every tombstone no probe needs any more back into
+// EMPTY, so misses stop early where they can. Two sides use it:
 //   * Readers (every client, one-sided, no master round trip): ReadEntry takes
 //     a consistent snapshot of an entry under its seqlock; FindComplete finds
 //     the newest COMPLETE entry of a key; a caller that copies the value
@@ -51,10 +55,17 @@ struct EntrySnapshot {
 
 class ObjectIndex {
  public:
+  // Longest probe sequence Insert builds (slots read by the longest lookup).
+  // 64 entries are one 4 KiB stretch of the pool: a miss in a full table
+  // costs a few sequential lines more than in an empty one.
+  static constexpr uint64_t kMaxProbeSlots = 64;
+
   explicit ObjectIndex(const Pool* pool);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t HomeSlot(uint64_t hash) const { return hash & (capacity_ - 1); }
+  // Slots from the home of the key hash `hash` to `slot` (0: at its home).
+  uint64_t Distance(uint64_t slot, uint64_t hash) const { return (slot - hash) & (capacity_ - 1); }
 
   // ---- reader side ----
   // Consistent copy of entry `slot`; false when it stayed mid-rewrite for the
@@ -102,10 +113,12 @@ class ObjectIndex {
     uint64_t key_hash, object_offset, value_size, generation, put_time_ns;
     uint32_t flags, owner_slot;
   };
-  // Places a WRITING entry in the first free slot of the key's probe
-  // sequence: the slot, or NO_AVAILABLE_HANDLE when the sequence is full.
+  // Places a WRITING entry in the first free slot of the key's first
+  // kMaxProbeSlots: the slot, or NO_AVAILABLE_HANDLE when they are all live.
   Result<uint64_t> Insert(const InsertArgs& args);
-  // Unlinks the entry (TOMBSTONE, or EMPTY when that shortens no sequence).
+  // Unlinks the entry: TOMBSTONE, then every tombstone from the entry's home
+  // to it (and the run of tombstones before an EMPTY) that no live entry's
+  // probe passes through becomes EMPTY.
   void Tombstone(uint64_t slot);
   void SetFlags(uint64_t slot, uint32_t flags);
   // A rewrite of several fields of a live entry (the SSD tier moves an
@@ -127,6 +140,10 @@ class ObjectIndex {
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
+  // True when no live entry within max_probe after tombstone `t` has its
+  // home at or before `t` (its probe would pass t): t may become EMPTY.
+  bool NoProbePasses(uint64_t t) const;
+  void MakeEmpty(uint64_t slot);
 
   const Pool* pool_;
   IndexEntry* entries_;
