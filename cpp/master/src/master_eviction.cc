@@ -138,6 +138,18 @@ uint64_t MasterImpl::RandomSlot() {
   return eviction_rng_ & (index_->capacity() - 1);
 }
 
+uint64_t MasterImpl::SampleSlot(uint64_t start, uint64_t i) const {
+  // Runs of 8 slots (one 512-byte stretch, read sequentially) visited in an
+  // order that spreads over the whole index: an odd stride visits every run
+  // once per pass (the run count is a power of two). A contiguous sample
+  // would evict one region bare and leave the rest of the table as full,
+  // so probe windows there fill up.
+  constexpr uint64_t kRun = 8, kStride = 0x9E3779B97F4A7C15ull;  // odd
+  uint64_t cap = index_->capacity(), runs = cap / kRun;
+  uint64_t run = (start / kRun + (i / kRun) * kStride) & (runs - 1);
+  return run * kRun + i % kRun;
+}
+
 std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
@@ -216,7 +228,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
       window.clear();
       uint64_t complete = 0;
       for (; scanned < cap && complete < kSampleSize; ++scanned) {
-        uint64_t slot = (start + scanned) & (cap - 1);
+        uint64_t slot = SampleSlot(start, scanned);
         if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
           continue;
         // No header check here (a miss per sampled object, most of a round's
@@ -345,7 +357,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
     while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
       for (uint64_t n = 0, seen = 0; n < 4096 && seen < 128 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
-        uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
+        uint64_t slot = SampleSlot(ahead_start_, ahead_scanned_++);
         uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
         if (StateOf(sg) != EntryState::kComplete) continue;
         ++seen;
@@ -367,7 +379,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   // index slots wanted: drop, as demoting frees none.
   bool for_index = used_now() <= low;
   evict_drop_ = for_index;
-  if (for_index) NoteIndexDrivesEviction();
+  if (for_index) NoteIndexDrivesEviction("past its watermark");
   while (ahead_next_ < ahead_window_.size() && !satisfied()) {
     const SampledSlot& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
@@ -407,7 +419,7 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
   used -= std::min(used, EvictPendingBytes());
   bool over_bytes = used + extent_bytes > high;
   bool over_index = live_entries_ + 1 > IndexLimit();
-  if (over_index && !over_bytes) NoteIndexDrivesEviction();
+  if (over_index && !over_bytes) NoteIndexDrivesEviction("past its watermark");
   if (over_bytes || over_index)
     EvictRound(over_bytes ? used + extent_bytes - std::min(low, used + extent_bytes) : 0,
                over_index ? round_entries : 0, over_bytes ? "high watermark" : "index high watermark");
@@ -460,7 +472,9 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
     if (pass == 1 && !config_.allow_evict_soft_pinned_objects) break;
     for (uint64_t i = 0; i < std::min(cap, ObjectIndex::kMaxProbeSlots); ++i) {
       uint64_t slot = (home + i) & (cap - 1);
-      if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
+      EntryState st = StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire));
+      if (st == EntryState::kWriting) round_blocked_transiently_ = true;  // its put may finish and go
+      if (st != EntryState::kComplete) continue;
       if (SoftPinActive(slot, now) != (pass == 1)) continue;
       Protection p = Protected(slot, now, pins);
       if (p == Protection::kTransient) round_blocked_transiently_ = true;
@@ -477,20 +491,20 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
   stats_.evicted_bytes += bytes;
   stats_.index_evicted_keys += freed;
   stats_.index_window_evictions += freed;
-  if (freed > 0) NoteIndexDrivesEviction();
+  if (freed > 0) NoteIndexDrivesEviction("a new key's probe window was full");
   return freed;
 }
 
-void MasterImpl::NoteIndexDrivesEviction() {
+void MasterImpl::NoteIndexDrivesEviction(const char* why) {
   if (index_drive_logged_) return;
   index_drive_logged_ = true;
   uint64_t cap = index_->capacity();
   uint64_t mean = live_entries_ ? alloc_->used_bytes() / live_entries_ : 0;
-  MCXL_LOG(kWarn, "master", "the object index, not the data region, now drives eviction: %llu of its %llu entries "
-           "in use (--index_high_watermark_ratio=%.2f) with %.1f%% of the data region used; objects average %llu "
+  MCXL_LOG(kWarn, "master", "the object index, not the data region, now drives eviction (%s): %llu of its %llu "
+           "entries in use (--index_high_watermark_ratio=%.2f) with %.1f%% of the data region used; objects average %llu "
            "bytes of pool, and the index has one entry per %llu bytes. To keep more small objects, format the pool "
            "with a larger --index_capacity (64 bytes of pool per entry)",
-           (unsigned long long)live_entries_, (unsigned long long)cap, config_.index_high_watermark_ratio,
+           why, (unsigned long long)live_entries_, (unsigned long long)cap, config_.index_high_watermark_ratio,
            100.0 * double(alloc_->used_bytes()) / double(std::max<uint64_t>(1, alloc_->capacity())),
            (unsigned long long)mean, (unsigned long long)(pool_->size() / cap));
 }

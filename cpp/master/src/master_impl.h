@@ -362,8 +362,11 @@ class MasterImpl final : public Master, private TierHost {
   // home) is full: evicts the least recently used evictable object of the
   // window, by the rules of a round. The number of objects evicted.
   uint64_t EvictInWindow(uint64_t hash);
+  // The i-th slot a sampled scan from `start` visits (every slot once in
+  // `capacity` steps, spread over the whole index).
+  uint64_t SampleSlot(uint64_t start, uint64_t i) const;
   // Once per master: the index, not the data region, drives eviction (log).
-  void NoteIndexDrivesEviction();
+  void NoteIndexDrivesEviction(const char* why);
 
   // ---- the SSD tier's hooks ----
   // Eviction's hook (master_eviction.cc): to the SSD tier when there is one
