@@ -391,7 +391,7 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
         with open(path, errors="replace") as f:
             for line in f:
                 for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:",
-                             "compacting segment", "tier full"):
+                             "compacting segment", "tier full", "index high watermark", "drives eviction"):
                     seen[what] += what in line
     summary = (f"seed {seed} ({seconds:g} s of faults): events {dict(run.events)}; master logs {dict(seen)}; "
                f"worker lives {run.lives}; "
