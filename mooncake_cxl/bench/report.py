@@ -34,6 +34,7 @@ ORDER = (
     ("data", "Data path"),
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
+    ("index", "Small values: the index as a capacity"),
     ("tiering", "SSD tier"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
