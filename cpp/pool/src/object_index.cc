@@ -282,6 +282,7 @@ bool ObjectIndex::NoProbePasses(uint64_t t) const {
 
 void ObjectIndex::MakeEmpty(uint64_t slot) {
   IndexEntry& e = entries_[slot];
+  // Relaxed: a tombstone's state is the master's alone (no client CASes it).
   uint64_t sg = e.state_gen.load(std::memory_order_relaxed);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
@@ -292,6 +293,8 @@ void ObjectIndex::Tombstone(uint64_t slot) {
   IndexEntry& e = entries_[slot];
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
   // Tombstones between the entry's home and it may have stayed for its sake.
+  // Relaxed: the key hash is the master's own store (a rewrite by another
+  // process costs at most a reachable entry: a miss).
   uint64_t back = std::min(Distance(slot, e.key_hash.load(std::memory_order_relaxed)), max_probe_);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
