@@ -119,8 +119,7 @@ def _probes_by_load(pool_bytes, pool_dir):
             for load in LOADS:
                 target = int(load * cap)
                 while n < target:  # the last batch of a level: its puts' probes are the level's
-                    # A short batch of at most 500 keys: its reply fits one ring record.
-                    k = BATCH if target - n >= BATCH else min(500, target - n)
+                    k = min(BATCH, target - n)
                     if n + k == target:
                         prev = _metrics(m.metrics_url)
                     if s.put_batch([f"p/{n + i}" for i in range(k)], [b"p" * 64] * k) != 0:

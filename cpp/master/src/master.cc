@@ -488,8 +488,21 @@ void MasterImpl::ServeRing(uint32_t slot) {
       replies.WakeConsumer();
       continue;
     }
+    std::string_view payload = std::string_view(frame).substr(sizeof(h));
+    if (sizeof(FrameHeader) + ReplyBytesBound(h.type, payload) > replies.max_frame()) {
+      // Its reply could not be pushed: refused before any work, and the
+      // client (which checks this before sending) retries over TCP.
+      MCXL_LOG(kWarn, "ring", "client slot %u sent a %s whose reply (up to %llu bytes) exceeds a ring record "
+               "(%llu bytes); refused with NOT_SUPPORTED (send it over TCP)", slot, MessageTypeName(h.type),
+               (unsigned long long)ReplyBytesBound(h.type, payload), (unsigned long long)replies.max_frame());
+      Encoder e;
+      EncodeStatus(ErrorCode::NOT_SUPPORTED, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
     uint32_t conn_slot = slot;
-    std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
+    std::string reply = Dispatch(h.type, payload, &conn_slot);
     CountOp(h.type, reply);
     FrameHeader rh{kFrameMagic, kProtocolVersion, h.type, uint32_t(reply.size()), 0, h.request_id};
     if (!replies.Push(&rh, sizeof(rh), reply))  // header + body: no joined copy
