@@ -343,6 +343,53 @@ TEST_F(ObjectIndexTest, SweptTombstonesKeepEveryKeyReachable) {
   for (const auto& k : removed) EXPECT_FALSE(Find(k).ok()) << k;
 }
 
+TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {
+  // Built from what is in the index (a restart), then kept by Insert and
+  // Tombstone through churn at ~80% load: each live key's hash names its
+  // slot alone, a removed key's hash nothing; equal hashes in probe order.
+  std::map<std::string, uint64_t> live;
+  std::vector<std::string> removed;
+  uint64_t gen = 1, seed = 777;
+  auto rnd = [&] { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return seed; };
+  auto put = [&](const std::string& k) {
+    uint64_t off = w_->Extent(k.size(), 1);
+    auto slot = idx().Insert({KeyHash(k), off, 1, gen++, NowNs(), 0, 0});
+    if (slot.ok()) live[k] = *slot;
+  };
+  for (int i = 0; i < 100; ++i) put("before/" + std::to_string(i));
+  idx().EnableShadow();
+  for (int step = 0; step < 6000; ++step) {
+    if (live.size() < kCapacity * 8 / 10) {
+      put("churn/" + std::to_string(step));
+    } else {
+      auto it = live.begin();
+      std::advance(it, rnd() % live.size());
+      idx().Tombstone(it->second);
+      removed.push_back(it->first);
+      live.erase(it);
+    }
+  }
+  std::vector<uint64_t> slots;
+  for (const auto& [k, slot] : live) {
+    idx().ShadowSlots(KeyHash(k), &slots);
+    EXPECT_EQ(slots, std::vector<uint64_t>{slot}) << k;
+  }
+  for (const auto& k : removed) {
+    idx().ShadowSlots(KeyHash(k), &slots);
+    EXPECT_TRUE(slots.empty()) << k;
+  }
+  // Two entries of one hash (an upsert's two values): both, nearer home first.
+  uint64_t h = KeyHash("twin");
+  auto a = idx().Insert({h, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  auto b = idx().Insert({h, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  ASSERT_TRUE(a.ok() && b.ok());
+  idx().ShadowSlots(h, &slots);
+  EXPECT_EQ(slots, (std::vector<uint64_t>{*a, *b}));
+  idx().Tombstone(*a);
+  idx().ShadowSlots(h, &slots);
+  EXPECT_EQ(slots, std::vector<uint64_t>{*b});
+}
+
 TEST_F(ObjectIndexTest, LeaseOnlyGrows) {
   uint64_t slot = w_->Put("key", "v", 1);
   EXPECT_EQ(idx().LeaseUntil(slot), 0u);

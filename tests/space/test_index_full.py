@@ -45,7 +45,8 @@ def test_tiny_values_to_3x_the_index_every_put_succeeds_none_waits_over_0ms(mast
         assert mm["master_allocated_bytes"] < 0.1 * mm["master_total_capacity_bytes"]
         # Probes stay within the index's bound however full it got.
         assert mm["mooncake_cxl_index_max_probe"] < 64
-        assert mm[("mooncake_cxl_index_probe_length_bucket", (("le", "64"), ("op", "put_lookup")))] == n
+        # A sample of the puts' lookups (one in 16), every one within 64 slots.
+        assert mm[("mooncake_cxl_index_probe_length_bucket", (("le", "64"), ("op", "put_lookup")))] == n // 16
         # Oldest first: the newest batch is there, the first one gone.
         assert all(s.is_exist(f"tiny/{i}") == 1 for i in range(n - BATCH, n))
         assert s.get(f"tiny/{n - 1}") == VALUE

@@ -169,6 +169,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
+  index_->EnableShadow();  // before Recover: its tombstones keep it exact
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
@@ -360,20 +361,14 @@ void MasterImpl::ReclaimCorrupt() {
 }
 
 void MasterImpl::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
+  // The shadow names the slots the master filed under `hash`: no walk over
+  // the pool's tombstones. Each is checked in the pool as a probe would.
+  index_->ShadowSlots(hash, &find_candidates_);
   out->clear();
-  uint64_t cap = index_->capacity();
-  uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
-  uint64_t home = index_->HomeSlot(hash);
-  last_find_probes_ = max_probe + 1;
-  for (uint64_t i = 0; i <= max_probe; ++i) {
-    uint64_t slot = (home + i) & (cap - 1);
+  for (uint64_t slot : find_candidates_) {
     const IndexEntry& e = index_->entry(slot);
     // Acquire: a client's COMPLETE CAS published the value before it.
     EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kEmpty) {
-      last_find_probes_ = i + 1;
-      break;
-    }
     if (st != EntryState::kWriting && !Readable(st)) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
     if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);

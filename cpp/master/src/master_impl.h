@@ -467,8 +467,9 @@ class MasterImpl final : public Master, private TierHost {
   std::string machine_;
   uint64_t next_generation_ = 1;
   uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
-  mutable uint64_t last_find_probes_ = 0;  // slots the last FindLive read
-  ProbeHistogram put_lookup_probes_, insert_probes_;  // every PutStart's lookup and insert
+  mutable std::vector<uint64_t> find_candidates_;  // FindLive's scratch (the master's thread)
+  uint64_t lookup_samples_ = 0;  // puts since the last probe-length sample
+  ProbeHistogram put_lookup_probes_, insert_probes_;  // PutStart lookups (sampled) and inserts
   bool index_drive_logged_ = false;
   uint64_t last_client_check_mono_ = 0;
   MasterStats stats_;

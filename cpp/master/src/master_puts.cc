@@ -45,7 +45,9 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   uint64_t hash = KeyHash(key);
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
-  put_lookup_probes_.Add(last_find_probes_);
+  // A sample (one put in 16) of what a reader's miss would walk: the walk
+  // is what the shadow saves the master.
+  if ((++lookup_samples_ & 15) == 0) put_lookup_probes_.Add(index_->MissProbeLength(hash));
   if (!live.empty() && !req.upsert) {
     item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
     return item;

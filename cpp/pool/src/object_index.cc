@@ -255,6 +255,7 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
     e.put_time_ns.store(a.put_time_ns, std::memory_order_relaxed);
     e.state_gen.store(PackStateGen(a.generation, EntryState::kWriting), std::memory_order_relaxed);
     EndWrite(e);
+    if (shadowed()) ShadowAdd(slot, a.key_hash);
     if (i > max_probe_) {
       max_probe_ = i;
       // Release: readers that load the larger bound also see the entry.
@@ -300,6 +301,7 @@ void ObjectIndex::Tombstone(uint64_t slot) {
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
   e.flags.store(0, std::memory_order_relaxed);
   EndWrite(e);
+  if (shadowed()) ShadowRemove(slot);
   // An EMPTY where a tombstone was ends only probes that no live entry lies
   // beyond (NoProbePasses), so sequences keep no EMPTY gap; readers that
   // stop there miss only keys that are not there. Walks back over the
@@ -340,6 +342,58 @@ bool ObjectIndex::RestoreMaxProbe() {
   if (sb_->max_probe.load(std::memory_order_relaxed) == max_probe_) return false;
   SetMaxProbe(max_probe_);
   return true;
+}
+
+void ObjectIndex::EnableShadow() {
+  shadow_hash_.assign(capacity_, 0);
+  shadow_filed_.assign(capacity_, false);
+  shadow_.clear();
+  for (uint64_t slot = 0; slot < capacity_; ++slot) {
+    // Relaxed: the master's start-up scan; it alone changes states from now on.
+    EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
+    if (st != EntryState::kEmpty && st != EntryState::kTombstone)
+      ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
+  }
+}
+
+void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
+  // A slot still filed (someone else turned a live entry into a free one
+  // and the master reused it) leaves its old list first: one list a slot.
+  if (shadow_filed_[slot]) ShadowRemove(slot);
+  shadow_hash_[slot] = hash;
+  shadow_filed_[slot] = true;
+  shadow_.emplace(hash, slot);
+}
+
+void ObjectIndex::ShadowRemove(uint64_t slot) {
+  if (!shadow_filed_[slot]) return;
+  shadow_filed_[slot] = false;
+  uint64_t hash = shadow_hash_[slot];
+  auto [it, end] = shadow_.equal_range(hash);
+  for (; it != end; ++it)
+    if (it->second == slot) {
+      shadow_.erase(it);
+      return;
+    }
+}
+
+void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
+  out->clear();
+  auto [it, end] = shadow_.equal_range(hash);
+  for (; it != end; ++it) out->push_back(it->second);
+  if (out->size() > 1)
+    std::sort(out->begin(), out->end(),
+              [&](uint64_t a, uint64_t b) { return Distance(a, hash) < Distance(b, hash); });
+}
+
+uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {
+  uint64_t home = HomeSlot(hash);
+  for (uint64_t i = 0; i <= max_probe_; ++i)
+    // Relaxed: a statistic.
+    if (StateOf(entries_[(home + i) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) ==
+        EntryState::kEmpty)
+      return i + 1;
+  return max_probe_ + 1;
 }
 
 void ObjectIndex::RepairVersion(uint64_t slot) {

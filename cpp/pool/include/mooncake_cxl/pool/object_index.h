@@ -13,6 +13,10 @@
 //     re-checks StillValid afterwards and retries when it fails.
 //   * The master (the only structural writer): Insert, Tombstone, SetFlags,
 //     all of which bump the entry's version to odd before and to even after.
+//     Its own lookups use a DRAM shadow (EnableShadow): key hash -> the
+//     slots it inserted and has not tombstoned since, kept exact by Insert
+//     and Tombstone, so they never walk the pool's tombstones; what the
+//     shadow names is still checked against the pool entry.
 // The putting client's only write is PublishComplete/Abort: a CAS of
 // state_gen that names the generation it was given, so it cannot touch an
 // entry the master has since revoked or reused.
@@ -32,6 +36,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/layout.h"
@@ -132,6 +138,18 @@ class ObjectIndex {
   // says whether it had to.
   void SetMaxProbe(uint64_t v);
   bool RestoreMaxProbe();
+  // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
+  // (under the key hash it holds now); from then on Insert and Tombstone
+  // keep it. Costs 8 bytes a slot plus a map node per live entry.
+  void EnableShadow();
+  bool shadowed() const { return !shadow_hash_.empty(); }
+  // The shadow's slots of key hash `hash`, in probe order from its home
+  // (REQUIRES shadowed()). A superset of the master's live entries of the
+  // hash: the caller checks state, hash and key in the pool entry.
+  void ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const;
+  // Slots a reader's lookup of an absent key of hash `hash` reads now (to
+  // the first EMPTY, at most max_probe + 1): the probe-length statistic.
+  uint64_t MissProbeLength(uint64_t hash) const;
   uint64_t max_probe() const { return max_probe_; }
   IndexEntry& entry(uint64_t slot) const { return entries_[slot]; }
   const Pool* pool() const { return pool_; }
@@ -144,12 +162,19 @@ class ObjectIndex {
   // home at or before `t` (its probe would pass t): t may become EMPTY.
   bool NoProbePasses(uint64_t t) const;
   void MakeEmpty(uint64_t slot);
+  void ShadowAdd(uint64_t slot, uint64_t hash);
+  void ShadowRemove(uint64_t slot);
 
   const Pool* pool_;
   IndexEntry* entries_;
   uint64_t capacity_;
   Superblock* sb_;
   uint64_t max_probe_ = 0;  // master side only
+  // The shadow (master side only): slot -> the hash it is filed under (when
+  // filed), and hash -> slots.
+  std::vector<uint64_t> shadow_hash_;
+  std::vector<bool> shadow_filed_;
+  std::unordered_multimap<uint64_t, uint64_t> shadow_;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};
   mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};
