@@ -174,6 +174,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
   retired_.assign(geo.client_slot_count, RetiredPins{});
+  pin_tables_.assign((geo.client_slot_count + 63) / 64, 0);
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);

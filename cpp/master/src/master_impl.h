@@ -296,6 +296,12 @@ class MasterImpl final : public Master, private TierHost {
   // Pins of a live process survive its slot's reclaim, its close() and a
   // master restart: while a BufferHandle lives its bytes never change.
   bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
+  // A superset of the slots whose PinTableLive holds, for ScanPins: set
+  // wherever a table becomes live (attach, retire), cleared by ScanPins
+  // when it finds a table no longer live. A bit missing would lose pins;
+  // a stale one costs one check.
+  void MarkPinTable(uint32_t slot) { pin_tables_[slot / 64] |= 1ull << (slot % 64); }
+  mutable std::vector<uint64_t> pin_tables_;
   bool TableHasPins(uint32_t slot) const;
   // At reclaim (after the slot's generation was cleared): keeps the table as
   // retired when the owner may be alive and holds views, else clears it.
