@@ -348,6 +348,7 @@ void ObjectIndex::EnableShadow() {
   shadow_hash_.assign(capacity_, 0);
   shadow_filed_.assign(capacity_, false);
   shadow_.clear();
+  shadow_.reserve(capacity_);  // never rehashed while puts wait
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));

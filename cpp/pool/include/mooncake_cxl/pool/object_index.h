@@ -140,7 +140,7 @@ class ObjectIndex {
   bool RestoreMaxProbe();
   // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
   // (under the key hash it holds now); from then on Insert and Tombstone
-  // keep it. Costs 8 bytes a slot plus a map node per live entry.
+  // keep it. Costs about 17 bytes a slot plus a map node per live entry.
   void EnableShadow();
   bool shadowed() const { return !shadow_hash_.empty(); }
   // The shadow's slots of key hash `hash`, in probe order from its home
