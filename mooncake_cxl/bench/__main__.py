@@ -4,6 +4,7 @@ Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
 writer and reader in separate processes), cold (first puts into a fresh pool,
 master start and client setup, prefault on and off), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
+index (small values: put batches from empty to 3x the index, probe lengths),
 tiering (the SSD tier, only with --only tiering). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
@@ -27,8 +28,13 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
+<<<<<<< HEAD
 SECTIONS = ("data", "cold", "control", "eviction", "tiering", "pd", "engines")
 DEFAULT_SECTIONS = ("data", "cold", "control", "eviction")  # tiering (needs a disk directory), pd, engines: --only
+=======
+SECTIONS = ("data", "control", "eviction", "index", "tiering", "pd")
+DEFAULT_SECTIONS = ("data", "control", "eviction", "index")  # tiering (needs a disk directory) and pd: --only
+>>>>>>> h-indexfull
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -48,6 +54,7 @@ def _parser():
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object), "
+                         "index (small values filling the index: time per put batch, probe lengths), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
                          "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
@@ -159,6 +166,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import eviction
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "eviction", eviction.markdown(results["eviction"]))
+    if "index" in sections:
+        from . import index_fill
+        results["index"] = index_fill.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "index", index_fill.markdown(results["index"]))
     if "pd" in sections:
         import importlib
         results["pd"] = {}

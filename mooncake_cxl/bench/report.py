@@ -35,6 +35,7 @@ ORDER = (
     ("cold", "A fresh pool: first puts, start and setup"),
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
+    ("index", "Small values: the index as a capacity"),
     ("tiering", "SSD tier"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),

@@ -210,6 +210,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       if (!c.attached || c.generation != req.prev_generation) {
         c = ClientInfo{};
         c.attached = true;
+        MarkPinTable(slot);
         c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
                        next_generation_++;
         c.pid = req.pid;
