@@ -112,7 +112,7 @@ class MasterImpl final : public Master, private TierHost {
  public:
   explicit MasterImpl(const MasterConfig& config) : config_(config) {}
   ~MasterImpl() override;
-  Status Open();
+  Status Open(std::unique_ptr<Pool> premapped = nullptr);  // premapped: Create's
 
   // ---- Master (master.h) ----
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
@@ -362,7 +362,7 @@ class MasterImpl final : public Master, private TierHost {
 
   // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
   // master_eviction.cc; the lookups above ----
-  std::mutex& mu() const override { return mu_; }
+  FencedMutex& mu() const override { return mu_; }
   const ObjectIndex& index() const override { return *index_; }
   const ExtentAllocator& alloc() const override { return *alloc_; }
   bool pool_lost() const override { return pool_lost_; }
@@ -469,7 +469,7 @@ class MasterImpl final : public Master, private TierHost {
   // One lock for all entry points: the TCP loop, the ring server, the HTTP
   // thread and the tier thread each call in; the work under it is short and
   // never blocks (see Thread safety above).
-  mutable std::mutex mu_;
+  mutable FencedMutex mu_;
   std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
 };
 

@@ -49,7 +49,7 @@ uint64_t TierManager::DropWithGroup(uint64_t slot, uint64_t now, uint64_t* bytes
 
 bool TierManager::Housekeeping() {
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     uint64_t cap = config_.offload_capacity_bytes;
     uint64_t high = uint64_t(config_.offload_high_watermark_ratio * double(cap));
     if (disk_stats_.live_bytes > high || full_) {
@@ -112,7 +112,7 @@ bool TierManager::Housekeeping() {
     ts = disk_->stats();
     compacted = ts.compactions != before;
   }
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   disk_stats_ = ts;
   return wrote || compacted;
 }
