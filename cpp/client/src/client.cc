@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
@@ -91,7 +92,20 @@ Client::~Client() { (void)Close(); }
 Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   std::string host;
   int port = 0;
-  if (!SplitHostPort(options.master_addr, &host, &port)) {
+  std::unique_ptr<EtcdClient> etcd;
+  std::string leader_key;
+  if (options.master_addr.rfind("etcd://", 0) == 0) {
+    auto endpoints = EtcdClient::SplitEndpoints(options.master_addr);
+    if (endpoints.empty()) {
+      MCXL_LOG(kError, "client", "master_server_addr '%s' names no etcd endpoint", options.master_addr.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
+    std::string cluster = options.cluster_id;
+    const char* env = getenv("MC_STORE_CLUSTER_ID");
+    if (cluster.empty()) cluster = env && *env ? env : "mooncake";
+    leader_key = "mooncake-cxl/" + cluster + "/leader";  // master_ha.h's key
+    etcd = std::make_unique<EtcdClient>(endpoints, options.connect_timeout_ms);
+  } else if (!SplitHostPort(options.master_addr, &host, &port)) {
     MCXL_LOG(kError, "client", "master_server_addr '%s' is not host:port", options.master_addr.c_str());
     return ErrorCode::INVALID_PARAMS;
   }
@@ -104,8 +118,14 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   InstallPoolFaultHandler(PoolFaultAction::kRemap);
   std::shared_ptr<Client> c(new Client(options));
+  Status s = ErrorCode::OK;
+  if (etcd) {
+    c->etcd_ = std::move(etcd);
+    c->leader_key_ = leader_key;
+    s = c->FindLeader(MonoNs() + uint64_t(options.connect_timeout_ms) * 1000000ull, &host, &port);
+  }
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
-  Status s = c->MapPool();
+  if (s.ok()) s = c->MapPool();
   if (s.ok()) s = c->Attach(true);
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
@@ -171,6 +191,21 @@ Status Client::Attach(bool initial) {
   Encoder e;
   Encode(req, &e);
   auto r = rpc_->Call(MessageType::kAttach, e.data());
+  if (etcd_ && !initial) {
+    // The leader may be changing: follow etcd's record until one serves,
+    // for up to put_wait_ms.
+    uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
+    while (!r && (r.error() == ErrorCode::RPC_FAIL || r.error() == ErrorCode::RPC_TIMEOUT)) {
+      std::string host;
+      int port = 0;
+      if (!FindLeader(deadline, &host, &port).ok()) break;
+      if (!rpc_->SetTarget(host, port)) {  // the same master: give the takeover time
+        if (MonoNs() >= deadline) break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      r = rpc_->Call(MessageType::kAttach, e.data());
+    }
+  }
   if (!r) return r.error();
   Decoder d(*r);
   AttachReply reply;
@@ -194,6 +229,9 @@ Status Client::Attach(bool initial) {
   // Relaxed: ordered by attach_mu_ for writers; see the member comment.
   slot_.store(reply.slot, std::memory_order_relaxed);
   slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
+  // The master that attached us raised the term before it served anyone.
+  ObserveRange(&pool_->superblock()->master_term, sizeof(uint64_t));
+  term_.store(pool_->superblock()->master_term.load(std::memory_order_acquire), std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> ring_lock(ring_mu_);
@@ -263,6 +301,7 @@ Status Client::CallOnceInto(MessageType type, const std::string& payload, std::s
   }
   auto r = rpc_->Call(type, payload);
   if (!r) return r.error();
+  if (TermSuperseded()) return ErrorCode::RPC_FAIL;  // a deposed master's answer: ask the new one
   *reply = std::move(*r);
   return ErrorCode::OK;
 }
@@ -296,6 +335,7 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
     // Restarted (a new incarnation), silent for longer than any Tick gap,
     // or exited (its pid, when on this machine).
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) return true;
+    if (TermSuperseded()) return true;
     // The heartbeat and pid checks cost a clock read (~25 ns) and a syscall
     // (~0.5 µs) against a ~2 µs small put: before a push they are made at
     // most every 10 ms; a master that died since is caught by the wait below

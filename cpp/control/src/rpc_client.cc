@@ -40,6 +40,15 @@ bool RpcClient::PeerClosed() const {
   return n <= 0;
 }
 
+bool RpcClient::SetTarget(const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (host == host_ && port == port_) return false;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  host_ = host, port_ = port;
+  return true;
+}
+
 void RpcClient::Disconnect() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;

@@ -33,6 +33,9 @@ class RpcClient {
   // connection (the caller may need to re-attach).
   Result<std::string> Call(MessageType type, const std::string& payload, bool* reconnected = nullptr);
   void Disconnect();
+  // Points later calls at another master (an elected one): the connection
+  // closes when the address changed. False when it did not change.
+  bool SetTarget(const std::string& host, int port);
 
  private:
   Status ConnectLocked();
