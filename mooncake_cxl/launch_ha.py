@@ -75,7 +75,7 @@ class HaMasterProcess(MasterProcess):
     """A master with --enable_ha on etcd `endpoint`: start() returns once it
     campaigns; wait_ready() once it was elected and serves."""
 
-    def __init__(self, endpoint, pool_path, pool_size=64 << 20, cluster_id="mcxl-test", ttl_s=2,
+    def __init__(self, endpoint, pool_path, pool_size=64 << 20, cluster_id="mooncake", ttl_s=2,
                  extra_flags=(), log_path=None, start_timeout=30.0):
         flags = ["--enable_ha=true", "--ha_backend_type=etcd", f"--ha_backend_connstring={endpoint}",
                  f"--cluster_id={cluster_id}", f"--ha_lease_ttl_sec={ttl_s}"] + list(extra_flags)

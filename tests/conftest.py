@@ -208,7 +208,7 @@ def ha_master_factory(etcd, pool_path, tmp_path):
     from mooncake_cxl.launch_ha import HaMasterProcess
     started = []
 
-    def start(ttl_s=2, extra_flags=(), pool_size=256 << 20, cluster_id="mcxl-test"):
+    def start(ttl_s=2, extra_flags=(), pool_size=256 << 20, cluster_id="mooncake"):
         m = HaMasterProcess(etcd.endpoint, pool_path, pool_size, cluster_id=cluster_id, ttl_s=ttl_s,
                             extra_flags=extra_flags, log_path=str(tmp_path / f"ha_master{len(started)}.log"))
         started.append(m)
