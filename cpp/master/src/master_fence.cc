@@ -1,5 +1,5 @@
 // The fence of elected masters (master_fence.h).
-#include "master_fence.h"
+#include "mooncake_cxl/master/master_fence.h"
 
 #include <unistd.h>
 

@@ -16,7 +16,7 @@
 #include <string_view>
 #include <vector>
 
-#include "master_fence.h"
+#include "mooncake_cxl/master/master_fence.h"
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
