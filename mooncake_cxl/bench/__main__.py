@@ -3,7 +3,8 @@
 Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
 writer and reader in separate processes), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
-tiering (the SSD tier, only with --only tiering). Each
+tiering (the SSD tier, only with --only tiering), ha (elected masters' takeover
+time and HA's put cost, only with --only ha; needs etcd). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
@@ -24,8 +25,8 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "control", "eviction", "tiering", "pd")
-DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
+SECTIONS = ("data", "control", "eviction", "tiering", "pd", "ha")
+DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory), pd, ha (etcd): --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -47,7 +48,8 @@ def _parser():
                          "eviction (throughput at the watermark, master memory per object), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
-                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra), "
+                         "ha (takeover time of elected masters, HA's put cost; needs etcd)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -165,6 +167,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             _show(bodies, name, mod.markdown(results["pd"][name]))
+    if "ha" in sections:
+        from . import ha
+        results["ha"] = ha.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "ha", ha.markdown(results["ha"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

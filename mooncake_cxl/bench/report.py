@@ -35,6 +35,7 @@ ORDER = (
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
     ("tiering", "SSD tier"),
+    ("ha", "High availability: takeover and put cost"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
     ("compare", "Against Mooncake 0.3.13"),

@@ -190,21 +190,23 @@ Status Client::Attach(bool initial) {
   req.tenant = options_.tenant;
   Encoder e;
   Encode(req, &e);
-  auto r = rpc_->Call(MessageType::kAttach, e.data());
+  Result<std::string> r = ErrorCode::RPC_FAIL;
   if (etcd_ && !initial) {
-    // The leader may be changing: follow etcd's record until one serves,
+    // The leader may be changing: ask etcd which master serves before each
+    // try (the previous one may be stopped, its socket still accepting),
     // for up to put_wait_ms.
     uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
-    while (!r && (r.error() == ErrorCode::RPC_FAIL || r.error() == ErrorCode::RPC_TIMEOUT)) {
+    for (;;) {
       std::string host;
       int port = 0;
-      if (!FindLeader(deadline, &host, &port).ok()) break;
-      if (!rpc_->SetTarget(host, port)) {  // the same master: give the takeover time
-        if (MonoNs() >= deadline) break;
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
-      }
+      if (FindLeader(deadline, &host, &port).ok()) (void)rpc_->SetTarget(host, port);
       r = rpc_->Call(MessageType::kAttach, e.data());
+      if (r || (r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT) || MonoNs() >= deadline)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the takeover is under way
     }
+  } else {
+    r = rpc_->Call(MessageType::kAttach, e.data());
   }
   if (!r) return r.error();
   Decoder d(*r);
