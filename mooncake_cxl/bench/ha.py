@@ -36,6 +36,14 @@ def _until_put(store, key):
         pass  # each failed put already waited for the new leader (MC_CXL_PUT_WAIT_MS)
 
 
+def _wait_stopped(pid):
+    """Until the kernel shows `pid` stopped (a signal is delivered asynchronously)."""
+    while True:
+        with open(f"/proc/{pid}/stat") as f:
+            if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                return
+
+
 def _takeovers(etcd, path, pool_bytes, count, runs, how, log_dir):
     from ..launch_ha import HaMasterProcess
     flags = [f"--index_capacity={2 * count}"]
@@ -60,6 +68,7 @@ def _takeovers(etcd, path, pool_bytes, count, runs, how, log_dir):
             else:
                 os.kill(leader.proc.pid, signal.SIGSTOP)
                 paused.append(leader)
+                _wait_stopped(leader.proc.pid)
             _until_put(s, f"probe/{how}/{r}")
             times.append(time.perf_counter() - t0)
             assert standby.wait_ready(60), standby.log_tail()

@@ -14,7 +14,8 @@
 #include "master_impl.h"
 
 #include <algorithm>
-#include <unordered_map>
+#include <utility>
+#include <vector>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
@@ -84,7 +85,10 @@ void MasterImpl::Recover() {
   auto by_offset = [](const Found& a, const Found& b) { return a.offset < b.offset; };
   uint64_t max_probe = 0;  // recomputed from what is kept: the shared word may have been overwritten
   std::sort(complete.begin(), complete.end(), by_offset);
-  std::unordered_map<uint64_t, std::vector<uint64_t>> by_hash;
+  // (key hash, slot) of every kept entry: sorted, a key's entries are adjacent
+  // (one flat vector: a map of a million small vectors costs a second here).
+  std::vector<std::pair<uint64_t, uint64_t>> by_hash;
+  by_hash.reserve(complete.size());
   for (const Found& f : complete) {
     auto ext = alloc_->Reserve(f.offset, f.extent);
     if (!ext) {
@@ -100,23 +104,30 @@ void MasterImpl::Recover() {
     max_probe = std::max(max_probe, (f.slot - index_->HomeSlot(index_->entry(f.slot).key_hash.load(
                                                   std::memory_order_relaxed))) & (capacity - 1));
     CountComplete(f.slot);
-    by_hash[index_->entry(f.slot).key_hash.load(std::memory_order_relaxed)].push_back(f.slot);
+    by_hash.emplace_back(index_->entry(f.slot).key_hash.load(std::memory_order_relaxed), f.slot);
   }
   index_->SetMaxProbe(max_probe);
   ReservePinnedExtents();  // objects unlinked while viewed keep their extents
   // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
   // the newest.
-  for (auto& [hash, slots] : by_hash) {
-    if (slots.size() < 2) {
-      uint32_t fl = index_->entry(slots[0]).flags.load(std::memory_order_relaxed);
-      if (fl & kFlagSuperseded) index_->SetFlags(slots[0], fl & ~kFlagSuperseded);
-      continue;
+  std::sort(by_hash.begin(), by_hash.end());
+  for (size_t i = 0; i < by_hash.size();) {
+    size_t end = i + 1;
+    while (end < by_hash.size() && by_hash[end].first == by_hash[i].first) ++end;
+    uint64_t hash = by_hash[i].first;
+    if (end - i < 2) {
+      uint64_t slot = by_hash[i].second;
+      uint32_t fl = index_->entry(slot).flags.load(std::memory_order_relaxed);
+      if (fl & kFlagSuperseded) index_->SetFlags(slot, fl & ~kFlagSuperseded);
+    } else {
+      for (size_t k = i; k < end; ++k) {
+        uint64_t slot = by_hash[k].second;
+        if (!Readable(StateOf(index_->entry(slot).state_gen.load(std::memory_order_relaxed))))
+          continue;  // unlinked as an older value of a key handled just before
+        ClearSupersededIfSettled(std::string(KeyOf(slot)), hash);
+      }
     }
-    for (uint64_t s : slots) {
-      if (!Readable(StateOf(index_->entry(s).state_gen.load(std::memory_order_relaxed))))
-        continue;  // unlinked as an older value of a key handled just before
-      ClearSupersededIfSettled(std::string(KeyOf(s)), hash);
-    }
+    i = end;
   }
   // Unfinished puts: revoke. Their extents are reserved (a live client of the
   // old incarnation might still write) and released once its local process

@@ -49,6 +49,7 @@ class RpcClient {
   int connect_timeout_ms_, reply_timeout_ms_;
   int fd_ = -1;
   uint64_t next_id_ = 1;
+  uint64_t last_unreachable_log_ns_ = 0;  // MonoNs of the last "cannot reach" line (under mu_)
 };
 
 // Splits "host:port"; false when malformed.

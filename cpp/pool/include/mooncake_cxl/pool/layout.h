@@ -84,12 +84,13 @@ struct Superblock {
   std::atomic<uint64_t> master_pid;
   std::atomic<uint64_t> master_machine_hash;  // KeyHash(gethostname()): pid checks are local
 
-  // The fence of elected masters (master_fence.h), its own line: every
-  // master instance writes it. master_term: the leader's term (0 without
-  // HA), raised by a new leader before its first structural write;
-  // master_writing: a leader's term while it is inside a write batch, else 0.
+  // The fence of elected masters (master_fence.h). master_term: the
+  // leader's term (0 without HA), raised by a new leader before its first
+  // structural write; clients compare it on every reply. master_writing: a
+  // leader's term while it is inside a write batch, else 0; its own line,
+  // written at every batch, so that clients' reads of the term stay hits.
   alignas(kCacheLine) std::atomic<uint64_t> master_term;
-  std::atomic<uint64_t> master_writing;
+  alignas(kCacheLine) std::atomic<uint64_t> master_writing;
 
   // The ring server's doorbell (CXL RPC). After each request a client reads
   // ring_server_sleeping; only when the server is not polling (asleep, or in
