@@ -244,10 +244,12 @@ int main(int argc, char** argv) {
     }
     // A standby maps the pool (and its pages) while it waits: a takeover
     // then recovers with no page faults.
-    auto pool = mcxl::Pool::Open(cfg.cxl_path, cfg.cxl_size, false);
-    if (pool) {
-      (void)(*pool)->Prefault();
-      premapped = std::move(pool.value());
+    if (access(cfg.cxl_path.c_str(), F_OK) == 0) {  // a missing pool is created once elected
+      auto pool = mcxl::Pool::Open(cfg.cxl_path, cfg.cxl_size, false);
+      if (pool) {
+        (void)(*pool)->Prefault();
+        premapped = std::move(pool.value());
+      }
     }
     elector = std::make_unique<mcxl::HaElector>(ha);
     printf("mooncake_cxl_master standby cluster=%s pid=%d\n", cluster_id.c_str(), int(getpid()));
