@@ -15,11 +15,13 @@
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/master/master.h"
 #include "mooncake_cxl/master/master_ha.h"
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/common/tenant.h"
 #include "mooncake_cxl/control/ring_server.h"
 #include "mooncake_cxl/control/tcp_server.h"
 
 namespace {
+
 std::atomic<bool> g_stop{false};
 
 bool g_enable_key_listing = false;  // --enable_key_listing; set before the HTTP thread starts
@@ -191,6 +193,7 @@ int main(int argc, char** argv) {
   const char* env_cluster = getenv("MC_STORE_CLUSTER_ID");
   std::string cluster_id = env_cluster && *env_cluster ? env_cluster : "mooncake";
   int64_t ha_lease_ttl_sec = 2;
+  int64_t ha_standby_rescan_ms = 3000;
   flags.Add("enable_ha", &enable_ha, "elect one master of several through etcd; the others stand by");
   flags.Add("ha_backend_type", &ha_backend_type, "election backend (etcd only)");
   flags.Add("ha_backend_connstring", &ha_backend_connstring, "etcd endpoints, \"h1:2379;h2:2379\" (or ,)");
@@ -199,6 +202,9 @@ int main(int argc, char** argv) {
   flags.Add("ha_lease_ttl_sec", &ha_lease_ttl_sec,
             "election lease TTL in seconds: a leader that cannot renew it for this long steps down; a "
             "standby takes over about this long after a leader on another host stops");
+  flags.Add("ha_standby_rescan_ms", &ha_standby_rescan_ms,
+            "a standby rescans the pool's index and headers this often, so that its takeover re-reads only "
+            "what changed since (a rescan reads the whole index); 0: scan once, at start");
   std::string error;
   bool help = false;
   if (!flags.Parse(argc, argv, &error, &help)) {
@@ -230,6 +236,7 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
   std::unique_ptr<mcxl::HaElector> elector;
   std::unique_ptr<mcxl::Pool> premapped;
+  std::unique_ptr<mcxl::WarmScan> warm;
   if (enable_ha) {
     mcxl::HaOptions ha;
     ha.endpoints = mcxl::EtcdClient::SplitEndpoints(ha_backend_connstring.empty() ? etcd_endpoints
@@ -251,6 +258,14 @@ int main(int argc, char** argv) {
         premapped = std::move(pool.value());
       }
     }
+    // The standby keeps its recovery warm: the headers of COMPLETE objects,
+    // scanned now and again every --ha_standby_rescan_ms.
+    if (premapped && premapped->IsFormatted() && premapped->Verify(nullptr).ok()) {
+      warm = std::make_unique<mcxl::WarmScan>();
+      (void)warm->Scan(*premapped);
+      MCXL_LOG(kInfo, "ha", "standby: %zu objects scanned ahead of a takeover", warm->size());
+      if (ha_standby_rescan_ms > 0) warm->Start(premapped.get(), uint32_t(ha_standby_rescan_ms));
+    }
     elector = std::make_unique<mcxl::HaElector>(ha);
     printf("mooncake_cxl_master standby cluster=%s pid=%d\n", cluster_id.c_str(), int(getpid()));
     fflush(stdout);
@@ -259,7 +274,7 @@ int main(int argc, char** argv) {
     cfg.ha_term = uint64_t(term);
     cfg.ha_lease_deadline = elector->lease_deadline();
   }
-  auto master = mcxl::Master::Create(cfg, std::move(premapped));
+  auto master = mcxl::Master::Create(cfg, std::move(premapped), std::move(warm));
   if (!master) {
     fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",
             mcxl::ErrorCodeName(master.error()));

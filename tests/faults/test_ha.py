@@ -5,6 +5,7 @@ a paused leader never writes again once resumed, etcd's loss makes the
 leader step down and its return restores service, a standby's or a client's
 death changes nothing for the others."""
 import os
+import re
 import signal
 import time
 
@@ -151,4 +152,58 @@ def test_views_and_buffers_carry_over(ha_master_factory, etcd):
     s.remove("viewed", force=True)
     assert bytes(h) == b"v" * 4096
     del h
+    s.close()
+
+
+def test_pool_changed_after_the_standby_scan(ha_master_factory, etcd):
+    """The standby scans the pool ahead of a takeover; the old leader then puts,
+    removes, upserts and evicts. The new leader keeps exactly what a recovery
+    from the pool alone keeps: every acknowledged put with its newest value,
+    nothing removed or evicted comes back."""
+    a = ha_master_factory(pool_size=64 << 20)
+    assert a.wait_ready(), a.log_tail()
+    s = open_store(etcd.client_address)
+    big = {}
+    for i in range(40):  # the oldest: the first the leader evicts
+        big[f"big{i}"] = value_for(f"big{i}", 1 << 20)
+        assert s.put(f"big{i}", big[f"big{i}"]) == 0
+    small = {f"k{i}": value_for(f"k{i}", 300) for i in range(400)}
+    for k, v in small.items():
+        assert s.put(k, v) == 0
+    # Scans once, before start() returns; no rescan.
+    b = ha_master_factory(pool_size=64 << 20, extra_flags=["--ha_standby_rescan_ms=0"])
+    removed = [f"k{i}" for i in range(0, 400, 3)]
+    for k in removed:
+        assert s.remove(k) == 0
+        del small[k]
+    for i in range(1, 400, 3):  # upserts: a new entry, the old one unlinked
+        small[f"k{i}"] = value_for(f"k{i}-new", 500)
+        assert s.upsert(f"k{i}", small[f"k{i}"]) == 0
+    for i in range(400, 500):  # new keys, some in the removed keys' slots and extents
+        small[f"k{i}"] = value_for(f"k{i}", 300)
+        assert s.put(f"k{i}", small[f"k{i}"]) == 0
+    for i in range(40, 70):  # 70 MiB through a 64 MiB pool: the leader evicts
+        k = f"big{i}"
+        v = value_for(k, 1 << 20)
+        if s.put(k, v) == 0:
+            big[k] = v
+    assert metric(a, "master_evicted_key_count") > 0
+    # What the pool holds now, as the clients see it through the old leader.
+    live = {k: v for k, v in {**small, **big}.items() if s.get(k) == v}
+    assert all(s.get(k) == b"" for k in removed)
+    os.kill(a.proc.pid, signal.SIGSTOP)  # the lease path: the standby takes over once it lapses
+    assert b.wait_ready(WAIT_TIMEOUT), b.log_tail()
+    wait_until(lambda: s.put("after", b"z" * 100) == 0, "a put through the new leader", master=b)
+    m = re.search(r"kept (\d+) objects \((\d+) headers known from the standby's scan\)", b.log_tail(1 << 20))
+    assert m, b.log_tail()
+    assert 0 < int(m.group(2)) < int(m.group(1))  # the scan served, and missed what changed
+    for k, v in live.items():
+        assert s.get(k) == v, k
+    for k in removed + [k for k in {**small, **big} if k not in live]:
+        assert s.get(k) == b"", f"{k} came back"
+    # Nothing the clients cannot see either: the new leader's count is exactly theirs.
+    assert metric(b, "master_key_count") == len(live) + 1
+    assert metric(b, "mooncake_cxl_corrupt_entries_total") == 0
+    os.kill(a.proc.pid, signal.SIGCONT)
+    assert a.proc.wait(WAIT_TIMEOUT) == DEPOSED_EXIT, a.log_tail()
     s.close()

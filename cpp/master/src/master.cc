@@ -31,9 +31,10 @@ std::string StatusReply(ErrorCode status) {
   return e.data();
 }
 
-Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config, std::unique_ptr<Pool> premapped) {
+Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config, std::unique_ptr<Pool> premapped,
+                                               std::unique_ptr<WarmScan> warm) {
   auto m = std::make_unique<MasterImpl>(config);
-  Status s = m->Open(std::move(premapped));
+  Status s = m->Open(std::move(premapped), std::move(warm));
   if (!s.ok()) return s.error();
   return std::unique_ptr<Master>(std::move(m));
 }
@@ -42,7 +43,8 @@ MasterImpl::~MasterImpl() {
   if (tier_) tier_->Stop();  // its thread calls back into us
 }
 
-Status MasterImpl::Open(std::unique_ptr<Pool> premapped) {
+Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmScan> warm) {
+  if (premapped) warm_ = std::move(warm);  // describes that pool only
   machine_ = ThisMachine();
   if (!config_.enable_cxl)
     MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",

@@ -99,6 +99,7 @@
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
@@ -112,7 +113,7 @@ class MasterImpl final : public Master, private TierHost {
  public:
   explicit MasterImpl(const MasterConfig& config) : config_(config) {}
   ~MasterImpl() override;
-  Status Open(std::unique_ptr<Pool> premapped = nullptr);  // premapped: Create's
+  Status Open(std::unique_ptr<Pool> premapped = nullptr, std::unique_ptr<WarmScan> warm = nullptr);  // Create's
 
   // ---- Master (master.h) ----
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
@@ -414,6 +415,7 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
   uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
   std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<WarmScan> warm_;  // a standby's scan for the first Recover (then gone)
   std::unique_ptr<ExtentAllocator> alloc_;
   // Per index slot, for live entries: the allocator handle of its extent (its
   // offset and size come from the allocator), the key length, and whether the

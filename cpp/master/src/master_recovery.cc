@@ -23,6 +23,7 @@
 #include "mooncake_cxl/pool/object_header.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/shm_ring.h"
+#include "mooncake_cxl/master/warm_scan.h"
 
 namespace mcxl {
 
@@ -55,8 +56,13 @@ void MasterImpl::Recover() {
   // prefetch this many slots ahead overlaps their cache and TLB misses (a
   // hint only: it never faults, and the header is checked when read).
   constexpr uint64_t kHeaderPrefetch = 16;
+  // A standby's scan (warm_scan.h) stands in for the headers of entries that
+  // have not changed since; it makes the prefetch pointless.
+  std::unique_ptr<WarmScan> warm = std::move(warm_);
+  if (warm) warm->Stop();
+  uint64_t from_warm = 0;
   for (uint64_t slot = 0; slot < capacity; ++slot) {
-    if (slot + kHeaderPrefetch < capacity) {
+    if (!warm && slot + kHeaderPrefetch < capacity) {
       uint64_t ahead = index_->entry(slot + kHeaderPrefetch).object_offset.load(std::memory_order_relaxed);
       if (ahead != 0 && pool_->InDataRegion(ahead, sizeof(ObjectHeader)))
         __builtin_prefetch(pool_->At<const char>(ahead));
@@ -70,7 +76,9 @@ void MasterImpl::Recover() {
     if (st == EntryState::kEmpty || st == EntryState::kTombstone) continue;
     uint64_t off = e.object_offset.load(std::memory_order_relaxed);
     ObjectHeader h;
-    bool ok = sane_gen && CheckedObjectHeader(*pool_, off, &h) &&
+    const ObjectHeader* seen = warm && st == EntryState::kComplete ? warm->Find(slot, sg, off) : nullptr;
+    if (seen) h = *seen, ++from_warm;
+    bool ok = sane_gen && (seen || CheckedObjectHeader(*pool_, off, &h)) &&
               h.key_hash == e.key_hash.load(std::memory_order_relaxed) &&
               h.value_size == e.value_size.load(std::memory_order_relaxed) && h.generation == GenOf(sg);
     // A live client of the previous incarnation may publish an unfinished
@@ -154,8 +162,9 @@ void MasterImpl::Recover() {
     else deferred_.push_back({ext->handle, release_at, owner < old_pid.size() ? old_pid[owner] : 0});
   }
   stats_.recovered_objects = stats_.complete_keys;
-  MCXL_LOG(kInfo, "master", "recovery: kept %llu objects, revoked %zu unfinished puts, dropped %llu",
-           (unsigned long long)stats_.complete_keys, unfinished.size(),
+  MCXL_LOG(kInfo, "master", "recovery: kept %llu objects (%llu headers known from the standby's scan), "
+           "revoked %zu unfinished puts, dropped %llu",
+           (unsigned long long)stats_.complete_keys, (unsigned long long)from_warm, unfinished.size(),
            (unsigned long long)stats_.dropped_on_recovery);
 }
 

@@ -29,6 +29,7 @@
 #include <string_view>
 #include <utility>
 
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/service.h"
 #include "mooncake_cxl/pool/pool.h"  // pool() is part of the interface
@@ -151,9 +152,11 @@ class Master : public Service {
   // Opens (formats or recovers) the pool and, with --enable_offload, the
   // SSD tier; INVALID_PARAMS for a bad flag, the pool's error otherwise.
   // `premapped`: the pool at --cxl_path already mapped (a standby's, so
-  // that a takeover takes no page faults); else Create maps it.
+  // that a takeover takes no page faults); else Create maps it. `warm`: a
+  // standby's scan of that pool (warm_scan.h), used by its recovery only.
   static Result<std::unique_ptr<Master>> Create(const MasterConfig& config,
-                                                std::unique_ptr<Pool> premapped = nullptr);
+                                                std::unique_ptr<Pool> premapped = nullptr,
+                                                std::unique_ptr<WarmScan> warm = nullptr);
   ~Master() override = default;
 
   // Service, as the master answers it:

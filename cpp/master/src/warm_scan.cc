@@ -1,0 +1,69 @@
+// WarmScan (warm_scan.h): a standby's read-only pass over the index and the
+// headers of COMPLETE objects.
+#include "mooncake_cxl/master/warm_scan.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "mooncake_cxl/pool/object_header.h"
+#include "mooncake_cxl/pool/object_index.h"
+
+namespace mcxl {
+
+bool WarmScan::Scan(const Pool& pool) {
+  ObjectIndex index(&pool);
+  uint64_t capacity = index.capacity();
+  std::vector<Seen> seen;
+  seen.reserve(seen_.size() + 1024);
+  constexpr uint64_t kHeaderPrefetch = 16;  // as in Recover: overlaps the headers' misses
+  for (uint64_t slot = 0; slot < capacity; ++slot) {
+    if ((slot & 4095) == 0 && stop_.load(std::memory_order_relaxed)) return false;
+    if (slot + kHeaderPrefetch < capacity) {
+      uint64_t ahead = index.entry(slot + kHeaderPrefetch).object_offset.load(std::memory_order_relaxed);
+      if (ahead != 0 && pool.InDataRegion(ahead, sizeof(ObjectHeader))) __builtin_prefetch(pool.At<const char>(ahead));
+    }
+    IndexEntry& e = index.entry(slot);
+    // Acquire: pairs with the publishing release, so the header read after it
+    // is the one written before the entry became COMPLETE (same host or not:
+    // Find re-checks the state word at takeover either way).
+    uint64_t sg = e.state_gen.load(std::memory_order_acquire);
+    if (StateOf(sg) != EntryState::kComplete) continue;
+    uint64_t off = e.object_offset.load(std::memory_order_relaxed);
+    ObjectHeader h;
+    if (!CheckedObjectHeader(pool, off, &h) || h.key_hash != e.key_hash.load(std::memory_order_relaxed) ||
+        h.value_size != e.value_size.load(std::memory_order_relaxed) || h.generation != GenOf(sg))
+      continue;
+    // The entry must not have moved on while its header was read.
+    if (e.state_gen.load(std::memory_order_acquire) != sg ||
+        e.object_offset.load(std::memory_order_relaxed) != off)
+      continue;
+    seen.push_back(Seen{slot, sg, off, h});
+  }
+  seen_ = std::move(seen);
+  cursor_ = 0;
+  return true;
+}
+
+void WarmScan::Start(const Pool* pool, uint32_t period_ms) {
+  thread_ = std::thread([this, pool, period_ms] {
+    while (!stop_.load(std::memory_order_relaxed)) {
+      for (uint32_t waited = 0; waited < period_ms && !stop_.load(std::memory_order_relaxed); waited += 10)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      if (!stop_.load(std::memory_order_relaxed)) (void)Scan(*pool);
+    }
+  });
+}
+
+void WarmScan::Stop() {
+  stop_.store(true, std::memory_order_relaxed);
+  if (thread_.joinable()) thread_.join();
+}
+
+const ObjectHeader* WarmScan::Find(uint64_t slot, uint64_t state_gen, uint64_t offset) {
+  while (cursor_ < seen_.size() && seen_[cursor_].slot < slot) ++cursor_;
+  if (cursor_ >= seen_.size() || seen_[cursor_].slot != slot) return nullptr;
+  const Seen& s = seen_[cursor_];
+  return s.state_gen == state_gen && s.offset == offset ? &s.header : nullptr;
+}
+
+}  // namespace mcxl
