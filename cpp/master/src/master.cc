@@ -83,6 +83,7 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
              config_.cxl_path.c_str());
     fresh = false;
   }
+  if (fresh) warm_.reset();  // stops its scan before Format rewrites what it reads
   if (fresh) {
     FormatOptions fo;
     fo.index_capacity = config_.index_capacity;
