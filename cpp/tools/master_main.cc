@@ -16,6 +16,7 @@
 #include "mooncake_cxl/master/master.h"
 #include "mooncake_cxl/master/master_ha.h"
 #include "mooncake_cxl/master/warm_scan.h"
+#include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/common/tenant.h"
 #include "mooncake_cxl/control/ring_server.h"
 #include "mooncake_cxl/control/tcp_server.h"
@@ -265,6 +266,14 @@ int main(int argc, char** argv) {
       (void)warm->Scan(*premapped);
       MCXL_LOG(kInfo, "ha", "standby: %zu objects scanned ahead of a takeover", warm->size());
       if (ha_standby_rescan_ms > 0) warm->Start(premapped.get(), uint32_t(ha_standby_rescan_ms));
+    }
+    if (premapped && warm) {
+      const mcxl::Superblock* sb = premapped->superblock();
+      ha.leader_heartbeat = [sb] {
+        mcxl::ObserveRange(&sb->master_heartbeat_ns, sizeof(uint64_t));  // written on another host, maybe
+        // Relaxed: compared with its previous value only.
+        return sb->master_heartbeat_ns.load(std::memory_order_relaxed);
+      };
     }
     elector = std::make_unique<mcxl::HaElector>(ha);
     printf("mooncake_cxl_master standby cluster=%s pid=%d\n", cluster_id.c_str(), int(getpid()));

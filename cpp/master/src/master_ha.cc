@@ -43,6 +43,24 @@ bool HaElector::HolderDeadHere(const std::string& record) const {
          LocalPidDead(pid->get<uint64_t>());
 }
 
+bool HaElector::HolderStalled(const std::string& record, int64_t lease) {
+  if (!options_.leader_heartbeat) return false;
+  // Only a leader that serves ticks the heartbeat (every 100 ms at most); one
+  // still recovering has announced nothing yet.
+  auto j = nlohmann::json::parse(record, nullptr, false);
+  auto rpc = j.is_object() ? j.find("rpc") : j.end();
+  if (rpc == j.end() || !rpc->is_string() || rpc->get<std::string>().empty()) {
+    watched_lease_ = 0;
+    return false;
+  }
+  uint64_t hb = options_.leader_heartbeat(), now = MonoNs();
+  if (lease != watched_lease_ || hb != watched_heartbeat_) {
+    watched_lease_ = lease, watched_heartbeat_ = hb, watched_since_ns_ = now;
+    return false;
+  }
+  return now - watched_since_ns_ >= uint64_t(options_.ttl_s) * 1000000000ull;
+}
+
 bool HaElector::Campaign(const std::atomic<bool>& stop, int64_t* term) {
   bool logged_wait = false, logged_etcd = false;
   std::string record = LeaderRecord("", "");
@@ -75,6 +93,12 @@ bool HaElector::Campaign(const std::atomic<bool>& stop, int64_t* term) {
       auto holder = etcd_->Get(key_);
       if (holder && *holder && HolderDeadHere((*holder)->value) && (*holder)->lease != 0) {
         MCXL_LOG(kInfo, "ha", "the leader's process on this machine is gone: revoking its lease");
+        (void)etcd_->LeaseRevoke((*holder)->lease);
+        continue;
+      }
+      if (holder && *holder && (*holder)->lease != 0 && HolderStalled((*holder)->value, (*holder)->lease)) {
+        MCXL_LOG(kWarn, "ha", "the leader's heartbeat in the pool stopped %lld s ago: revoking its lease",
+                 (long long)options_.ttl_s);
         (void)etcd_->LeaseRevoke((*holder)->lease);
         continue;
       }

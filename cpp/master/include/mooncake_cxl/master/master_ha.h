@@ -25,6 +25,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -43,6 +44,12 @@ struct HaOptions {
   std::vector<std::string> endpoints;  // etcd, "host:port"
   std::string cluster_id = "mooncake";
   int64_t ttl_s = 2;
+  // The pool's master heartbeat word as this standby sees it (empty: no pool
+  // mapped). A serving leader whose heartbeat stays unchanged for the TTL is
+  // taken for stopped: its lease is revoked, without waiting for etcd to
+  // expire it (etcd checks expiry every 500 ms). Safe because the fence, not
+  // the lease, keeps a deposed leader from writing.
+  std::function<uint64_t()> leader_heartbeat;
 };
 
 class HaElector {
@@ -67,6 +74,11 @@ class HaElector {
   void KeepAliveLoop();
   // The holder's record names a process of this machine that is gone.
   bool HolderDeadHere(const std::string& record) const;
+  // The holder announced itself serving and its heartbeat in the pool has not
+  // moved for the TTL, as timed by this process's clock (no clock is shared).
+  bool HolderStalled(const std::string& record, int64_t lease);
+  int64_t watched_lease_ = 0;
+  uint64_t watched_heartbeat_ = 0, watched_since_ns_ = 0;
 
   HaOptions options_;
   std::string key_;
