@@ -28,6 +28,8 @@ bool WarmScan::Scan(const Pool& pool) {
     // Find re-checks the state word at takeover either way).
     uint64_t sg = e.state_gen.load(std::memory_order_acquire);
     if (StateOf(sg) != EntryState::kComplete) continue;
+    // Relaxed (offset, hash, size): checked against the header, and the state
+    // word re-read below; Recover compares them again at takeover.
     uint64_t off = e.object_offset.load(std::memory_order_relaxed);
     ObjectHeader h;
     if (!CheckedObjectHeader(pool, off, &h) || h.key_hash != e.key_hash.load(std::memory_order_relaxed) ||
