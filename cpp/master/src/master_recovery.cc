@@ -46,7 +46,7 @@ void MasterImpl::Recover() {
   // What the checked header copy said (never re-read from the pool).
   struct Found {
     uint64_t slot, offset, extent, generation, group, key_hash;
-    uint32_t key_len;
+    uint32_t key_len, seen;  // seen: its index in the standby's scan, or WarmScan::kNone
   };
   std::vector<Found> complete, unfinished;
   // Generations grow by one per put: one this large was written by someone else.
@@ -61,6 +61,8 @@ void MasterImpl::Recover() {
   std::unique_ptr<WarmScan> warm = std::move(warm_);
   if (warm) warm->Stop();
   uint64_t from_warm = 0;
+  // Where each entry of the scan that still holds sits in `complete`.
+  std::vector<uint32_t> found_at(warm ? warm->size() : 0, WarmScan::kNone);
   const uint64_t t0 = MonoNs();
   for (uint64_t slot = 0; slot < capacity; ++slot) {
     if (!warm && slot + kHeaderPrefetch < capacity) {
@@ -77,9 +79,9 @@ void MasterImpl::Recover() {
     if (st == EntryState::kEmpty || st == EntryState::kTombstone) continue;
     uint64_t off = e.object_offset.load(std::memory_order_relaxed);
     ObjectHeader h;
-    const ObjectHeader* seen = warm && st == EntryState::kComplete ? warm->Find(slot, sg, off) : nullptr;
-    if (seen) h = *seen, ++from_warm;
-    bool ok = sane_gen && (seen || CheckedObjectHeader(*pool_, off, &h)) &&
+    uint32_t seen = warm && st == EntryState::kComplete ? warm->Find(slot, sg, off) : WarmScan::kNone;
+    if (seen != WarmScan::kNone) h = warm->header(seen), ++from_warm;
+    bool ok = sane_gen && (seen != WarmScan::kNone || CheckedObjectHeader(*pool_, off, &h)) &&
               h.key_hash == e.key_hash.load(std::memory_order_relaxed) &&
               h.value_size == e.value_size.load(std::memory_order_relaxed) && h.generation == GenOf(sg);
     // A live client of the previous incarnation may publish an unfinished
@@ -87,8 +89,9 @@ void MasterImpl::Recover() {
     // of us wins, and keep the put if it won.
     if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
       st = StateOf(e.state_gen.load(std::memory_order_acquire));
-    Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_hash, h.key_len};
+    Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_hash, h.key_len, seen};
     if (Readable(st) && ok) {
+      if (seen != WarmScan::kNone) found_at[seen] = uint32_t(complete.size());
       complete.push_back(f);
     } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {
       unfinished.push_back(f);
@@ -103,12 +106,32 @@ void MasterImpl::Recover() {
   // Reserve in address order (the allocator's fast path for recovery).
   auto by_offset = [](const Found& a, const Found& b) { return a.offset < b.offset; };
   uint64_t max_probe = 0;  // recomputed from what is kept: the shared word may have been overwritten
-  std::sort(complete.begin(), complete.end(), by_offset);
+  if (!warm) {
+    std::sort(complete.begin(), complete.end(), by_offset);
+  } else {
+    // The standby sorted what it saw: merge those still found with the few
+    // entries it did not see (the same order a sort gives).
+    std::vector<Found> sorted, unseen;
+    for (const Found& f : complete)
+      if (f.seen == WarmScan::kNone) unseen.push_back(f);
+    std::sort(unseen.begin(), unseen.end(), by_offset);
+    sorted.reserve(complete.size());
+    size_t u = 0;
+    for (const WarmScan::ByOffset& w : warm->by_offset()) {
+      uint32_t at = found_at[w.seen];
+      if (at == WarmScan::kNone) continue;
+      while (u < unseen.size() && unseen[u].offset < w.offset) sorted.push_back(unseen[u++]);
+      sorted.push_back(complete[at]);
+    }
+    while (u < unseen.size()) sorted.push_back(unseen[u++]);
+    complete = std::move(sorted);
+  }
   const uint64_t t_sort = MonoNs();
   // (key hash, slot) of every kept entry: sorted, a key's entries are adjacent
   // (one flat vector: a map of a million small vectors costs a second here).
   std::vector<std::pair<uint64_t, uint64_t>> by_hash;
   by_hash.reserve(complete.size());
+  std::vector<uint8_t> kept(found_at.size(), 0);  // of the scan's entries
   // Slots come in address order here, so their metadata is touched at random:
   // prefetched like the headers above (a hint only).
   for (size_t i = 0; i < complete.size(); ++i) {
@@ -128,7 +151,8 @@ void MasterImpl::Recover() {
     // The header's key hash, checked equal to the entry's (no second random read of it).
     max_probe = std::max(max_probe, (f.slot - index_->HomeSlot(f.key_hash)) & (capacity - 1));
     CountComplete(f.slot);
-    by_hash.emplace_back(f.key_hash, f.slot);
+    if (f.seen != WarmScan::kNone) kept[f.seen] = 1;  // taken in the scan's order below
+    else by_hash.emplace_back(f.key_hash, f.slot);
   }
   const uint64_t t_reserve = MonoNs();
   index_->SetMaxProbe(max_probe);
@@ -136,6 +160,19 @@ void MasterImpl::Recover() {
   // An upsert caught mid-flight leaves two COMPLETE entries of one key: keep
   // the newest.
   std::sort(by_hash.begin(), by_hash.end());
+  if (warm) {  // the kept entries the standby saw, merged in (the order a sort gives)
+    std::vector<std::pair<uint64_t, uint64_t>> merged, unseen = std::move(by_hash);
+    merged.reserve(unseen.size() + complete.size());
+    size_t u = 0;
+    for (const WarmScan::ByHash& w : warm->by_hash()) {
+      if (!kept[w.seen]) continue;
+      std::pair<uint64_t, uint64_t> p{w.key_hash, w.slot};
+      while (u < unseen.size() && unseen[u] < p) merged.push_back(unseen[u++]);
+      merged.push_back(p);
+    }
+    while (u < unseen.size()) merged.push_back(unseen[u++]);
+    by_hash = std::move(merged);
+  }
   for (size_t i = 0; i < by_hash.size();) {
     size_t end = i + 1;
     while (end < by_hash.size() && by_hash[end].first == by_hash[i].first) ++end;

@@ -41,7 +41,19 @@ bool WarmScan::Scan(const Pool& pool) {
       continue;
     seen.push_back(Seen{slot, sg, off, h});
   }
+  std::vector<ByOffset> by_offset(seen.size());
+  std::vector<ByHash> by_hash(seen.size());
+  for (uint32_t i = 0; i < seen.size(); ++i) {
+    by_offset[i] = ByOffset{seen[i].offset, i};
+    by_hash[i] = ByHash{seen[i].header.key_hash, seen[i].slot, i};
+  }
+  std::sort(by_offset.begin(), by_offset.end(), [](const ByOffset& a, const ByOffset& b) { return a.offset < b.offset; });
+  std::sort(by_hash.begin(), by_hash.end(), [](const ByHash& a, const ByHash& b) {
+    return a.key_hash != b.key_hash ? a.key_hash < b.key_hash : a.slot < b.slot;
+  });
   seen_ = std::move(seen);
+  by_offset_ = std::move(by_offset);
+  by_hash_ = std::move(by_hash);
   cursor_ = 0;
   return true;
 }
@@ -61,11 +73,11 @@ void WarmScan::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-const ObjectHeader* WarmScan::Find(uint64_t slot, uint64_t state_gen, uint64_t offset) {
+uint32_t WarmScan::Find(uint64_t slot, uint64_t state_gen, uint64_t offset) {
   while (cursor_ < seen_.size() && seen_[cursor_].slot < slot) ++cursor_;
-  if (cursor_ >= seen_.size() || seen_[cursor_].slot != slot) return nullptr;
+  if (cursor_ >= seen_.size() || seen_[cursor_].slot != slot) return kNone;
   const Seen& s = seen_[cursor_];
-  return s.state_gen == state_gen && s.offset == offset ? &s.header : nullptr;
+  return s.state_gen == state_gen && s.offset == offset ? uint32_t(cursor_) : kNone;
 }
 
 }  // namespace mcxl
