@@ -3,7 +3,9 @@
 #
 # System packages (apt-get, when missing): googletest for the C++ tests, RE2
 # (libre2-dev) for remove_by_regex, liburing-dev (+ pkg-config) for the SSD
-# tier's io_uring reads,
+# tier's io_uring reads, libcurl4-openssl-dev and nlohmann-json3-dev for the etcd
+# client of --enable_ha, etcd-server and etcd-client for the HA tests (each starts its
+# own etcd on 127.0.0.1),
 # libibverbs1 for the reference Mooncake wheel (the oracle of the conformance
 # suite). The reference client listens on 0.0.0.0, so pytest runs inside a
 # private loopback-only network namespace (unshare -n) when that is possible;
@@ -16,6 +18,10 @@ missing=()
 [ -e /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 [ -e /usr/include/re2/re2.h ] || missing+=(libre2-dev)
 [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
+[ -e /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+[ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -e /usr/include/curl/curl.h ] || missing+=(libcurl4-openssl-dev)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
 command -v unshare >/dev/null || missing+=(util-linux)

@@ -5,7 +5,8 @@ writer and reader in separate processes), cold (first puts into a fresh pool,
 master start and client setup, prefault on and off), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
 index (small values: put batches from empty to 3x the index, probe lengths),
-tiering (the SSD tier, only with --only tiering). Each
+tiering (the SSD tier, only with --only tiering), ha (elected masters' takeover
+time and HA's put cost, only with --only ha; needs etcd). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
@@ -28,13 +29,8 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-<<<<<<< HEAD
-SECTIONS = ("data", "cold", "control", "eviction", "tiering", "pd", "engines")
-DEFAULT_SECTIONS = ("data", "cold", "control", "eviction")  # tiering (needs a disk directory), pd, engines: --only
-=======
-SECTIONS = ("data", "control", "eviction", "index", "tiering", "pd")
-DEFAULT_SECTIONS = ("data", "control", "eviction", "index")  # tiering (needs a disk directory) and pd: --only
->>>>>>> h-indexfull
+SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha")
+DEFAULT_SECTIONS = ("data", "cold", "control", "eviction", "index")  # tiering (needs a disk directory), pd, engines, ha (etcd): --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -59,7 +55,8 @@ def _parser():
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
                          "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
                          "engines (SGLang's and LMCache's Mooncake backends, ours vs Mooncake; "
-                         "their interpreter: MCXL_ENGINES_PYTHON)")
+                         "their interpreter: MCXL_ENGINES_PYTHON); "
+                         "ha (takeover time of elected masters, HA's put cost; needs etcd)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -189,6 +186,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import engines
         results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "engines", engines.markdown(results["engines"]))
+    if "ha" in sections:
+        from . import ha
+        results["ha"] = ha.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "ha", ha.markdown(results["ha"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

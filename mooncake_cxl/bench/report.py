@@ -37,6 +37,7 @@ ORDER = (
     ("eviction", "Eviction and master memory"),
     ("index", "Small values: the index as a capacity"),
     ("tiering", "SSD tier"),
+    ("ha", "High availability: takeover and put cost"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
     ("engines", "SGLang and LMCache backends: ours vs Mooncake 0.3.13"),

@@ -4,6 +4,8 @@ index before the data region), remove, get and hold BufferHandles on a pool smal
 seeded driver SIGKILLs and restarts the master (recovery, same pool and port)
 and SIGKILLs, SIGSTOPs and SIGCONTs workers, some past --client_ttl and the
 put timeouts so that the master reclaims them while they are stopped.
+test_random_faults_ha runs it with elected masters (a real etcd): the master
+fault there kills the leader and a standby takes over.
 
 What must hold (each is one "invariant" name in the failure message):
   older_value       no read (a worker's own read-your-write check during the
@@ -69,6 +71,7 @@ import urllib.request
 
 from conftest import http_get as http, metrics, poll
 from mooncake_cxl.launch import MasterError, MasterProcess
+from mooncake_cxl.launch_ha import HaMasterProcess
 
 POOL = 32 << 20
 SLOTS = int(os.environ.get("MCXL_FAULT_WORKERS", "4"))
@@ -107,10 +110,12 @@ def extent_bytes(key_len, value_size):
 class Run:
     """The processes of one run and what went wrong with them."""
 
-    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None):
+    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None, etcd=None):
         self.seed = seed
         self.tier_fs = tier_fs  # the tier's own small filesystem (fsfull), or None
         self.fs_full_until = None
+        self.etcd = etcd  # set: elected masters (a leader and a standby), clients on etcd://
+        self.standby = None
         self.extra_flags = list(extra_flags)
         self.kinds = kinds
         self.tmp = str(tmp)
@@ -131,6 +136,8 @@ class Run:
 
     # -- master -----------------------------------------------------------
     def start_master(self, fmt=False):
+        if self.etcd is not None:
+            return self.start_leader()
         flags = list(MASTER_FLAGS) + self.extra_flags + ([f"--rpc_port={self.port}"] if self.port else [])
         for attempt in range(3):
             m = MasterProcess(self.pool_path, POOL, format=fmt, extra_flags=flags,
@@ -147,7 +154,36 @@ class Run:
         self.master = None
         return False
 
+    def start_leader(self):
+        """HA: the standby (one is started if there is none) becomes the leader
+        once elected, and a new standby campaigns behind it."""
+        def campaigner():
+            m = HaMasterProcess(self.etcd.endpoint, self.pool_path, POOL, extra_flags=MASTER_FLAGS + self.extra_flags,
+                                log_path=os.path.join(self.tmp, f"master{self.masters}.log"))
+            self.masters += 1
+            return m.start()
+        try:
+            if self.standby is None:
+                self.standby = campaigner()
+            if not self.standby.wait_ready(60):
+                self.problems.append(("master_crash", f"the standby did not take over: "
+                                      f"{self.standby.log_tail(1500)}"))
+                self.master = None
+                return False
+            self.master, self.standby = self.standby, None
+            self.standby = campaigner()
+            return True
+        except MasterError as e:
+            self.problems.append(("master_crash", f"an elected master did not start: {str(e)[-1500:]}"))
+            self.master = None
+            return False
+
     def check_master(self, when):
+        if self.standby is not None and self.standby.proc.poll() is not None:
+            self.problems.append(("master_crash", f"{when}: the standby exited by itself with "
+                                  f"{self.standby.proc.returncode}:\n{self.standby.log_tail(1500)}"))
+            self.standby.kill()
+            self.standby = None
         if self.master is not None and self.master.proc.poll() is not None:
             self.problems.append(("master_crash", f"{when}: master exited by itself with "
                                   f"{self.master.proc.returncode}; log {self.master.log_path}:\n"
@@ -163,7 +199,8 @@ class Run:
         args = {"slot": slot, "life": life, "nkeys": KEYS_PER_SLOT, "ntiny": TINY_PER_SLOT, "nslots": SLOTS,
                 "ntenants": TENANTS,
                 "seed": self.seed,
-                "dir": self.tmp, "address": self.master.address if self.master else f"127.0.0.1:{self.port}"}
+                "dir": self.tmp, "address": self.etcd.client_address if self.etcd else
+                self.master.address if self.master else f"127.0.0.1:{self.port}"}
         rpc = os.environ.get("MCXL_FAULT_RPC") or ("tcp" if slot == SLOTS - 1 else "ring")
         env = dict(os.environ, MC_CXL_RPC=rpc, MC_CXL_RPC_TIMEOUT_MS="2000",
                    MC_CXL_CONNECT_TIMEOUT_MS="1000", MC_CXL_PUT_WAIT_MS="500")
@@ -268,6 +305,13 @@ class Run:
             # worker its reclaim by --client_ttl: keep this master running
             # until the reclaim is due.
             self.events["master_kill_deferred"] += 1
+        elif kind == "master" and self.etcd is not None:
+            # Kill the leader: the standby takes over, the workers follow it through etcd.
+            self.schedule.append(f"{now:.1f} leader SIGKILL")
+            self.timeline.append((time.time(), "leader SIGKILL", None))
+            self.master.kill()
+            self.events["leader_kill"] += 1
+            self.start_master()
         elif kind == "master":
             down = self.rnd.uniform(0, 1.5)
             self.schedule.append(f"{now:.1f} master SIGKILL, down {down:.1f} s")
@@ -325,8 +369,9 @@ class Run:
                 except OSError:
                     pass
             self.kill_worker(slot)
-        if self.master is not None:
-            self.master.kill()
+        for m in (self.master, self.standby):
+            if m is not None:
+                m.kill()
 
 
 def collect_violations(tmp):
@@ -367,13 +412,21 @@ def test_random_faults_with_ssd_tier(pool_path, tmp_path):
             subprocess.run(["umount", "-l", tier])
 
 
-def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False):
+def test_random_faults_ha(pool_path, tmp_path, etcd):
+    """The same driver with two elected masters (--enable_ha, a real etcd):
+    the master fault kills the leader, the standby takes over, a new standby
+    campaigns, and the workers follow the leader through their etcd://
+    address. The final clean restart is a SIGTERM of the leader (it resigns)."""
+    drive(pool_path, tmp_path, default_seconds=20, etcd=etcd)
+
+
+def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False, etcd=None):
     seed = int(os.environ.get("MCXL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
     seconds = float(os.environ.get("MCXL_FAULT_SECONDS", str(default_seconds)))
     kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop,fsfull,tomb_damage").split(",")))
     print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SECONDS={seconds:g} "
           f"MCXL_FAULT_KINDS={','.join(sorted(kinds))} flags {list(extra_flags)}; logs in {tmp_path}")
-    run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None)
+    run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None, etcd=etcd)
     final = {}
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"
@@ -484,7 +537,7 @@ def run_checker(run):
     """The checker process reads every key through the current master; its
     result (hits, misses), or {} with the failure in run.problems."""
     args = {"nkeys": KEYS_PER_SLOT, "ntiny": TINY_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS,
-            "dir": run.tmp, "address": run.master.address}
+            "dir": run.tmp, "address": run.etcd.client_address if run.etcd else run.master.address}
     with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
         try:
             checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],

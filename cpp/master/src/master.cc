@@ -31,9 +31,10 @@ std::string StatusReply(ErrorCode status) {
   return e.data();
 }
 
-Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
+Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config, std::unique_ptr<Pool> premapped,
+                                               std::unique_ptr<WarmScan> warm) {
   auto m = std::make_unique<MasterImpl>(config);
-  Status s = m->Open();
+  Status s = m->Open(std::move(premapped), std::move(warm));
   if (!s.ok()) return s.error();
   return std::unique_ptr<Master>(std::move(m));
 }
@@ -43,7 +44,8 @@ MasterImpl::~MasterImpl() {
   if (tier_) tier_->Stop();  // its thread calls back into us
 }
 
-Status MasterImpl::Open() {
+Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmScan> warm) {
+  if (premapped) warm_ = std::move(warm);  // describes that pool only
   machine_ = ThisMachine();
   if (!config_.enable_cxl)
     MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",
@@ -72,10 +74,22 @@ Status MasterImpl::Open() {
              "that appears there later replaces it", config_.cxl_path.c_str(), (unsigned long long)config_.cxl_size);
     create = true;
   }
-  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, create, file);
-  if (!pool) return pool.error();
-  pool_ = std::move(pool.value());
+  if (premapped) {
+    pool_ = std::move(premapped);
+  } else {
+    auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, create, file);
+    if (!pool) return pool.error();
+    pool_ = std::move(pool.value());
+  }
   bool fresh = config_.format || !pool_->IsFormatted();
+  if (fresh && config_.ha_term != 0 && pool_->IsFormatted() && pool_->Verify(nullptr).ok() &&
+      pool_->superblock()->master_term.load(std::memory_order_relaxed) != 0) {
+    // An elected master that takes over must not erase what its predecessor served.
+    MCXL_LOG(kWarn, "ha", "--format ignored: pool %s was already served by an elected master; recovering it",
+             config_.cxl_path.c_str());
+    fresh = false;
+  }
+  if (fresh) warm_.reset();  // stops its scan before Format rewrites what it reads
   if (fresh) {
     FormatOptions fo;
     fo.index_capacity = config_.index_capacity;
@@ -113,7 +127,7 @@ Status MasterImpl::Open() {
   if (config_.prefault_pool)
     populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate);
   if (tier_) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     tier_->Recover(fresh);
     tier_->Start();
   }
@@ -159,6 +173,20 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     stats_.refused_requests = keep.refused_requests;
     stats_.pool_replacements = keep.pool_replacements + 1;
     ++pool_epoch_;
+  }
+  Superblock* adopted = pool->superblock();
+  if (config_.ha_term != 0 && mu_.term() == 0) {
+    // Elected: fence off the previous leader before the first structural write.
+    uint64_t prev_pid = adopted->master_pid.load(std::memory_order_relaxed);
+    bool prev_local = adopted->master_machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_);
+    uint64_t term = FencedMutex::TakeTerm(adopted, config_.ha_term, prev_pid, prev_local, kHaRemoteBatchWaitNs);
+    mu_.Arm(adopted, term, config_.ha_lease_deadline);
+    MCXL_LOG(kInfo, "ha", "term %llu written into pool %s", (unsigned long long)term, pool->path().c_str());
+  } else if (mu_.term() != 0) {
+    // A replaced device, formatted under mu_ (held): it carries our term from now on.
+    adopted->master_term.store(mu_.term(), std::memory_order_seq_cst);
+    PublishRange(&adopted->master_term, sizeof(uint64_t));
+    mu_.Arm(adopted, mu_.term(), config_.ha_lease_deadline);
   }
   pool_ = std::move(pool);
   struct stat st {};
@@ -223,7 +251,7 @@ void MasterImpl::CheckReplacedDevice() {
   uint64_t dev = uint64_t(st.st_dev), ino = uint64_t(st.st_ino);
   uint64_t cur_dev, cur_ino;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     if (pool_lost_) return;
     cur_dev = pool_dev_, cur_ino = pool_ino_;
   }
@@ -271,7 +299,7 @@ void MasterImpl::CheckReplacedDevice() {
   }
   populator_.Stop();  // it names the old pool, which AdoptPool retires
   const Pool* adopted = fresh.get();
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
@@ -400,18 +428,18 @@ std::string MasterImpl::Handle(uint16_t type, std::string_view payload, uint32_t
   if (RunsInSlices(type)) {
     std::string refusal;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (!Admit(type, payload, *conn_slot, &refusal)) {
         CountOp(type, refusal);
         return refusal;
       }
     }
     std::string reply = HandleRemoveMatching(payload, type == uint16_t(MessageType::kRemoveAll));
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     CountOp(type, reply);
     return reply;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return StatusReply(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   std::string reply = Dispatch(type, payload, conn_slot);
   CountOp(type, reply);
@@ -427,7 +455,7 @@ void MasterImpl::CountOp(uint16_t type, const std::string& reply) {
 }
 
 void MasterImpl::ServeRing(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_ || slot >= clients_.size() || !clients_[slot].attached) return;
   // Only the current attachment's requests are served (see shm_ring.h): a
   // reclaimed client that resumed may still push one into its old rings.
@@ -550,7 +578,7 @@ uint64_t MasterImpl::Tick() {
       CheckReplacedDevice();
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   uint64_t now = MonoNs();
   if (!replaced_.empty()) ReleaseReplacedPools(now);
   if (pool_lost_) return 100;
@@ -580,7 +608,7 @@ uint64_t MasterImpl::Tick() {
 }
 
 MasterStats MasterImpl::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   MasterStats s = stats_;
   s.corrupt_entries = corrupt_entries_;
   s.pending_puts = pending_.size();

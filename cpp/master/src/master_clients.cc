@@ -310,7 +310,7 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
 }
 
 void MasterImpl::OnDisconnect(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (slot >= clients_.size() || !clients_[slot].attached) return;
   clients_[slot].connected = false;
   if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");

@@ -292,7 +292,7 @@ uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
 void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
   auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
   uint64_t cap_bytes = alloc_->capacity();

@@ -88,7 +88,7 @@ std::string MasterImpl::MetricsText() {
   // The index scan runs in slices of mu_ (see master.h): the counts are of
   // moments a few milliseconds apart, which a gauge can afford.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     if (pool_lost_) {  // the pool is not to be touched again
       PromWriter w;
       w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
@@ -107,12 +107,12 @@ std::string MasterImpl::MetricsText() {
   TenantCount other{"_other"};
   uint64_t cap, epoch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
   }
   for (uint64_t s = 0; s < cap;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: counts below are the new pool's
       uint64_t now = NowNs();
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
@@ -136,7 +136,7 @@ std::string MasterImpl::MetricsText() {
     }
     if (s < cap) SlicePause();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   CheckPending();  // count puts completed since the last Tick
   PromWriter w;
   auto [hits, misses, clients] = ReadCounts();
@@ -238,7 +238,7 @@ void MasterImpl::WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) con
 }
 
 std::string MasterImpl::SummaryLine() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
   CheckPending();  // count puts completed since the last Tick
   auto [hits, misses, clients] = ReadCounts();
@@ -258,7 +258,7 @@ std::string MasterImpl::SummaryLine() {
 std::pair<int, std::string> MasterImpl::QueryKey(std::string_view user_key, std::string_view tenant) const {
   std::string key = TenantPrefix(tenant);
   key.append(user_key);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   std::vector<uint64_t> live;
   if (pool_lost_)
     return {503, "{\"success\":false,\"error_code\":-1010,\"error_message\":\"UNAVAILABLE_IN_CURRENT_STATUS\"}"};
@@ -289,13 +289,13 @@ std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_vie
   std::string out;
   uint64_t n = 0, cap, epoch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
   }
   *truncated = false;
   for (uint64_t s = 0; s < cap && !*truncated;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_lost_) return std::string();
       if (pool_epoch_ != epoch) break;
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
@@ -326,7 +326,7 @@ std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_vie
 
 std::string MasterImpl::AllSegments() const {
   // One segment: the pool. SGLang polls this at start to see the store is up.
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   return pool_->path();
 }
 

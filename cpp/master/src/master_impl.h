@@ -100,6 +100,7 @@
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
@@ -114,7 +115,7 @@ class MasterImpl final : public Master, private TierHost {
  public:
   explicit MasterImpl(const MasterConfig& config) : config_(config) {}
   ~MasterImpl() override;
-  Status Open();
+  Status Open(std::unique_ptr<Pool> premapped = nullptr, std::unique_ptr<WarmScan> warm = nullptr);  // Create's
 
   // ---- Master (master.h) ----
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
@@ -388,7 +389,7 @@ class MasterImpl final : public Master, private TierHost {
 
   // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
   // master_eviction.cc; the lookups above ----
-  std::mutex& mu() const override { return mu_; }
+  FencedMutex& mu() const override { return mu_; }
   const ObjectIndex& index() const override { return *index_; }
   const ExtentAllocator& alloc() const override { return *alloc_; }
   bool pool_lost() const override { return pool_lost_; }
@@ -445,6 +446,7 @@ class MasterImpl final : public Master, private TierHost {
   BackgroundPopulator populator_;
   uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
   std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<WarmScan> warm_;  // a standby's scan for the first Recover (then gone)
   std::unique_ptr<ExtentAllocator> alloc_;
   // Per index slot, for live entries: the allocator handle of its extent (its
   // offset and size come from the allocator), the key length, and whether the
@@ -504,7 +506,7 @@ class MasterImpl final : public Master, private TierHost {
   // One lock for all entry points: the TCP loop, the ring server, the HTTP
   // thread and the tier thread each call in; the work under it is short and
   // never blocks (see Thread safety above).
-  mutable std::mutex mu_;
+  mutable FencedMutex mu_;
   std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
 };
 

@@ -13,6 +13,9 @@ namespace mcxl {
 
 constexpr uint64_t kNsPerSec = 1000000000ull;
 constexpr uint64_t kClientCheckIntervalNs = 500 * 1000000ull;
+// How long a new leader waits for a previous one on another host that is
+// marked inside a write batch (it cannot tell a pause from a crash there).
+constexpr uint64_t kHaRemoteBatchWaitNs = 10ull * 1000000000ull;
 
 // gethostname(): pid checks are meaningful only for clients of this machine.
 std::string ThisMachine();

@@ -187,7 +187,7 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
   std::string tenant;  // the caller's, from its Attach (Admit checked the ref)
   uint64_t cap = 0, epoch = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
     if (req.client.slot < clients_.size() && clients_[req.client.slot].attached &&
         clients_[req.client.slot].generation == req.client.generation)
@@ -219,7 +219,7 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
   uint64_t count = 0, ticket = 0;
   for (uint64_t s = 0; s < cap;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
       const uint64_t tombs_before = tier_ ? tier_->tombs_queued() : 0;
       uint64_t now = NowNs();

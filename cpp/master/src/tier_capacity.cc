@@ -55,11 +55,11 @@ bool TierManager::Housekeeping() {
     tier::CloseDeletedReaderFds();  // promotions' reads: deleted segments must not keep their space
     disk_->RefreshSpace();
     tier::Stats fresh = disk_->stats();
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     disk_stats_ = fresh;
   }
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     // What the filesystem leaves, not only the flag: a drop target sized
     // from a capacity the disk does not have would empty the tier.
     uint64_t cap = std::min(config_.offload_capacity_bytes, disk_stats_.capacity_effective);
@@ -141,7 +141,7 @@ bool TierManager::Housekeeping() {
     compact_backoff_ns_ = compact_failing ? std::clamp<uint64_t>(2 * compact_backoff_ns_, 50000000ull, 2 * kNsPerSec) : 0;
     compact_retry_mono_ = compact_failing ? MonoNs() + compact_backoff_ns_ : 0;
   }
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   disk_stats_ = ts;
   UpdateDegraded(!removals_.empty() && tomb_retry_mono_ != 0, compact_failing);
   return wrote || compacted;

@@ -51,7 +51,7 @@ bool TierManager::FlushTombstones() {
   std::vector<TierRemoval> batch;
   uint64_t upto = 0;  // every tombstone queued so far is in `batch` or written before
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     if (removals_.empty() || MonoNs() < tomb_retry_mono_) return false;  // backing off a full filesystem
     batch.swap(removals_);
     upto = tomb_queued_;
@@ -67,7 +67,7 @@ bool TierManager::FlushTombstones() {
   items.reserve(batch.size());
   for (const TierRemoval& r : batch) items.emplace_back(r.key, r.generation);
   std::vector<Status> st = disk_->RemoveBatch(items);  // group commit: one pwrite per ~4 MiB
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   // Durable up to just before the first failure; failures are retried next
   // round (in front: older tickets first).
   std::vector<TierRemoval> again;

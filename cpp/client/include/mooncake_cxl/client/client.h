@@ -16,6 +16,10 @@
 //     never seen, replaced or removed.
 //   * A lost master connection is re-established on the next call; if the
 //     master restarted, the client re-attaches and a put is retried once.
+//     With an etcd:// address the client looks the elected master up in
+//     etcd, at Connect and at each re-attach (which then retries for up to
+//     put_wait_ms while no leader serves); a reply is refused once the
+//     pool names a newer term than the master that attached us.
 //
 // Thread safety: every method may be called from any thread concurrently;
 // Close waits for calls in flight.
@@ -38,6 +42,7 @@
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
 #include "mooncake_cxl/pool/populate.h"
+#include "mooncake_cxl/control/etcd_client.h"
 #include "mooncake_cxl/control/rpc_client.h"
 #include "mooncake_cxl/control/shm_ring.h"
 
@@ -45,7 +50,10 @@ namespace mcxl {
 
 struct ClientOptions {
   std::string local_hostname;
-  std::string master_addr;          // "host:port"
+  // "host:port", or "etcd://h1:2379;h2:2379" (or ','): the master elected
+  // in etcd (--enable_ha), followed across takeovers.
+  std::string master_addr;
+  std::string cluster_id;           // with etcd://; "" = MC_STORE_CLUSTER_ID or "mooncake"
   std::string pool_path_override;   // MC_CXL_DEV_PATH: this host's name for the pool
   uint64_t pool_size_override = 0;  // MC_CXL_DEV_SIZE
   int connect_timeout_ms = 3000;
@@ -334,6 +342,17 @@ class Client {
   // True while `slot` in the pool still has generation `gen` (the master has
   // not reclaimed it): a stale client must not touch that slot's rings.
   bool SlotCurrent(uint32_t slot, uint64_t gen) const;
+
+  // etcd:// (--enable_ha): the leader's "host:port" from its record in
+  // etcd, waiting until `deadline_mono_ns` for one that serves.
+  Status FindLeader(uint64_t deadline_mono_ns, std::string* host, int* port);
+  std::unique_ptr<EtcdClient> etcd_;  // null: a fixed master address
+  std::string leader_key_;
+  // The pool's term when we attached (0 without HA). Relaxed: written under
+  // attach_mu_, compared with the superblock's on each reply; a stale value
+  // only costs a re-attach.
+  std::atomic<uint64_t> term_{0};
+  bool TermSuperseded() const;
 
   ClientOptions options_;
   std::shared_ptr<Pool> pool_;

@@ -22,12 +22,14 @@
 // library (a virtual call per request, as through Service already).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/service.h"
 #include "mooncake_cxl/pool/pool.h"  // pool() is part of the interface
@@ -105,6 +107,13 @@ struct MasterConfig {
   // converts them (no disk write on the put path). 0 = off (Mooncake's
   // behaviour: nothing reaches the disk below the watermark).
   double offload_ahead_ratio = 0;
+  // --enable_ha (master_ha.h, master_fence.h): the term this master was
+  // elected with (0 = no HA: single-master mode) and the MonoNs() before
+  // which its etcd lease is surely valid. The master raises the pool's term
+  // to it before its first structural write and checks both before each
+  // write batch, exiting (kDeposedExitCode) when either says it no longer leads.
+  uint64_t ha_term = 0;
+  const std::atomic<uint64_t>* ha_lease_deadline = nullptr;
 };
 
 struct MasterStats {
@@ -151,7 +160,12 @@ class Master : public Service {
  public:
   // Opens (formats or recovers) the pool and, with --enable_offload, the
   // SSD tier; INVALID_PARAMS for a bad flag, the pool's error otherwise.
-  static Result<std::unique_ptr<Master>> Create(const MasterConfig& config);
+  // `premapped`: the pool at --cxl_path already mapped (a standby's, so
+  // that a takeover takes no page faults); else Create maps it. `warm`: a
+  // standby's scan of that pool (warm_scan.h), used by its recovery only.
+  static Result<std::unique_ptr<Master>> Create(const MasterConfig& config,
+                                                std::unique_ptr<Pool> premapped = nullptr,
+                                                std::unique_ptr<WarmScan> warm = nullptr);
   ~Master() override = default;
 
   // Service, as the master answers it:

@@ -29,7 +29,8 @@ namespace mcxl {
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 // 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels;
 // 5: RingHeader::caller, and the SSD tier (EntryState::kOnDisk, DiskStub, Superblock::tier_*)
-constexpr uint32_t kLayoutVersion = 5;
+// 6: Superblock::master_term and master_writing (the fence of --enable_ha)
+constexpr uint32_t kLayoutVersion = 6;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -82,6 +83,14 @@ struct Superblock {
   std::atomic<uint64_t> max_probe;
   std::atomic<uint64_t> master_pid;
   std::atomic<uint64_t> master_machine_hash;  // KeyHash(gethostname()): pid checks are local
+
+  // The fence of elected masters (master_fence.h). master_term: the
+  // leader's term (0 without HA), raised by a new leader before its first
+  // structural write; clients compare it on every reply. master_writing: a
+  // leader's term while it is inside a write batch, else 0; its own line,
+  // written at every batch, so that clients' reads of the term stay hits.
+  alignas(kCacheLine) std::atomic<uint64_t> master_term;
+  alignas(kCacheLine) std::atomic<uint64_t> master_writing;
 
   // The ring server's doorbell (CXL RPC). After each request a client reads
   // ring_server_sleeping; only when the server is not polling (asleep, or in
