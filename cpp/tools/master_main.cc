@@ -16,6 +16,7 @@
 #include "mooncake_cxl/master/master.h"
 #include "mooncake_cxl/master/master_ha.h"
 #include "mooncake_cxl/master/warm_scan.h"
+#include "mooncake_cxl/pool/populate.h"
 #include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/common/tenant.h"
 #include "mooncake_cxl/control/ring_server.h"
@@ -258,7 +259,7 @@ int main(int argc, char** argv) {
     if (access(cfg.cxl_path.c_str(), F_OK) == 0) {  // a missing pool is created once elected
       auto pool = mcxl::Pool::Open(cfg.cxl_path, cfg.cxl_size, false);
       if (pool) {
-        (void)(*pool)->Prefault();
+        if (cfg.prefault_pool) (void)mcxl::PopulateRange(**pool, 0, (*pool)->size());
         premapped = std::move(pool.value());
       }
     }
