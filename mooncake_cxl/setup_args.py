@@ -44,6 +44,16 @@ def valid_tenant(tenant_id):
     return 0 < len(raw) <= 128 and not any(b < 0x20 or b == 0x7F for b in raw)
 
 
+def strict_buffers_wanted(option=None):
+    """setup()'s strict_buffers when given (True/False, or "1"/"0" in a dict
+    config), else MC_CXL_STRICT_BUFFERS: only registered memory for zero-copy."""
+    if option is None:
+        option = os.environ.get("MC_CXL_STRICT_BUFFERS", "")
+    if isinstance(option, str):
+        return option.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(option)
+
+
 def env_int(name, default):
     """The non-negative integer in environment variable `name`, else `default`."""
     value = os.environ.get(name, "")

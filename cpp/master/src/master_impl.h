@@ -358,6 +358,19 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t EvictPendingBytes() const { return tier_ ? tier_->evict_pending_bytes() : 0; }
   std::string HandlePromote(Decoder* d);  // master_disk_entries.cc
   std::string HandleSettle(Decoder* d);   // master_puts.cc
+
+  // ---- announcement channels (master_announce.cc) ----
+  std::string HandleAnnounceOpen(Decoder* d);
+  std::string HandleAnnounceClose(Decoder* d);
+  // One hold of `ch` by `slot` ended (already out of its list).
+  void ReleaseHold(uint32_t slot, uint32_t ch);
+  // Every hold of the slot ends (its attachment ended).
+  void DropAnnounceHolds(uint32_t slot);
+  // A new attachment of `slot` by `pid`: holds a restart found stay only with their process.
+  void AttachAnnounceHolds(uint32_t slot, uint64_t pid);
+  void MaybeFreeChannel(uint32_t ch);
+  void SweepAnnounceChannels();    // CheckClients
+  void RecoverAnnounceChannels();  // Recover, before the client slots are cleared
   void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
 
   // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
@@ -441,6 +454,19 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t last_pin_scan_mono_ = 0;
   uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
+  struct ChannelState {
+    uint64_t name_hash = 0;  // 0 = free
+    uint32_t holds = 0;      // opens not yet closed, over all slots
+  };
+  struct AnnounceHolds {
+    std::vector<uint32_t> channels;  // one entry per open
+    bool recovered = false;          // found by a restart: pid, local, since_mono say whose
+    bool local = false;
+    uint64_t pid = 0, since_mono = 0;
+  };
+  std::vector<ChannelState> channels_;      // per announcement channel
+  std::vector<AnnounceHolds> slot_holds_;   // per client slot
+  std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;

@@ -1,0 +1,191 @@
+// Announcement channels as the master keeps them (announce.h). Contract:
+//   * Names are the tenant's: kAnnounceOpen scopes the name as keys are
+//     (tenant.h), so two tenants' "prefill-0" are two channels.
+//   * Every open is a hold of the client's slot, counted here and mirrored
+//     as a bit in the channel header (read back only after a restart). A
+//     client holds at most --announce_channels_per_client at once.
+//   * A channel is freed once nobody holds it and its producer closed or is
+//     a process of this machine that exited (or of another host, whose slot
+//     ended with it): kAnnounceClose, the slot's reclaim (exit, kill,
+//     heartbeat, detach), and a sweep every 500 ms for producers that exit
+//     later. A channel whose live local producer lost its slot stays named.
+//   * Nothing read from the pool decides more than "named or not": names and
+//     holds are the master's own records; recovery trusts header bits only
+//     for slots of the client table.
+// Pool words are written through announce.h's master-side calls, under mu_.
+#include <algorithm>
+
+#include "master_impl.h"
+#include "master_internal.h"
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/common/tenant.h"
+#include "mooncake_cxl/control/announce.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "mooncake_cxl/pool/publish.h"
+
+namespace mcxl {
+
+std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
+  AnnounceOpenRequest req;
+  AnnounceOpenReply reply;
+  Encoder e;
+  auto answer = [&](ErrorCode code) {
+    reply.status = code;
+    Encode(reply, &e);
+    return e.data();
+  };
+  if (!Decode(d, &req)) return answer(ErrorCode::INVALID_PARAMS);
+  if (!ClientValid(req.client)) return answer(ErrorCode::ILLEGAL_CLIENT);
+  const uint32_t slot = req.client.slot;
+  const std::string& tenant = clients_[slot].tenant;
+  if (req.name.empty() || req.name.size() > kMaxChannelNameBytes || req.name[0] == kTenantMark) {
+    MCXL_LOG(kWarn, "master", "announce channel open by slot %u refused: a name of %zu bytes (1..%u, not starting "
+             "with 0x1d)", slot, req.name.size(), kMaxChannelNameBytes);
+    return answer(ErrorCode::INVALID_PARAMS);
+  }
+  AnnounceHolds& mine = slot_holds_[slot];
+  if (mine.channels.size() >= config_.announce_channels_per_client) {
+    MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: it holds %zu channels open "
+             "(--announce_channels_per_client=%llu); close some", req.name.c_str(), slot, mine.channels.size(),
+             (unsigned long long)config_.announce_channels_per_client);
+    ++stats_.announce_refusals;
+    return answer(ErrorCode::NO_AVAILABLE_HANDLE);
+  }
+  const uint64_t h = AnnounceNameHash(TenantPrefix(tenant) + req.name);
+  uint32_t ch;
+  auto it = channel_of_.find(h);
+  if (it != channel_of_.end()) {
+    ch = it->second;
+  } else {
+    ch = uint32_t(channels_.size());
+    for (uint32_t i = 0; i < channels_.size() && ch == channels_.size(); ++i) {
+      if (channels_[i].name_hash != 0 && channels_[i].holds == 0) MaybeFreeChannel(i);
+      if (channels_[i].name_hash == 0) ch = i;
+    }
+    if (ch == channels_.size()) {
+      MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: all %zu channels are held open",
+               req.name.c_str(), slot, channels_.size());
+      ++stats_.announce_refusals;
+      return answer(ErrorCode::NO_AVAILABLE_HANDLE);
+    }
+    NameAnnounceChannel(*pool_, ch, h);
+    channels_[ch].name_hash = h;
+    channel_of_[h] = ch;
+  }
+  ++channels_[ch].holds;
+  mine.channels.push_back(ch);
+  SetAnnounceHolder(*pool_, ch, slot, true);
+  reply.channel = ch;
+  reply.name_hash = h;
+  return answer(ErrorCode::OK);
+}
+
+std::string MasterImpl::HandleAnnounceClose(Decoder* d) {
+  AnnounceCloseRequest req;
+  if (!Decode(d, &req)) return StatusReply(ErrorCode::INVALID_PARAMS);
+  if (!ClientValid(req.client)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
+  auto& held = slot_holds_[req.client.slot].channels;
+  auto it = std::find(held.begin(), held.end(), req.channel);
+  // A hold dropped already (a reclaim in between) or never taken: nothing to do.
+  if (it == held.end() || channels_[req.channel].name_hash != req.name_hash)
+    return StatusReply(ErrorCode::OBJECT_NOT_FOUND);
+  held.erase(it);
+  ReleaseHold(req.client.slot, req.channel);
+  return StatusReply(ErrorCode::OK);
+}
+
+void MasterImpl::ReleaseHold(uint32_t slot, uint32_t ch) {
+  --channels_[ch].holds;
+  const auto& held = slot_holds_[slot].channels;
+  if (std::find(held.begin(), held.end(), ch) == held.end()) SetAnnounceHolder(*pool_, ch, slot, false);
+  if (channels_[ch].holds == 0) MaybeFreeChannel(ch);
+}
+
+void MasterImpl::DropAnnounceHolds(uint32_t slot) {
+  std::vector<uint32_t> held;
+  held.swap(slot_holds_[slot].channels);
+  slot_holds_[slot] = AnnounceHolds{};
+  for (uint32_t ch : held) ReleaseHold(slot, ch);
+}
+
+void MasterImpl::MaybeFreeChannel(uint32_t ch) {
+  ChannelState& c = channels_[ch];
+  if (c.name_hash == 0 || c.holds != 0) return;
+  uint64_t machine = 0;
+  uint64_t owner = AnnounceOwner(*pool_, ch, &machine);
+  // A live producer of this machine that lost its slot (stopped past
+  // --client_ttl) may publish again: its channel keeps its name until it
+  // exits. Another host's producer held the channel through its slot, which
+  // ended: its next publish finds the channel gone.
+  if (owner != 0 && machine == KeyHash(machine_) && !LocalPidDead(owner)) return;
+  channel_of_.erase(c.name_hash);
+  c = ChannelState{};
+  FreeAnnounceChannel(*pool_, ch);
+  ++stats_.announce_channels_freed;
+  MCXL_LOG(kInfo, "master", "announce channel %u freed (no holder, no live producer)", ch);
+}
+
+void MasterImpl::SweepAnnounceChannels() {
+  const uint64_t now = MonoNs(), ttl = config_.client_ttl_s * kNsPerSec;
+  for (uint32_t s = 0; s < slot_holds_.size(); ++s) {
+    AnnounceHolds& h = slot_holds_[s];
+    // Holds a restart found whose slot nobody took back: dropped once their
+    // process is known dead, or after a client ttl.
+    if (!h.recovered || h.channels.empty() || clients_[s].attached) continue;
+    if ((h.local && LocalPidDead(h.pid)) || now - h.since_mono > ttl) DropAnnounceHolds(s);
+  }
+  for (uint32_t ch = 0; ch < channels_.size(); ++ch)
+    if (channels_[ch].name_hash != 0 && channels_[ch].holds == 0) MaybeFreeChannel(ch);
+}
+
+void MasterImpl::AttachAnnounceHolds(uint32_t slot, uint64_t pid) {
+  AnnounceHolds& h = slot_holds_[slot];
+  if (h.channels.empty()) return;
+  // Only holds a restart found can be here: they stay with the process
+  // that held them, and go when another takes the slot.
+  if (h.recovered && h.pid == pid) {
+    h.recovered = false;
+    return;
+  }
+  DropAnnounceHolds(slot);
+}
+
+void MasterImpl::RecoverAnnounceChannels() {
+  const uint32_t slots = pool_->geometry().client_slot_count;
+  const uint64_t here = KeyHash(machine_), now = MonoNs();
+  for (uint32_t ch = 0; ch < channels_.size(); ++ch) {
+    AnnounceChannelHeader* c = pool_->announce_channel(ch);
+    ObserveRange(c, sizeof(*c));
+    // Relaxed: the previous master's words, read once, before any client
+    // re-attaches; a bad one costs at most a channel's name.
+    uint64_t h = c->name_hash.load(std::memory_order_relaxed);
+    if (h == 0) continue;
+    if ((h & 1) == 0 || channel_of_.count(h) != 0) {  // no master wrote that: free it
+      FreeAnnounceChannel(*pool_, ch);
+      continue;
+    }
+    channels_[ch].name_hash = h;
+    channel_of_[h] = ch;
+    for (uint32_t s = 0; s < slots; ++s) {
+      if ((c->holders[s / 64].load(std::memory_order_relaxed) >> (s % 64) & 1) == 0) continue;
+      ClientSlot* cs = pool_->client_slot(s);
+      if (cs->generation.load(std::memory_order_relaxed) == 0) {
+        SetAnnounceHolder(*pool_, ch, s, false);
+        continue;
+      }
+      AnnounceHolds& hs = slot_holds_[s];
+      if (!hs.recovered) {
+        hs.recovered = true;
+        hs.pid = cs->pid.load(std::memory_order_relaxed);
+        hs.local = cs->machine_hash.load(std::memory_order_relaxed) == here;
+        hs.since_mono = now;
+      }
+      hs.channels.push_back(ch);
+      ++channels_[ch].holds;
+    }
+  }
+  for (uint32_t ch = 0; ch < channels_.size(); ++ch) MaybeFreeChannel(ch);
+}
+
+}  // namespace mcxl
