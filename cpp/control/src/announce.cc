@@ -52,6 +52,13 @@ uint64_t AnnounceNameHash(std::string_view scoped_name) { return KeyHash(scoped_
 void NameAnnounceChannel(const Pool& pool, uint32_t ch, uint64_t name_hash) {
   AnnounceChannelHeader* c = pool.announce_channel(ch);
   const uint32_t slots = pool.geometry().announce_slots;
+  // seq_cst: the old name's readers stop (Next re-checks the name after each
+  // copy) before any record is wiped.
+  // The release fence makes that store visible to a reader that saw any
+  // wiped word and then (acquire fence) loads the name.
+  c->name_hash.store(0, std::memory_order_seq_cst);
+  PublishRange(c, sizeof(uint64_t));
+  std::atomic_thread_fence(std::memory_order_release);
   // Relaxed: published by the name's release store below; nobody opens a
   // channel before it carries the name they were given.
   for (uint32_t i = 0; i < slots; ++i) {

@@ -9,6 +9,10 @@
 //     ended with it): kAnnounceClose, the slot's reclaim (exit, kill,
 //     heartbeat, detach), and a sweep every 500 ms for producers that exit
 //     later. A channel whose live local producer lost its slot stays named.
+//   * A freed channel keeps its name and records until another name needs
+//     it (never-named channels first, then the longest freed): a consumer
+//     that opens it again meanwhile still reads what its producer said
+//     before it died. Renaming wipes it (NameAnnounceChannel).
 //   * Nothing read from the pool decides more than "named or not": names and
 //     holds are the master's own records; recovery trusts header bits only
 //     for slots of the client table.
@@ -59,9 +63,15 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
     ch = it->second;
   } else {
     ch = uint32_t(channels_.size());
-    for (uint32_t i = 0; i < channels_.size() && ch == channels_.size(); ++i) {
-      if (channels_[i].name_hash != 0 && channels_[i].holds == 0) MaybeFreeChannel(i);
-      if (channels_[i].name_hash == 0) ch = i;
+    uint64_t oldest = UINT64_MAX;
+    for (uint32_t i = 0; i < channels_.size(); ++i) {
+      ChannelState& c = channels_[i];
+      if (c.name_hash == 0) {
+        ch = i;
+        break;
+      }
+      if (!c.freed && c.holds == 0) MaybeFreeChannel(i);
+      if (c.freed && c.freed_seq < oldest) oldest = c.freed_seq, ch = i;
     }
     if (ch == channels_.size()) {
       MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: all %zu channels are held open",
@@ -69,10 +79,12 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
       ++stats_.announce_refusals;
       return answer(ErrorCode::NO_AVAILABLE_HANDLE);
     }
+    if (channels_[ch].name_hash != 0) channel_of_.erase(channels_[ch].name_hash);
     NameAnnounceChannel(*pool_, ch, h);
-    channels_[ch].name_hash = h;
+    channels_[ch] = ChannelState{h};
     channel_of_[h] = ch;
   }
+  channels_[ch].freed = false;
   ++channels_[ch].holds;
   mine.channels.push_back(ch);
   SetAnnounceHolder(*pool_, ch, slot, true);
@@ -111,7 +123,7 @@ void MasterImpl::DropAnnounceHolds(uint32_t slot) {
 
 void MasterImpl::MaybeFreeChannel(uint32_t ch) {
   ChannelState& c = channels_[ch];
-  if (c.name_hash == 0 || c.holds != 0) return;
+  if (c.name_hash == 0 || c.freed || c.holds != 0) return;
   uint64_t machine = 0;
   uint64_t owner = AnnounceOwner(*pool_, ch, &machine);
   // A live producer of this machine that lost its slot (stopped past
@@ -119,9 +131,8 @@ void MasterImpl::MaybeFreeChannel(uint32_t ch) {
   // exits. Another host's producer held the channel through its slot, which
   // ended: its next publish finds the channel gone.
   if (owner != 0 && machine == KeyHash(machine_) && !LocalPidDead(owner)) return;
-  channel_of_.erase(c.name_hash);
-  c = ChannelState{};
-  FreeAnnounceChannel(*pool_, ch);
+  c.freed = true;
+  c.freed_seq = ++channels_freed_;
   ++stats_.announce_channels_freed;
   MCXL_LOG(kInfo, "master", "announce channel %u freed (no holder, no live producer)", ch);
 }
@@ -136,7 +147,7 @@ void MasterImpl::SweepAnnounceChannels() {
     if ((h.local && LocalPidDead(h.pid)) || now - h.since_mono > ttl) DropAnnounceHolds(s);
   }
   for (uint32_t ch = 0; ch < channels_.size(); ++ch)
-    if (channels_[ch].name_hash != 0 && channels_[ch].holds == 0) MaybeFreeChannel(ch);
+    if (channels_[ch].name_hash != 0 && !channels_[ch].freed && channels_[ch].holds == 0) MaybeFreeChannel(ch);
 }
 
 void MasterImpl::AttachAnnounceHolds(uint32_t slot, uint64_t pid) {

@@ -174,8 +174,12 @@ std::string MasterImpl::MetricsText() {
   w.Metric("master_refused_requests_total", "counter",
            "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
            stats_.refused_requests);
-  w.Metric("mooncake_cxl_announce_channels_named", "gauge", "Announcement channels carrying a name",
-           uint64_t(channel_of_.size()));
+  uint64_t channels_in_use = 0;
+  for (const auto& c : channels_) channels_in_use += c.name_hash != 0 && !c.freed;
+  w.Metric("mooncake_cxl_announce_channels_in_use", "gauge",
+           "Announcement channels held open or with a live producer", channels_in_use);
+  w.Metric("mooncake_cxl_announce_channels", "gauge", "Announcement channels of the pool",
+           uint64_t(channels_.size()));
   w.Metric("mooncake_cxl_announce_refusals_total", "counter",
            "Announcement channel opens refused (the per-client cap, or every channel held)", stats_.announce_refusals);
   w.Metric("mooncake_cxl_announce_channels_freed_total", "counter",

@@ -455,8 +455,10 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
   struct ChannelState {
-    uint64_t name_hash = 0;  // 0 = free
+    uint64_t name_hash = 0;  // the name in the pool; 0 = never named
     uint32_t holds = 0;      // opens not yet closed, over all slots
+    bool freed = false;      // no holder, no live producer: another name may take it
+    uint64_t freed_seq = 0;  // when (channels_freed_): the longest freed goes first
   };
   struct AnnounceHolds {
     std::vector<uint32_t> channels;  // one entry per open
@@ -467,6 +469,7 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<ChannelState> channels_;      // per announcement channel
   std::vector<AnnounceHolds> slot_holds_;   // per client slot
   std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
+  uint64_t channels_freed_ = 0;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;

@@ -7,8 +7,8 @@
 // alone names and frees channels (kAnnounceOpen, kAnnounceClose: names are
 // scoped by tenant like keys, and each client holds at most a few open); a
 // channel is free again once no attached client holds it and its producer
-// closed or exited, and the master wipes its records before it carries a
-// new name. Producers and readers open a channel by the index and name
+// closed or exited; it keeps its name and records until another name needs
+// it, and the master wipes them before it carries the new name. Producers and readers open a channel by the index and name
 // hash the master gave: a header that no longer carries that hash is lost
 // to them (kLost, or a failed Publish), so nothing written under one name is
 // read under another. One producer at a time owns a channel (owner_pid, CAS
@@ -51,7 +51,8 @@ struct AnnounceMessage {
 uint64_t AnnounceNameHash(std::string_view scoped_name);
 
 // The master's side (under its lock; nothing else writes these words).
-// Names channel `ch` (free) `name_hash`: records wiped, head 0, holders none.
+// Names channel `ch` (free) `name_hash`: the old name withdrawn first (its
+// readers stop), records wiped, head 0, holders none, then the new name.
 void NameAnnounceChannel(const Pool& pool, uint32_t ch, uint64_t name_hash);
 // Frees channel `ch`: no name, no holder, no owner.
 void FreeAnnounceChannel(const Pool& pool, uint32_t ch);
