@@ -123,3 +123,38 @@ def test_a_consumer_of_a_dead_producer_still_reads_its_records(master, children)
             assert [(a.first, a.end) for a in got] == [(0, 4)] and lis.producer_dead
     finally:
         s.close()
+
+
+def test_channels_survive_a_master_restart_and_dead_holders_are_dropped(master_factory, children):
+    """A SIGKILLed and restarted master finds the channels and who held them
+    in the pool: a live producer's channel keeps its name and records (a new
+    listener reads both records, the one from before and the one after the
+    restart), and the holds of a client killed while no master ran are
+    dropped, so its channels are reused."""
+    m1 = master_factory(extra_flags=["--announce_channels=8"])
+    a = _start(children, m1)
+    assert _call(a, "announce", "kept") == 0
+    assert _call(a, "listen", "kept") == 0
+    assert _call(a, "publish", "kept", "req-1", 0, 4) == 0
+    dead = _start(children, m1)
+    assert _call(dead, "open_many", "gone-", 7) == (7, 0)  # with "kept": every channel
+    m1.kill()
+    dead.kill()
+    m2 = master_factory(format=False, extra_flags=["--announce_channels=8", f"--rpc_port={m1.port}"])
+    assert _call(a, "publish", "kept", "req-1", 4, 8) == 1  # one-sided: no master needed
+    s = connect(m2)
+    try:
+        wait_until(lambda: counter(metrics(m2), "mooncake_cxl_announce_channels_freed") >= 7,
+                   "the dead client's recovered holds to be dropped", master=m2)
+        with Listener(s, "kept") as lis:
+            assert [(x.first, x.end) for x in lis.poll()] == [(0, 4), (4, 8)]
+        fresh = [Listener(s, f"new-{i}") for i in range(7)]  # the dead client's channels, reused
+        with pytest.raises(KVCacheError) as e:
+            Listener(s, "one-too-many")  # "kept" is still held by its live producer
+        assert e.value.code == NO_HANDLE
+        for lis in fresh:
+            lis.close()
+        got, lost = _call(a, "poll", "kept")
+        assert [(first, end) for _, first, end in got] == [(0, 4), (4, 8)] and not lost
+    finally:
+        s.close()

@@ -175,7 +175,8 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   clients_.assign(geo.client_slot_count, ClientInfo{});
   retired_.assign(geo.client_slot_count, RetiredPins{});
   channels_.assign(geo.announce_channels, ChannelState{});
-  slot_holds_.assign(geo.client_slot_count, AnnounceHolds{});
+  slot_holds_.assign(geo.client_slot_count, {});
+  recovered_holds_.clear();
   channel_of_.clear();
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.

@@ -13,9 +13,12 @@
 //     it (never-named channels first, then the longest freed): a consumer
 //     that opens it again meanwhile still reads what its producer said
 //     before it died. Renaming wipes it (NameAnnounceChannel).
-//   * Nothing read from the pool decides more than "named or not": names and
-//     holds are the master's own records; recovery trusts header bits only
-//     for slots of the client table.
+//   * After a restart the header bits say which slots held which channels:
+//     those holds follow their process (pid and machine of the slot) to the
+//     slot it re-attaches to, and end when it is known dead or after a
+//     client ttl without it. Bits count one hold per slot and channel.
+//   * Nothing read from the pool decides more than "named or not" and who
+//     held: names and holds are the master's own records afterwards.
 // Pool words are written through announce.h's master-side calls, under mu_.
 #include <algorithm>
 
@@ -48,10 +51,10 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
              "with 0x1d)", slot, req.name.size(), kMaxChannelNameBytes);
     return answer(ErrorCode::INVALID_PARAMS);
   }
-  AnnounceHolds& mine = slot_holds_[slot];
-  if (mine.channels.size() >= config_.announce_channels_per_client) {
+  std::vector<uint32_t>& mine = slot_holds_[slot];
+  if (mine.size() >= config_.announce_channels_per_client) {
     MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: it holds %zu channels open "
-             "(--announce_channels_per_client=%llu); close some", req.name.c_str(), slot, mine.channels.size(),
+             "(--announce_channels_per_client=%llu); close some", req.name.c_str(), slot, mine.size(),
              (unsigned long long)config_.announce_channels_per_client);
     ++stats_.announce_refusals;
     return answer(ErrorCode::NO_AVAILABLE_HANDLE);
@@ -86,7 +89,7 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
   }
   channels_[ch].freed = false;
   ++channels_[ch].holds;
-  mine.channels.push_back(ch);
+  mine.push_back(ch);
   SetAnnounceHolder(*pool_, ch, slot, true);
   reply.channel = ch;
   reply.name_hash = h;
@@ -97,7 +100,7 @@ std::string MasterImpl::HandleAnnounceClose(Decoder* d) {
   AnnounceCloseRequest req;
   if (!Decode(d, &req)) return StatusReply(ErrorCode::INVALID_PARAMS);
   if (!ClientValid(req.client)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
-  auto& held = slot_holds_[req.client.slot].channels;
+  auto& held = slot_holds_[req.client.slot];
   auto it = std::find(held.begin(), held.end(), req.channel);
   // A hold dropped already (a reclaim in between) or never taken: nothing to do.
   if (it == held.end() || channels_[req.channel].name_hash != req.name_hash)
@@ -107,17 +110,23 @@ std::string MasterImpl::HandleAnnounceClose(Decoder* d) {
   return StatusReply(ErrorCode::OK);
 }
 
+void MasterImpl::SyncHolderBit(uint32_t slot, uint32_t ch) {
+  const auto& held = slot_holds_[slot];
+  bool holds = std::find(held.begin(), held.end(), ch) != held.end();
+  for (const auto& r : recovered_holds_)
+    holds = holds || (r.old_slot == slot && std::find(r.channels.begin(), r.channels.end(), ch) != r.channels.end());
+  SetAnnounceHolder(*pool_, ch, slot, holds);
+}
+
 void MasterImpl::ReleaseHold(uint32_t slot, uint32_t ch) {
   --channels_[ch].holds;
-  const auto& held = slot_holds_[slot].channels;
-  if (std::find(held.begin(), held.end(), ch) == held.end()) SetAnnounceHolder(*pool_, ch, slot, false);
+  SyncHolderBit(slot, ch);
   if (channels_[ch].holds == 0) MaybeFreeChannel(ch);
 }
 
 void MasterImpl::DropAnnounceHolds(uint32_t slot) {
   std::vector<uint32_t> held;
-  held.swap(slot_holds_[slot].channels);
-  slot_holds_[slot] = AnnounceHolds{};
+  held.swap(slot_holds_[slot]);
   for (uint32_t ch : held) ReleaseHold(slot, ch);
 }
 
@@ -139,32 +148,42 @@ void MasterImpl::MaybeFreeChannel(uint32_t ch) {
 
 void MasterImpl::SweepAnnounceChannels() {
   const uint64_t now = MonoNs(), ttl = config_.client_ttl_s * kNsPerSec;
-  for (uint32_t s = 0; s < slot_holds_.size(); ++s) {
-    AnnounceHolds& h = slot_holds_[s];
-    // Holds a restart found whose slot nobody took back: dropped once their
-    // process is known dead, or after a client ttl.
-    if (!h.recovered || h.channels.empty() || clients_[s].attached) continue;
-    if ((h.local && LocalPidDead(h.pid)) || now - h.since_mono > ttl) DropAnnounceHolds(s);
+  const uint64_t here = KeyHash(machine_);
+  // Holds a restart found whose process did not re-attach: dropped once it
+  // is known dead, or after a client ttl.
+  for (size_t i = 0; i < recovered_holds_.size();) {
+    RecoveredHolds& r = recovered_holds_[i];
+    if (!((r.machine_hash == here && LocalPidDead(r.pid)) || now - r.since_mono > ttl)) {
+      ++i;
+      continue;
+    }
+    RecoveredHolds gone = std::move(r);
+    recovered_holds_.erase(recovered_holds_.begin() + long(i));
+    for (uint32_t ch : gone.channels) ReleaseHold(gone.old_slot, ch);
   }
   for (uint32_t ch = 0; ch < channels_.size(); ++ch)
     if (channels_[ch].name_hash != 0 && !channels_[ch].freed && channels_[ch].holds == 0) MaybeFreeChannel(ch);
 }
 
-void MasterImpl::AttachAnnounceHolds(uint32_t slot, uint64_t pid) {
-  AnnounceHolds& h = slot_holds_[slot];
-  if (h.channels.empty()) return;
-  // Only holds a restart found can be here: they stay with the process
-  // that held them, and go when another takes the slot.
-  if (h.recovered && h.pid == pid) {
-    h.recovered = false;
+void MasterImpl::AttachAnnounceHolds(uint32_t slot, uint64_t pid, uint64_t machine_hash) {
+  DropAnnounceHolds(slot);  // none: every end of an attachment dropped them
+  for (size_t i = 0; i < recovered_holds_.size(); ++i) {
+    RecoveredHolds& r = recovered_holds_[i];
+    if (r.pid != pid || r.machine_hash != machine_hash) continue;
+    RecoveredHolds mine = std::move(r);
+    recovered_holds_.erase(recovered_holds_.begin() + long(i));
+    for (uint32_t ch : mine.channels) {
+      slot_holds_[slot].push_back(ch);
+      SetAnnounceHolder(*pool_, ch, slot, true);
+      if (mine.old_slot != slot) SyncHolderBit(mine.old_slot, ch);
+    }
     return;
   }
-  DropAnnounceHolds(slot);
 }
 
 void MasterImpl::RecoverAnnounceChannels() {
   const uint32_t slots = pool_->geometry().client_slot_count;
-  const uint64_t here = KeyHash(machine_), now = MonoNs();
+  const uint64_t now = MonoNs();
   for (uint32_t ch = 0; ch < channels_.size(); ++ch) {
     AnnounceChannelHeader* c = pool_->announce_channel(ch);
     ObserveRange(c, sizeof(*c));
@@ -185,14 +204,12 @@ void MasterImpl::RecoverAnnounceChannels() {
         SetAnnounceHolder(*pool_, ch, s, false);
         continue;
       }
-      AnnounceHolds& hs = slot_holds_[s];
-      if (!hs.recovered) {
-        hs.recovered = true;
-        hs.pid = cs->pid.load(std::memory_order_relaxed);
-        hs.local = cs->machine_hash.load(std::memory_order_relaxed) == here;
-        hs.since_mono = now;
-      }
-      hs.channels.push_back(ch);
+      uint64_t pid = cs->pid.load(std::memory_order_relaxed);
+      uint64_t machine = cs->machine_hash.load(std::memory_order_relaxed);
+      auto it = std::find_if(recovered_holds_.begin(), recovered_holds_.end(),
+                             [&](const RecoveredHolds& r) { return r.old_slot == s; });
+      if (it == recovered_holds_.end()) it = recovered_holds_.insert(recovered_holds_.end(), {pid, machine, now, s, {}});
+      it->channels.push_back(ch);
       ++channels_[ch].holds;
     }
   }

@@ -211,7 +211,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       ClientInfo& c = clients_[slot];
       ClientSlot* cs = pool_->client_slot(slot);
       if (!c.attached || c.generation != req.prev_generation) {
-        AttachAnnounceHolds(slot, req.pid);
+        AttachAnnounceHolds(slot, req.pid, KeyHash(req.machine));
         c = ClientInfo{};
         c.attached = true;
         c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +

@@ -366,8 +366,11 @@ class MasterImpl final : public Master, private TierHost {
   void ReleaseHold(uint32_t slot, uint32_t ch);
   // Every hold of the slot ends (its attachment ended).
   void DropAnnounceHolds(uint32_t slot);
-  // A new attachment of `slot` by `pid`: holds a restart found stay only with their process.
-  void AttachAnnounceHolds(uint32_t slot, uint64_t pid);
+  // A new attachment of `slot` by `pid` of `machine_hash`: it takes over
+  // the holds a restart found for that process.
+  void AttachAnnounceHolds(uint32_t slot, uint64_t pid, uint64_t machine_hash);
+  // Mirrors in the header whether `slot` (or holds a restart found there) holds `ch`.
+  void SyncHolderBit(uint32_t slot, uint32_t ch);
   void MaybeFreeChannel(uint32_t ch);
   void SweepAnnounceChannels();    // CheckClients
   void RecoverAnnounceChannels();  // Recover, before the client slots are cleared
@@ -460,14 +463,16 @@ class MasterImpl final : public Master, private TierHost {
     bool freed = false;      // no holder, no live producer: another name may take it
     uint64_t freed_seq = 0;  // when (channels_freed_): the longest freed goes first
   };
-  struct AnnounceHolds {
-    std::vector<uint32_t> channels;  // one entry per open
-    bool recovered = false;          // found by a restart: pid, local, since_mono say whose
-    bool local = false;
-    uint64_t pid = 0, since_mono = 0;
+  // Holds a restart found in the channel headers: they follow their process
+  // (pid and machine) to whatever slot it re-attaches to.
+  struct RecoveredHolds {
+    uint64_t pid = 0, machine_hash = 0, since_mono = 0;
+    uint32_t old_slot = 0;
+    std::vector<uint32_t> channels;
   };
   std::vector<ChannelState> channels_;      // per announcement channel
-  std::vector<AnnounceHolds> slot_holds_;   // per client slot
+  std::vector<std::vector<uint32_t>> slot_holds_;  // per client slot: one channel per open
+  std::vector<RecoveredHolds> recovered_holds_;
   std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
   uint64_t channels_freed_ = 0;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
