@@ -97,6 +97,7 @@ class Announcer:
         if isinstance(obj, int):
             raise _open_error(channel, "producer", obj)
         self._p = obj
+        self._store = store
         self.channel = channel
         self.tag = int(tag) & _MASK
 
@@ -104,6 +105,14 @@ class Announcer:
         words = [request_key(request_id), (kind | (int(layer) << 32)) & _MASK, int(first) & _MASK,
                  int(end) & _MASK, self.tag, int(user[0]) & _MASK, int(user[1]) & _MASK]
         n = self._p.publish(words)
+        if n == int(ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS):
+            # The channel is no longer ours (its hold ended with a lost slot):
+            # claim it again, once; its listeners see the new epoch.
+            self._p.close()  # first: a claim is by pid, and closing after would drop the new one
+            obj = self._store._announce_open(self.channel, True)
+            if not isinstance(obj, int):
+                self._p = obj
+                n = self._p.publish(words)
         if n < 0:
             raise KVCacheError("announce publish", n)
         return n

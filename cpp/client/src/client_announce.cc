@@ -8,6 +8,7 @@
 namespace mcxl {
 
 Result<Client::AnnounceChannel> Client::AnnounceOpen(std::string_view name) {
+  if (closed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   if (name.empty() || name.size() > kMaxChannelNameBytes) {
     MCXL_LOG(kWarn, "client", "announce channel: a name of %zu bytes (1..%u)", name.size(), kMaxChannelNameBytes);
     return ErrorCode::INVALID_PARAMS;
@@ -31,6 +32,7 @@ Result<Client::AnnounceChannel> Client::AnnounceOpen(std::string_view name) {
 }
 
 void Client::AnnounceClose(const AnnounceChannel& ch) {
+  if (closed()) return;  // the detach ended every hold
   (void)MasterCall(MessageType::kAnnounceClose, [&] {
     AnnounceCloseRequest req;
     req.client = Ref();
