@@ -33,6 +33,18 @@
 
 namespace mcxl {
 
+bool MasterImpl::AnnounceLogAllowed() {
+  uint64_t now = MonoNs();
+  if (now - announce_log_mono_ >= kNsPerSec) {
+    if (announce_unlogged_ != 0)
+      MCXL_LOG(kWarn, "master", "%llu more announce channel refusals not logged", (unsigned long long)announce_unlogged_);
+    announce_log_mono_ = now, announce_logged_ = 0, announce_unlogged_ = 0;
+  }
+  if (announce_logged_ < kRefusalLinesPerSec) return ++announce_logged_, true;
+  ++announce_unlogged_;
+  return false;
+}
+
 std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
   AnnounceOpenRequest req;
   AnnounceOpenReply reply;
@@ -47,15 +59,17 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
   const uint32_t slot = req.client.slot;
   const std::string& tenant = clients_[slot].tenant;
   if (req.name.empty() || req.name.size() > kMaxChannelNameBytes || req.name[0] == kTenantMark) {
-    MCXL_LOG(kWarn, "master", "announce channel open by slot %u refused: a name of %zu bytes (1..%u, not starting "
-             "with 0x1d)", slot, req.name.size(), kMaxChannelNameBytes);
+    if (AnnounceLogAllowed())
+      MCXL_LOG(kWarn, "master", "announce channel open by slot %u refused: a name of %zu bytes (1..%u, not starting "
+               "with 0x1d)", slot, req.name.size(), kMaxChannelNameBytes);
     return answer(ErrorCode::INVALID_PARAMS);
   }
   std::vector<uint32_t>& mine = slot_holds_[slot];
   if (mine.size() >= config_.announce_channels_per_client) {
-    MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: it holds %zu channels open "
-             "(--announce_channels_per_client=%llu); close some", req.name.c_str(), slot, mine.size(),
-             (unsigned long long)config_.announce_channels_per_client);
+    if (AnnounceLogAllowed())
+      MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: it holds %zu channels open "
+               "(--announce_channels_per_client=%llu); close some", req.name.c_str(), slot, mine.size(),
+               (unsigned long long)config_.announce_channels_per_client);
     ++stats_.announce_refusals;
     return answer(ErrorCode::NO_AVAILABLE_HANDLE);
   }
@@ -77,8 +91,9 @@ std::string MasterImpl::HandleAnnounceOpen(Decoder* d) {
       if (c.freed && c.freed_seq < oldest) oldest = c.freed_seq, ch = i;
     }
     if (ch == channels_.size()) {
-      MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: all %zu channels are held open",
-               req.name.c_str(), slot, channels_.size());
+      if (AnnounceLogAllowed())
+        MCXL_LOG(kWarn, "master", "announce channel '%.64s' refused to slot %u: all %zu channels are held open",
+                 req.name.c_str(), slot, channels_.size());
       ++stats_.announce_refusals;
       return answer(ErrorCode::NO_AVAILABLE_HANDLE);
     }

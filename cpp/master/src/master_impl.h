@@ -373,6 +373,8 @@ class MasterImpl final : public Master, private TierHost {
   void SyncHolderBit(uint32_t slot, uint32_t ch);
   void MaybeFreeChannel(uint32_t ch);
   void SweepAnnounceChannels();    // CheckClients
+  // Refusal lines: at most kRefusalLinesPerSec a second, the rest counted.
+  bool AnnounceLogAllowed();
   void RecoverAnnounceChannels();  // Recover, before the client slots are cleared
   void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
 
@@ -475,6 +477,7 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<RecoveredHolds> recovered_holds_;
   std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
   uint64_t channels_freed_ = 0;
+  uint64_t announce_log_mono_ = 0, announce_logged_ = 0, announce_unlogged_ = 0;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;
