@@ -27,8 +27,17 @@ py::object AnnounceOpen(Store& s, const std::string& name, bool producer, bool f
   }
   if (!ch) return py::int_(ToInt(ch.error()));
   std::weak_ptr<Client> weak = c;
+  // Runs at close() (GIL released) or when Python collects the object (GIL
+  // held: released for the master call, which may wait while no master runs).
   auto on_close = [weak, held = *ch] {
-    if (auto client = weak.lock()) client->AnnounceClose(held);
+    auto client = weak.lock();
+    if (!client) return;
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      client->AnnounceClose(held);
+    } else {
+      client->AnnounceClose(held);
+    }
   };
   if (producer) {
     auto r = AnnounceProducer::Open(c->pool(), ch->channel, ch->name_hash, on_close);

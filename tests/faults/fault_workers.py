@@ -188,7 +188,8 @@ class Channel:
     """An announcement channel the worker produces on and follows itself:
     "fc/<g>/<life>", the same name in every tenant (slots of different
     tenants share g), a new one per life so that channels of killed lives
-    must be reclaimed. Every record read must be this slot's (its tag names
+    must be reclaimed, and "fc/<g>/<life>/idle" it only listens on (nobody
+    produces there: any record read is foreign). Every record read must be this slot's (its tag names
     tenant and name, user words slot and life): announce_foreign; an open
     refused for want of a free channel is announce_exhausted (the master
     runs with few channels). Opens and publishes fail while the master is
@@ -199,7 +200,7 @@ class Channel:
         self.store, self.slot, self.life, self.viol, self.stats = store, slot, life, viol, stats
         self.name = f"fc/{slot // NT}/{life}"
         self.tag = zlib.crc32(f"{tenant_of(slot)}/{self.name}".encode())
-        self.ann = self.lis = None
+        self.ann = self.lis = self.idle = None
         self.next_try = 0.0
 
     def _open(self):
@@ -212,6 +213,8 @@ class Channel:
                 self.lis = Listener(self.store, self.name, from_start=True)
             if self.ann is None:
                 self.ann = Announcer(self.store, self.name, tag=self.tag)
+            if self.idle is None or self.idle.channel_lost:
+                self.idle = Listener(self.store, self.name + "/idle", from_start=True)
             return True
         except KVCacheError as e:
             self.next_try = time.monotonic() + 0.2
@@ -231,6 +234,9 @@ class Channel:
         except KVCacheError:
             self.ann.close()
             self.ann = None  # lost (reclaimed while stopped): claim it again
+        for a in self.idle.poll():
+            self.viol.add("announce_foreign", self.name + "/idle", f"record {a.number} on a channel nobody "
+                          f"of this tenant produces on: tag {a.tag:#x}, user words {a.user}")
         for a in self.lis.poll():
             self.stats["announce_read"] += 1
             if a.tag != self.tag or a.user[0] != self.slot or a.user[1] > self.life:

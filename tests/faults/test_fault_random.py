@@ -26,11 +26,12 @@ What must hold (each is one "invariant" name in the failure message):
                     found equal mooncake_cxl_tier_objects
   false_corrupt     no entry called corrupt, no tier record failing its checksum
   announce_foreign  each worker produces on and follows its own announcement
-                    channel (one name per life, the same names in every tenant):
-                    it never reads a record of another tenant, name or slot, and
-                    no other tenant's producer holds its name
-  announce_exhausted  the master runs with 16 channels: those of killed and
-                    reclaimed lives are freed, so an open never finds none free
+                    channel and listens on a second (two names per life, the same
+                    names in every tenant): it never reads a record of another
+                    tenant, name or slot, and no other tenant's producer holds its name
+  announce_exhausted  the master runs with 16 channels, fewer than the names the
+                    lives use: those of killed and reclaimed lives are freed, so an
+                    open never finds none free
 
 test_random_faults_with_ssd_tier runs the same driver with the master on an
 SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
