@@ -52,10 +52,10 @@ uint64_t AnnounceNameHash(std::string_view scoped_name) { return KeyHash(scoped_
 void NameAnnounceChannel(const Pool& pool, uint32_t ch, uint64_t name_hash) {
   AnnounceChannelHeader* c = pool.announce_channel(ch);
   const uint32_t slots = pool.geometry().announce_slots;
-  // seq_cst: the old name's readers stop (Next re-checks the name after each
-  // copy) before any record is wiped.
-  // The release fence makes that store visible to a reader that saw any
-  // wiped word and then (acquire fence) loads the name.
+  // The old name goes first, so its readers stop (Next re-checks the name
+  // after each copy) rather than return a wiped record: the release fence
+  // makes this store visible to a reader that saw any wiped word and then
+  // (acquire fence) loads the name.
   c->name_hash.store(0, std::memory_order_seq_cst);
   PublishRange(c, sizeof(uint64_t));
   std::atomic_thread_fence(std::memory_order_release);
@@ -73,6 +73,7 @@ void NameAnnounceChannel(const Pool& pool, uint32_t ch, uint64_t name_hash) {
   // Release: the wiped records and head are visible before the name.
   c->name_hash.store(name_hash, std::memory_order_release);
   PublishRange(c, sizeof(uint64_t));
+  FutexWakeAll(LowWord(&c->head));  // the old name's sleeping readers find it lost
 }
 
 void FreeAnnounceChannel(const Pool& pool, uint32_t ch) {
