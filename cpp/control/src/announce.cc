@@ -135,6 +135,7 @@ Result<std::unique_ptr<AnnounceProducer>> AnnounceProducer::Open(std::shared_ptr
       c->epoch.fetch_add(1, std::memory_order_relaxed);
       PublishRange(c, sizeof(uint64_t) * 4);
       std::unique_ptr<AnnounceProducer> p(new AnnounceProducer(std::move(pool), c, name_hash));
+      p->pid_ = me;
       p->on_close_ = std::move(on_close);
       return p;
     }
@@ -148,7 +149,7 @@ AnnounceProducer::~AnnounceProducer() { Close(); }
 void AnnounceProducer::Close() {
   if (!open_) return;
   open_ = false;
-  uint64_t me = uint64_t(getpid());
+  uint64_t me = pid_;
   // Release: our records are published before the channel is free.
   if (ch_->owner_pid.compare_exchange_strong(me, 0, std::memory_order_acq_rel))
     PublishRange(&ch_->owner_pid, sizeof(uint64_t));
@@ -163,7 +164,7 @@ Result<uint64_t> AnnounceProducer::Publish(const AnnounceMessage& m) {
   // written only at claims and frees); the master frees a channel only once
   // its owner closed or exited, or its slot is gone with its host's process.
   if (!open_ || ch_->name_hash.load(std::memory_order_relaxed) != name_hash_ ||
-      ch_->owner_pid.load(std::memory_order_relaxed) != uint64_t(getpid())) {
+      ch_->owner_pid.load(std::memory_order_relaxed) != pid_) {
     MCXL_LOG(kWarn, "announce", "publish: the channel is no longer this producer's (closed, taken over or freed)");
     return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   }
@@ -249,13 +250,12 @@ uint64_t AnnounceReader::epoch() const {
 AnnounceReader::ReadResult AnnounceReader::Next(AnnounceMessage* m, uint64_t* number) {
   const uint64_t slots = pool_->geometry().announce_slots;
   for (;;) {
-    if (!named()) return ReadResult::kLost;
     uint64_t head = this->head();
     if (cursor_ >= head) {
-      // head only grows; a cursor past it (a head some process rewrote) is
-      // pulled back so the reader is not stuck forever.
+      // head only grows; a cursor past it (a head some process rewrote, or
+      // a renamed channel's) is pulled back so the reader is not stuck.
       if (cursor_ > head) cursor_ = head;
-      return ReadResult::kEmpty;
+      return named() ? ReadResult::kEmpty : ReadResult::kLost;
     }
     if (head - cursor_ > slots) {
       *number = head - slots - cursor_;

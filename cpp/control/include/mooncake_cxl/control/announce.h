@@ -81,6 +81,7 @@ class AnnounceProducer {
   std::shared_ptr<Pool> pool_;
   AnnounceChannelHeader* ch_;
   uint64_t name_hash_;
+  uint64_t pid_ = 0;  // getpid() at the claim (a syscall: not per publish)
   std::function<void()> on_close_;
   bool open_ = true;
 };
