@@ -199,6 +199,7 @@ void MasterImpl::AttachAnnounceHolds(uint32_t slot, uint64_t pid, uint64_t machi
 void MasterImpl::RecoverAnnounceChannels() {
   const uint32_t slots = pool_->geometry().client_slot_count;
   const uint64_t now = MonoNs();
+  std::vector<int64_t> entry_of(slots, -1);  // slot -> its recovered_holds_ entry
   for (uint32_t ch = 0; ch < channels_.size(); ++ch) {
     AnnounceChannelHeader* c = pool_->announce_channel(ch);
     ObserveRange(c, sizeof(*c));
@@ -212,20 +213,23 @@ void MasterImpl::RecoverAnnounceChannels() {
     }
     channels_[ch].name_hash = h;
     channel_of_[h] = ch;
-    for (uint32_t s = 0; s < slots; ++s) {
-      if ((c->holders[s / 64].load(std::memory_order_relaxed) >> (s % 64) & 1) == 0) continue;
-      ClientSlot* cs = pool_->client_slot(s);
-      if (cs->generation.load(std::memory_order_relaxed) == 0) {
-        SetAnnounceHolder(*pool_, ch, s, false);
-        continue;
+    for (uint32_t w = 0; w < (slots + 63) / 64; ++w) {
+      for (uint64_t bits = c->holders[w].load(std::memory_order_relaxed); bits != 0; bits &= bits - 1) {
+        const uint32_t s = w * 64 + uint32_t(__builtin_ctzll(bits));
+        if (s >= slots) break;
+        ClientSlot* cs = pool_->client_slot(s);
+        if (cs->generation.load(std::memory_order_relaxed) == 0) {
+          SetAnnounceHolder(*pool_, ch, s, false);
+          continue;
+        }
+        if (entry_of[s] < 0) {
+          entry_of[s] = int64_t(recovered_holds_.size());
+          recovered_holds_.push_back({cs->pid.load(std::memory_order_relaxed),
+                                      cs->machine_hash.load(std::memory_order_relaxed), now, s, {}});
+        }
+        recovered_holds_[size_t(entry_of[s])].channels.push_back(ch);
+        ++channels_[ch].holds;
       }
-      uint64_t pid = cs->pid.load(std::memory_order_relaxed);
-      uint64_t machine = cs->machine_hash.load(std::memory_order_relaxed);
-      auto it = std::find_if(recovered_holds_.begin(), recovered_holds_.end(),
-                             [&](const RecoveredHolds& r) { return r.old_slot == s; });
-      if (it == recovered_holds_.end()) it = recovered_holds_.insert(recovered_holds_.end(), {pid, machine, now, s, {}});
-      it->channels.push_back(ch);
-      ++channels_[ch].holds;
     }
   }
   for (uint32_t ch = 0; ch < channels_.size(); ++ch) MaybeFreeChannel(ch);
