@@ -70,7 +70,9 @@ void NameAnnounceChannel(const Pool& pool, uint32_t ch, uint64_t name_hash) {
   c->head.store(0, std::memory_order_relaxed);
   for (auto& h : c->holders) h.store(0, std::memory_order_relaxed);
   PublishRange(c, AnnounceChannelBytes(slots));
-  // Release: the wiped records and head are visible before the name.
+  // Release: the wiped records and head are visible before the name (on
+  // other hosts through the PublishRange above and below: readers there
+  // ObserveRange before they load it; docs/architecture.md section 7, item 9).
   c->name_hash.store(name_hash, std::memory_order_release);
   PublishRange(c, sizeof(uint64_t));
   FutexWakeAll(LowWord(&c->head));  // the old name's sleeping readers find it lost
