@@ -153,6 +153,8 @@ def snapshot(prev_samples, cur_samples, dt):
             "promotions_total": cur("mooncake_cxl_tier_promotions_total"),
             "disk_hits_total": cur("mooncake_cxl_tier_disk_hits_total"),
             "checksum_failures_total": cur("mooncake_cxl_tier_checksum_failures_total"),
+            "degraded": cur("mooncake_cxl_tier_degraded"),
+            "capacity_effective_bytes": cur("mooncake_cxl_tier_capacity_effective_bytes"),
             "demotions_per_s": per_s("mooncake_cxl_tier_demotions_total"),
             "disk_hits_per_s": per_s("mooncake_cxl_tier_disk_hits_total"),
         },
@@ -239,6 +241,8 @@ def _tier_lines(t):
     if not t:
         return []
     cap, live = t["capacity_bytes"], t["live_bytes"]
+    if t.get("capacity_effective_bytes"):  # what the filesystem leaves, when less
+        cap = min(cap, t["capacity_effective_bytes"]) if cap else t["capacity_effective_bytes"]
     fill = live / cap if cap and live is not None else None
     return [
         ("ssd tier", f"{fmt_percent(fill)}  {fmt_bytes(live)} live ({fmt_bytes(t['used_bytes'])} in segments)"
@@ -246,7 +250,8 @@ def _tier_lines(t):
         ("tier moves", f"demotions {fmt_rate(t['demotions_per_s'])} (total {fmt_count(t['demotions_total'])})"
                        f"  promotions {fmt_count(t['promotions_total'])}"
                        f"  disk hits {fmt_rate(t['disk_hits_per_s'])} (total {fmt_count(t['disk_hits_total'])})"
-                       f"  checksum failures {fmt_count(t['checksum_failures_total'])}"),
+                       f"  checksum failures {fmt_count(t['checksum_failures_total'])}"
+                       + ("  DEGRADED: disk full" if t.get("degraded") else "")),
     ]
 
 

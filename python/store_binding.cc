@@ -38,7 +38,7 @@ int Store::SetupCore(const std::string& local_hostname, const std::string& maste
   o.put_wait_ms = put_wait_ms;
   o.use_rings = use_rings;
   const char* pf = getenv("MC_CXL_PREFAULT");  // as MC_CXL_RPC etc.: an environment switch
-  o.prefault_pool = pf != nullptr && pf[0] != '\0' && strcmp(pf, "0") != 0;
+  o.prefault_pool = pf == nullptr || pf[0] == '\0' || strcmp(pf, "0") != 0;  // on unless "0"
   o.tenant = tenant;
   // SSD tier: this host's path of the tier directory (the reference's
   // MOONCAKE_OFFLOAD_FILE_STORAGE_PATH / ssd_offload_path), and whether to

@@ -142,8 +142,9 @@ int main(int argc, char** argv) {
   flags.Add("allow_world_readable_pool", &cfg.allow_world_readable_pool,
             "format a pool that other users may read or write (refused otherwise)");
   flags.Add("prefault_pool", &cfg.prefault_pool,
-            "map and allocate every pool page at start: no first-touch page faults on puts later "
-            "(costs ~0.1-0.2 s per GiB at start, and keeps the whole pool resident)");
+            "populate the pool's pages in the background after start (the data region too on "
+            "tmpfs/hugetlbfs, which keeps the whole pool resident): puts take no first-touch page "
+            "faults; --prefault_pool=false leaves pages to fault in as they are used");
   uint64_t ring_max_spin_us = mcxl::RingServer::kDefaultMaxSpinNs / 1000;
   flags.Add("ring_max_spin_us", &ring_max_spin_us,
             "longest the ring thread polls after a request before it sleeps, while clients' requests keep "

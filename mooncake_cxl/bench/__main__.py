@@ -1,7 +1,8 @@
 """The benchmark's command line.
 
 Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
-writer and reader in separate processes), control (CXL RPC rings against
+writer and reader in separate processes), cold (first puts into a fresh pool,
+master start and client setup, prefault on and off), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
 tiering (the SSD tier, only with --only tiering). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
@@ -24,8 +25,8 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "control", "eviction", "tiering", "pd")
-DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
+SECTIONS = ("data", "cold", "control", "eviction", "tiering", "pd")
+DEFAULT_SECTIONS = ("data", "cold", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -35,8 +36,8 @@ def _parser():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
     ap.add_argument("--no-prefault", action="store_true",
-                    help="data/eviction: let pool pages fault in on first touch (default: master "
-                         "--prefault_pool and clients MC_CXL_PREFAULT=1)")
+                    help="data/eviction: let pool pages fault in on first touch (master "
+                         "--prefault_pool=false, clients MC_CXL_PREFAULT=0; default: prefault on)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--report", nargs="?", const="", metavar="PATH",
                     help="rewrite this run's sections of the performance document at PATH (default: "
@@ -142,6 +143,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import data
         results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "data", data.markdown(results["data"]))
+    if "cold" in sections:
+        from . import cold
+        results["cold"] = cold.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "cold", cold.markdown(results["cold"]))
     if "control" in sections:
         from . import control
         results["control"] = control.run(quick=args.quick, pool_dir=pool_dir)

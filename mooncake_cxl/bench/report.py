@@ -32,6 +32,7 @@ DOCUMENT = os.path.join("docs", "performance.md")
 ORDER = (
     ("summary", "Headline figures beside their same-run baselines"),
     ("data", "Data path"),
+    ("cold", "A fresh pool: first puts, start and setup"),
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
     ("tiering", "SSD tier"),

@@ -37,6 +37,11 @@ test_random_faults_with_ssd_tier runs the same driver with the master on an
 SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
 --offload_ahead_ratio=0.5 (clean copies written ahead of eviction), an 8 MiB tier:
 its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
+Its tier directory is a 16 MiB tmpfs mounted by the test (root only), which
+the driver fills to the last byte now and then ("fsfull": another program
+takes the disk for 0.5-2.5 s, then frees it); after the final check, one
+bit of some tombstone blocks is flipped ("tomb_damage"), a master starts
+with --format, and the checker reads again what the rebuild made of them.
 
 Environment (all optional):
   MCXL_FAULT_SEED     seed of the driver's schedule and of each worker's choices
@@ -44,7 +49,7 @@ Environment (all optional):
                       printed at start and in every failure message: rerun with
                       MCXL_FAULT_SEED=<seed> pytest -s tests/faults/test_fault_random.py
   MCXL_FAULT_SECONDS  length of the fault phase (default 30)
-  MCXL_FAULT_KINDS    faults to inject, of master,kill,stop (default all; empty =
+  MCXL_FAULT_KINDS    faults to inject, of master,kill,stop,fsfull,tomb_damage (default all; empty =
                       load and eviction only): tells which fault a violation needs
   MCXL_FAULT_WORKERS  worker processes (default 4: the last on TCP, the others on rings)
   MCXL_FAULT_TENANTS  tenants the workers are spread over (default 2: slots of
@@ -90,6 +95,9 @@ FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub
 # Well below the ~20 MiB the workers keep live: the tier's LRU drops and its
 # segments (capacity / 8 each, tier_manager.h) get compacted.
 TIER_CAPACITY = 8 << 20
+TIER_FS = 16 << 20  # the tmpfs the tier lives on: the capacity fits, a filler fills the rest
+RECORD_MAGIC = b"MCXR"  # disk_tier_internal.h: a record header's magic, kind (u16) at byte 6
+KIND_TOMBSTONE = 2
 
 
 def extent_bytes(key_len, value_size):
@@ -101,8 +109,10 @@ def extent_bytes(key_len, value_size):
 class Run:
     """The processes of one run and what went wrong with them."""
 
-    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=()):
+    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None):
         self.seed = seed
+        self.tier_fs = tier_fs  # the tier's own small filesystem (fsfull), or None
+        self.fs_full_until = None
         self.extra_flags = list(extra_flags)
         self.kinds = kinds
         self.tmp = str(tmp)
@@ -192,8 +202,56 @@ class Run:
                 self.kill_worker(slot)
                 self.start_worker(slot)
 
+    # -- the tier's filesystem ----------------------------------------------
+    def fill_tier_fs(self, now):
+        """Another program takes every free byte of the tier's filesystem."""
+        fd = os.open(os.path.join(self.tier_fs, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            for chunk in (b"x" * (1 << 20), b"x" * 4096):
+                try:
+                    while os.write(fd, chunk) > 0:
+                        pass
+                except OSError:
+                    pass
+        finally:
+            os.close(fd)
+        dur = self.rnd.uniform(0.5, 2.5)
+        self.fs_full_until = now + dur
+        self.schedule.append(f"{now:.1f} tier filesystem full for {dur:.1f} s")
+        self.timeline.append((time.time(), "tier fs full", None))
+        self.events["tier_fs_full"] += 1
+
+    def free_tier_fs(self):
+        if self.fs_full_until is not None:
+            os.unlink(os.path.join(self.tier_fs, "filler"))
+            self.fs_full_until = None
+            self.timeline.append((time.time(), "tier fs freed", None))
+
+    def damage_tombstones(self):
+        """Flips one bit in up to 8 tombstone blocks of the segment files (the
+        master is stopped): the rebuild must not bring back what they hid."""
+        blocks = []
+        for path in sorted(glob.glob(os.path.join(self.tier_fs, "seg-*.mcxl"))):
+            with open(path, "rb") as f:
+                data = f.read()
+            blocks += [(path, off) for off in range(4096, len(data) - 64, 4096)
+                       if data[off:off + 4] == RECORD_MAGIC and struct.unpack_from("<H", data, off + 6)[0] == KIND_TOMBSTONE]
+        for path, off in self.rnd.sample(blocks, min(8, len(blocks))):
+            at = off + self.rnd.choice([1, 6, 32, 40, 61, 64])  # magic, kind, generation, seq, crc, key
+            with open(path, "r+b") as f:
+                f.seek(at)
+                b = f.read(1)[0]
+                f.seek(at)
+                f.write(bytes([b ^ (1 << self.rnd.randrange(8))]))
+            self.events["tomb_damaged"] += 1
+        self.schedule.append(f"damaged {min(8, len(blocks))} of {len(blocks)} tombstone blocks, restart with --format")
+
     # -- the fault phase ----------------------------------------------------
     def act(self, now):
+        if self.fs_full_until is not None and now >= self.fs_full_until:
+            self.free_tier_fs()
+        elif self.tier_fs and self.fs_full_until is None and "fsfull" in self.kinds and self.rnd.random() < 0.1:
+            self.fill_tier_fs(now)
         for slot, t in list(self.stopped.items()):
             if t <= now:
                 os.kill(self.procs[slot].pid, signal.SIGCONT)
@@ -259,6 +317,8 @@ class Run:
         return f"({where}: {', '.join(seen) or 'nothing'})"
 
     def cleanup(self):
+        if self.tier_fs:
+            self.free_tier_fs()
         for slot, p in enumerate(self.procs):
             if p is not None and p.poll() is None:
                 try:
@@ -294,19 +354,27 @@ def test_random_faults_with_ssd_tier(pool_path, tmp_path):
     the same (a disk read must not return older, torn or foreign bytes
     either); the space check counts a disk-resident object's stub extent."""
     tier = os.path.join(str(tmp_path), "tier")
-    os.mkdir(tier)
-    drive(pool_path, tmp_path, default_seconds=20, extra_flags=[
-        "--enable_offload", "--offload_on_evict", "--promotion_on_hit", f"--root_fs_dir={tier}",
-        f"--offload_capacity_bytes={TIER_CAPACITY}", "--offload_ahead_ratio=0.5"])
+    os.mkdir(tier, 0o700)  # the master refuses a tier directory other users may enter
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={TIER_FS},mode=0700", "tmpfs", tier],
+                             capture_output=True).returncode == 0
+    if not mounted:
+        print("no tmpfs for the tier (needs root): the fsfull phase is off")
+    try:
+        drive(pool_path, tmp_path, default_seconds=20, tier_dir=tier, tier_fs=mounted, extra_flags=[
+            "--enable_offload", "--offload_on_evict", "--promotion_on_hit", f"--root_fs_dir={tier}",
+            f"--offload_capacity_bytes={TIER_CAPACITY}", "--offload_ahead_ratio=0.5"])
+    finally:
+        if mounted:
+            subprocess.run(["umount", "-l", tier])
 
 
-def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
+def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False):
     seed = int(os.environ.get("MCXL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
     seconds = float(os.environ.get("MCXL_FAULT_SECONDS", str(default_seconds)))
-    kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop").split(",")))
+    kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop,fsfull,tomb_damage").split(",")))
     print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SECONDS={seconds:g} "
           f"MCXL_FAULT_KINDS={','.join(sorted(kinds))} flags {list(extra_flags)}; logs in {tmp_path}")
-    run = Run(seed, tmp_path, pool_path, kinds, extra_flags)
+    run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None)
     final = {}
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"
@@ -320,6 +388,8 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
             run.act(now)
 
         # Faults over: everyone runs again, workers finish and exit.
+        if run.tier_fs:
+            run.free_tier_fs()
         for slot in list(run.stopped):
             os.kill(run.procs[slot].pid, signal.SIGCONT)
         run.stopped.clear()
@@ -346,25 +416,20 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
         if run.master is not None:
             run.master.stop()
         if run.start_master():
-            address = run.master.address
-            args = {"nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS, "dir": run.tmp,
-                    "address": address}
-            with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
-                try:
-                    checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],
-                                             stdout=log, stderr=subprocess.STDOUT, timeout=120)
-                except subprocess.TimeoutExpired:
-                    checker = None
-            if checker is None:
-                run.problems.append(("worker_hung", "the checker did not finish within 120 s"))
-            elif checker.returncode != 0:
-                with open(os.path.join(run.tmp, "checker.log"), "rb") as f:
-                    run.problems.append(("worker_died", "checker failed:\n" +
-                                         f.read()[-2000:].decode(errors="replace")))
-            else:
-                with open(os.path.join(run.tmp, "result.check")) as f:
-                    final = json.load(f)
+            final = run_checker(run)
             check_space(run, "after the final clean restart (recovered accounting)")
+        # With the SSD tier: some tombstone blocks damaged, then the pool
+        # formatted, so that every value read comes from the rebuild; the same
+        # checker again (a miss is allowed: the rebuild may drop everything).
+        if tier_dir is not None and "tomb_damage" in kinds and run.master is not None:
+            run.master.stop()
+            run.tier_fs = tier_dir
+            run.damage_tombstones()
+            if run.start_master(fmt=True):
+                rebuilt = run_checker(run)
+                print(f"after damaged tombstones and --format: {rebuilt.get('hits')} hits, "
+                      f"{rebuilt.get('misses')} misses")
+                check_space(run, "after damaged tombstones and --format (rebuilt accounting)")
     finally:
         run.cleanup()
 
@@ -392,7 +457,7 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
         with open(path, errors="replace") as f:
             for line in f:
                 for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:",
-                             "compacting segment", "tier full"):
+                             "compacting segment", "tier full", "SSD tier degraded", "damaged blocks: dropped"):
                     seen[what] += what in line
     summary = (f"seed {seed} ({seconds:g} s of faults): events {dict(run.events)}; master logs {dict(seen)}; "
                f"worker lives {run.lives}; "
@@ -413,6 +478,28 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=()):
         + f"\n{summary}\ndriver schedule (last 30): {run.schedule[-30:]}")
     assert sum(r["stats"]["ok"] for _, r in results) > 0, f"seed {seed}: no worker op succeeded"
     assert final.get("hits", 0) > 0, f"seed {seed}: the final read found no key at all: {final}"
+
+
+def run_checker(run):
+    """The checker process reads every key through the current master; its
+    result (hits, misses), or {} with the failure in run.problems."""
+    args = {"nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS, "dir": run.tmp,
+            "address": run.master.address}
+    with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
+        try:
+            checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],
+                                     stdout=log, stderr=subprocess.STDOUT, timeout=120)
+        except subprocess.TimeoutExpired:
+            checker = None
+    if checker is None:
+        run.problems.append(("worker_hung", "the checker did not finish within 120 s"))
+    elif checker.returncode != 0:
+        with open(os.path.join(run.tmp, "checker.log"), "rb") as f:
+            run.problems.append(("worker_died", "checker failed:\n" + f.read()[-2000:].decode(errors="replace")))
+    else:
+        with open(os.path.join(run.tmp, "result.check")) as f:
+            return json.load(f)
+    return {}
 
 
 def check_space(run, when):

@@ -30,6 +30,7 @@
 #include "mooncake_cxl/common/tenant.h"
 #include "client_internal.h"
 #include "mooncake_cxl/pool/pool_copy.h"
+#include "mooncake_cxl/tier/disk_tier.h"
 
 namespace mcxl {
 namespace {
@@ -141,12 +142,10 @@ Status Client::MapPool() {
   Status v = (*pool)->Verify(boot.uuid);
   if (!v.ok()) return v;
   if (!(*pool)->CheckSize()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  if (options_.prefault_pool) {
-    auto t = (*pool)->Prefault();
-    if (t) MCXL_LOG(kInfo, "client", "prefaulted the pool (%llu MiB) in %.3f s",
-                    (unsigned long long)(size >> 20), *t);
-  }
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
+  // Off the setup path: a put or read reaching a page first maps it itself.
+  if (options_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap);
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -397,6 +396,7 @@ void Client::HeartbeatLoop() {
       PublishRange(&cs->heartbeat_ns, kCacheLine);
     }
     lock.unlock();
+    tier::CloseDeletedReaderFds();  // compacted segments' space goes back even while we do not read
     if (lost) {
       // The master restarted or reclaimed us: take a slot again so that the
       // master can see us alive (readers never talk to it otherwise).
@@ -418,6 +418,7 @@ Status Client::Close() {
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
+  populator_.Stop();
   Encoder e;
   Encode(Ref(), &e);
   bool reconnected = false;

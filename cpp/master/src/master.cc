@@ -39,6 +39,7 @@ Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
 }
 
 MasterImpl::~MasterImpl() {
+  populator_.Stop();  // before the pools it reads go
   if (tier_) tier_->Stop();  // its thread calls back into us
 }
 
@@ -92,11 +93,6 @@ Status MasterImpl::Open() {
     Status s = pool_->Verify(nullptr);
     if (!s.ok()) return s;
   }
-  if (config_.prefault_pool) {
-    auto t = pool_->Prefault();
-    if (t) MCXL_LOG(kInfo, "master", "prefaulted the pool (%llu MiB) in %.3f s",
-                    (unsigned long long)(pool_->size() >> 20), *t);
-  }
   std::string huge = pool_->TmpfsHugePolicy();
   if (huge == "never" || huge == "deny")
     MCXL_LOG(kInfo, "master", "pool %s is on a tmpfs with 4 KiB pages (huge=%s); mounted with huge=advise "
@@ -109,11 +105,14 @@ Status MasterImpl::Open() {
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
   if (config_.enable_offload) {  // before AdoptPool: the superblock publishes it
-    auto tier = TierManager::Open(config_, this);
+    auto tier = TierManager::Open(config_, this, UuidToString(pool_->superblock()->uuid));
     if (!tier) return tier.error();
     tier_ = std::move(tier.value());
   }
   AdoptPool(std::move(pool_), fresh);
+  // Off the start path: a put reaching a page first faults it in itself.
+  if (config_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate);
   if (tier_) {
     std::lock_guard<std::mutex> lock(mu_);
     tier_->Recover(fresh);
@@ -274,11 +273,14 @@ void MasterImpl::CheckReplacedDevice() {
                        "serving the old pool", path.c_str(), ErrorCodeName(f.error()));
     return;
   }
-  if (config_.prefault_pool) (void)fresh->Prefault();
+  populator_.Stop();  // it names the old pool, which AdoptPool retires
+  const Pool* adopted = fresh.get();
   std::lock_guard<std::mutex> lock(mu_);
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
+  if (config_.prefault_pool)
+    populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate);
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),

@@ -102,6 +102,7 @@
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "mooncake_cxl/pool/populate.h"
 #include "master_internal.h"
 #include "tier_host.h"
 #include "tier_manager.h"
@@ -430,6 +431,9 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<ReplacedPool> replaced_;
   // The tokens of pools replaced, for a clear refusal of their clients.
   std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  // Populates pool_'s pages after start (--prefault_pool); stopped before
+  // a replacement retires the pool it reads (under replace_mu_, not mu_).
+  BackgroundPopulator populator_;
   uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
   std::unique_ptr<ObjectIndex> index_;
   std::unique_ptr<ExtentAllocator> alloc_;

@@ -302,19 +302,6 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
   return pool;
 }
 
-Result<double> Pool::Prefault() {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 uapi value
-#endif
-  uint64_t t0 = MonoNs();
-  if (madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
-    MCXL_LOG(kWarn, "pool", "cannot prefault pool %s (%llu bytes): %s; pages fault in on first touch",
-             path_.c_str(), (unsigned long long)size_, strerror(errno));
-    return ErrorCode::INTERNAL_ERROR;
-  }
-  return double(MonoNs() - t0) / 1e9;
-}
-
 std::string Pool::TmpfsHugePolicy() const {
   constexpr long kTmpfsMagic = 0x01021994;
   struct statfs fs {};

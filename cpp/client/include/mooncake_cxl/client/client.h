@@ -37,6 +37,7 @@
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "mooncake_cxl/pool/populate.h"
 #include "mooncake_cxl/control/rpc_client.h"
 #include "mooncake_cxl/control/shm_ring.h"
 
@@ -55,9 +56,10 @@ struct ClientOptions {
   int put_wait_ms = 2000;
   // Control path: the CXL RPC rings in the pool (default), or TCP only.
   bool use_rings = true;
-  // Map every pool page at attach (Pool::Prefault; env MC_CXL_PREFAULT=1):
-  // puts and reads then never fault on a first touch; costs start-up time.
-  bool prefault_pool = false;
+  // Map the pool's pages after setup on a background thread (populate.h;
+  // env MC_CXL_PREFAULT=0 turns it off): puts and reads then do not fault on
+  // a first touch. Setup does not wait for it.
+  bool prefault_pool = true;
   // Key namespace (tenant.h): "" or "default" = keys stored unchanged.
   std::string tenant = "default";
   // SSD tier. The client reads records of disk-resident objects
@@ -407,6 +409,7 @@ class Client {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::thread hb_thread_;
+  BackgroundPopulator populator_;  // reads pool_; stopped by Close
 };
 
 }  // namespace mcxl

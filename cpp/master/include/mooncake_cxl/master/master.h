@@ -66,10 +66,11 @@ struct MasterConfig {
   // be formatted.
   std::string pool_group;
   bool allow_world_readable_pool = false;
-  // Map (and allocate) every pool page at start (Pool::Prefault): no page
-  // faults on the put path later, at a start-up cost of about 0.1-0.2 s/GiB
-  // (and the whole file resident from the start).
-  bool prefault_pool = false;
+  // Populate the pool's pages after start, on a background thread
+  // (populate.h): the metadata always, the data region on tmpfs/hugetlbfs
+  // (allocated, so the whole file is resident), so that puts do not pay
+  // first-touch faults. Start does not wait for it.
+  bool prefault_pool = true;
   // When Tick finds the pool device smaller than the mapping: log and
   // _exit(kPoolLostExitCode) (the master binary), or, false (in-process
   // users, tests), refuse every request with UNAVAILABLE_IN_CURRENT_STATUS.

@@ -127,13 +127,6 @@ class Pool {
                                             bool create, const PoolFileOptions& file = {});
 
   bool IsFormatted() const;
-  // Maps every page of the pool into this process now (MADV_POPULATE_WRITE,
-  // Linux 5.14+), allocating the file's pages that were never written. Safe
-  // while others use the pool (it changes no byte). Without it the first
-  // touch of each 4 KiB page costs a fault (and, on a never-written /dev/shm
-  // page, zeroing): a 16 MiB put into fresh pages took ~17x a warm one.
-  // Returns the seconds it took; an error when the kernel refuses (logged).
-  Result<double> Prefault();
   // The huge= policy of the tmpfs the pool file lives on ("never" when the
   // mount names none), or "" when it is not on tmpfs. Open() asks for 2 MiB
   // pages (MADV_HUGEPAGE), which tmpfs honours under huge=advise, always or
