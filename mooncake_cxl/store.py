@@ -19,7 +19,8 @@ from .dummy import DummyMethods
 from .errors import ErrorCode
 from .replica import ReplicaMethods
 from .session import SessionMethods
-from .setup_args import PROTOCOLS, env_int, strict_buffers_wanted, valid_tenant, with_port
+from .setup_args import (PROTOCOLS, config_flag, env_int, normalize_config, strict_buffers_wanted,
+                         tier_path, valid_tenant, with_port)
 from .sizes import parse_size
 from .tensor import TensorMethods
 
@@ -29,6 +30,13 @@ _REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_
              "protocol", "rdma_devices", "master_server_addr")
 
 _NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
+
+
+def _code_name(rc):
+    try:
+        return ErrorCode(rc).name
+    except ValueError:
+        return "error"
 
 
 def _unsupported(op, why):
@@ -90,6 +98,7 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                            ssd_offload_path=ssd_offload_path or "", strict_buffers=strict_buffers)
 
     def _setup_from_dict(self, config):
+        config = normalize_config(config)
         for key in ("local_hostname", "metadata_server", "master_server_addr"):
             if not isinstance(config.get(key), str) or not config.get(key):
                 log.error("setup(config): missing required config: %s", key)
@@ -101,7 +110,7 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
                            config["master_server_addr"], config.get("rpc_transport"),
                            tenant_id=config.get("tenant_id", "default"),
-                           enable_ssd_offload=bool(config.get("enable_ssd_offload", False)),
+                           enable_ssd_offload=config_flag(config.get("enable_ssd_offload", False)),
                            ssd_offload_path=str(config.get("ssd_offload_path", "") or ""),
                            strict_buffers=config.get("strict_buffers"))
 
@@ -132,15 +141,20 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         pool_size = env_int("MC_CXL_DEV_SIZE", 0) if cxl else 0
         if pool_hint and not pool_path:
             pool_path, pool_size = pool_hint
-        return self._setup_core(
+        rc = self._setup_core(
             local_hostname, master_server_addr, pool_path, pool_size,
             env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
             env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id,
             # The SSD tier's directory as this host sees it (the reference's
             # variable); default: the master's --root_fs_dir.
-            ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
+            tier_path(ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")),
             enable_ssd_offload, strict_buffers_wanted(strict_buffers))
+        if rc != 0:
+            # Callers such as LMCache ignore the code: this line is their trace.
+            log.error("setup(): could not attach to the master at %r: %s (%d)", master_server_addr,
+                      _code_name(rc), rc)
+        return rc
 
     # ---- segments: the pool is the one segment ----
 

@@ -93,7 +93,8 @@ def snapshot(prev_samples, cur_samples, dt):
     Keys: capacity_bytes, allocated_bytes, fill_ratio, key_count,
     client_count, objects {state: n}, evicted_keys_total,
     evicted_bytes_total, successful_evictions_total, evicted_keys_per_s,
-    evicted_bytes_per_s, hits_total, misses_total, hit_rate_overall,
+    evicted_bytes_per_s, index {capacity, entries, load_ratio, watermark,
+    evicted_total, evicted_per_s}, hits_total, misses_total, hit_rate_overall,
     hit_rate_interval, gets_per_s, ops {op: {requests_total, failures_total,
     requests_per_s, failures_per_s}}, interval_s.
     """
@@ -132,6 +133,15 @@ def snapshot(prev_samples, cur_samples, dt):
         "successful_evictions_total": cur("master_successful_evictions_total"),
         "evicted_keys_per_s": per_s("master_evicted_key_count"),
         "evicted_bytes_per_s": per_s("master_evicted_size_bytes"),
+        # The object index: a capacity of its own (small objects fill it first).
+        "index": {
+            "capacity": cur("master_index_capacity"),
+            "entries": cur("mooncake_cxl_index_entries_in_use"),
+            "load_ratio": cur("mooncake_cxl_index_load_ratio"),
+            "watermark": cur("mooncake_cxl_index_high_watermark_ratio"),
+            "evicted_total": cur("mooncake_cxl_index_evicted_keys_total"),
+            "evicted_per_s": per_s("mooncake_cxl_index_evicted_keys_total"),
+        },
         "hits_total": hits,
         "misses_total": misses,
         "hit_rate_overall": _ratio(hits, misses),
@@ -216,6 +226,7 @@ def _lines(snap):
     return [
         ("pool", f"{fmt_percent(snap['fill_ratio'])}  {fmt_bytes(snap['allocated_bytes'])} used"
                  f" of {fmt_bytes(snap['capacity_bytes'])}"),
+        ("index", _index_line(snap.get("index") or {})),
         ("keys", fmt_count(snap["key_count"])),
         ("objects", objects),
         ("clients", fmt_count(snap["client_count"])),
@@ -235,6 +246,13 @@ def _announce_lines(a):
         return []
     return [("channels", f"{fmt_count(a['in_use'])} in use of {fmt_count(a['channels'])}"
                          f"  (opens refused {fmt_count(a['refusals_total'])})")]
+
+
+def _index_line(ix):
+    return (f"{fmt_percent(ix.get('load_ratio'))}  {fmt_count(ix.get('entries'))} of"
+            f" {fmt_count(ix.get('capacity'))} entries (evicts past {fmt_percent(ix.get('watermark'))})"
+            f"  evicted for it {fmt_rate(ix.get('evicted_per_s'), ' keys/s')}"
+            f" (total {fmt_count(ix.get('evicted_total'))})")
 
 
 def _tier_lines(t):

@@ -48,6 +48,23 @@ if python3 -m venv --system-site-packages "$vllm_venv" \
 else
   echo "note: vLLM ($vllm_reqs) could not be installed; the vLLM tests will be skipped"
 fi
+# SGLang and LMCache (their Mooncake backends, tests/engines) in a venv of their own on top of this
+# interpreter's packages, with --no-deps and only what those backends' import chains need: their
+# full requirements are CUDA builds and pins (transformers, numba, ...) that would change the main
+# environment. SGLang's unconditional torchvision import is met by a stub on the tests' PYTHONPATH
+# (tests/engines/no_torchvision). Without this venv the engine tests are skipped, with the reason.
+engines_venv="$PWD/.venv-engines"
+if python3 -m venv --system-site-packages "$engines_venv" \
+    && "$engines_venv/bin/pip" install -q --no-deps sglang==0.5.23 lmcache==0.5.6 \
+      aiofile==3.12.3 anyio==4.16.0 apache-tvm-ffi==0.1.15.post2 cachetools==8.0.2 caio==0.12.10 \
+      compressed-tensors==0.20.1 dill==0.4.1 gguf==0.19.0 h11==0.16.0 httpcore2==2.16.2 \
+      httpx2==2.16.2 huggingface_hub==2.4.0 llvmlite==0.50.0 loguru==0.7.3 msgspec==0.23.0 \
+      numba==0.68.1 psutil==7.2.2 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.3 \
+      starlette==1.10.0 tokenizers==0.23.3 transformers==5.25.0 triton==3.9.0 truststore==0.10.5; then
+  export MCXL_ENGINES_PYTHON="$engines_venv/bin/python"
+else
+  echo "note: SGLang/LMCache could not be installed; the engine tests will be skipped"
+fi
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
   exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@"' _ "$@"

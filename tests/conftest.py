@@ -387,3 +387,11 @@ def vllm_python():
         pytest.skip(f"vLLM is not importable by {exe} (pip install '.[vllm]', or set MCXL_VLLM_PYTHON): "
                     f"{probe.stderr.strip().splitlines()[-1:]}")
     return exe
+
+
+@pytest.fixture(scope="session")
+def engines_python():
+    """An interpreter with SGLang and LMCache (MCXL_ENGINES_PYTHON, from
+    scripts/run_tests.sh); engine code runs in subprocesses of it."""
+    from engines_common import engines_python_or_skip
+    return engines_python_or_skip()

@@ -226,6 +226,28 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(rout.items[1].status, ErrorCode::OBJECT_ALREADY_EXISTS);
 }
 
+TEST(RpcProtocolTest, ReplyBytesBoundIsThePutStartReplysSize) {
+  // Exact for a reply of every key (what the master would encode), whatever
+  // the abandoned ids; 0 for requests whose reply cannot outgrow them.
+  for (uint32_t n : {0u, 1u, 600u, 4096u}) {
+    PutStartRequest req;
+    req.abandoned = {1, 2, 3};
+    PutStartReply reply;
+    for (uint32_t i = 0; i < n; ++i) {
+      req.keys.push_back("k" + std::to_string(i));
+      req.sizes.push_back(64);
+      req.groups.emplace_back();
+      reply.items.push_back({ErrorCode::OK, i, i, i, true});
+    }
+    EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
+    // Short keys: the reply outgrows the request (a record that holds the
+    // request need not hold the reply).
+    if (n >= 600) EXPECT_LT(Enc(req).size(), Enc(reply).size());
+  }
+  EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), "\x01\x02"), 0u);  // undecodable
+  EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kBatchRemove), Enc(SampleRemove())), 0u);
+}
+
 TEST(RpcProtocolTest, RemoveRoundTrip) {
   RemoveRequest in = SampleRemove(), out;
   ASSERT_TRUE(Dec(Enc(in), &out));

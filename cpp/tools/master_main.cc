@@ -110,7 +110,7 @@ int main(int argc, char** argv) {
   flags.Add("cxl_path", &cfg.cxl_path, "pool: device-DAX node, regular file or /dev/shm file");
   flags.Add("cxl_size", &cfg.cxl_size, "pool size in bytes; 0 = the device's size");
   flags.Add("format", &cfg.format, "format the pool (erases it); an unformatted pool is always formatted");
-  flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format; 0 = one per 4 KiB of pool");
+  flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format (64 B of pool each); 0 = one per 4 KiB of pool");
   flags.Add("client_slots", &cfg.client_slots, "client slots at format");
   flags.Add("announce_channels", &cfg.announce_channels,
             "announcement channels at format; 0 = two per client slot (bounded by the pool size)");
@@ -123,6 +123,8 @@ int main(int argc, char** argv) {
   flags.Add("max_kv_soft_pin_ttl", &cfg.max_kv_soft_pin_ttl_ms, "longest soft pin a put may ask for, ms");
   flags.Add("eviction_high_watermark_ratio", &cfg.eviction_high_watermark_ratio, "evict above this used ratio");
   flags.Add("eviction_ratio", &cfg.eviction_ratio, "fraction of capacity one eviction round frees");
+  flags.Add("index_high_watermark_ratio", &cfg.index_high_watermark_ratio,
+            "evict above this share of the object index's entries in use (0.1..0.95)");
   flags.Add("allow_evict_soft_pinned_objects", &cfg.allow_evict_soft_pinned_objects,
             "soft-pinned objects may be evicted last");
   flags.Add("client_ttl", &cfg.client_ttl_s, "seconds without heartbeat before a client is reclaimed");

@@ -4,12 +4,15 @@ Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
 writer and reader in separate processes), cold (first puts into a fresh pool,
 master start and client setup, prefault on and off), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
+index (small values: put batches from empty to 3x the index, probe lengths),
 tiering (the SSD tier, only with --only tiering). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
 (pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
 itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
+--only engines (needs SGLang and LMCache, MCXL_ENGINES_PYTHON) times their Mooncake
+backends on ours and on Mooncake's store (engines.py), under `unshare -n` likewise.
 
 --report [PATH] rewrites the sections that ran in the performance document
 (default docs/performance.md of the source checkout, see report.py); without
@@ -25,8 +28,13 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "cold", "control", "eviction", "tiering", "pd")
-DEFAULT_SECTIONS = ("data", "cold", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
+<<<<<<< HEAD
+SECTIONS = ("data", "cold", "control", "eviction", "tiering", "pd", "engines")
+DEFAULT_SECTIONS = ("data", "cold", "control", "eviction")  # tiering (needs a disk directory), pd, engines: --only
+=======
+SECTIONS = ("data", "control", "eviction", "index", "tiering", "pd")
+DEFAULT_SECTIONS = ("data", "control", "eviction", "index")  # tiering (needs a disk directory) and pd: --only
+>>>>>>> h-indexfull
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -46,9 +54,12 @@ def _parser():
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object), "
+                         "index (small values filling the index: time per put batch, probe lengths), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
-                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
+                         "engines (SGLang's and LMCache's Mooncake backends, ours vs Mooncake; "
+                         "their interpreter: MCXL_ENGINES_PYTHON)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -93,7 +104,7 @@ def main(argv=None):
         out = args.out or report.output_dir()
         return compare.main(out=out, quick=args.quick, progress=not args.no_progress,
                             reexec=not args.no_reexec, argv=argv, report_path=report_path)
-    if "pd" in sections:
+    if "pd" in sections or "engines" in sections:
         if not reference.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" \
                 and reference.netns_unavailable() is None:
             return reference.rerun_in_netns(argv, _PD_NETNS_ENV)
@@ -155,6 +166,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import eviction
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "eviction", eviction.markdown(results["eviction"]))
+    if "index" in sections:
+        from . import index_fill
+        results["index"] = index_fill.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "index", index_fill.markdown(results["index"]))
     if "pd" in sections:
         import importlib
         results["pd"] = {}
@@ -170,6 +185,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             _show(bodies, name, mod.markdown(results["pd"][name]))
+    if "engines" in sections:
+        from . import engines
+        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
+        _show(bodies, "engines", engines.markdown(results["engines"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

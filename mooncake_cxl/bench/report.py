@@ -35,9 +35,11 @@ ORDER = (
     ("cold", "A fresh pool: first puts, start and setup"),
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
+    ("index", "Small values: the index as a capacity"),
     ("tiering", "SSD tier"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
+    ("engines", "SGLang and LMCache backends: ours vs Mooncake 0.3.13"),
     ("compare", "Against Mooncake 0.3.13"),
 )
 TITLES = dict(ORDER)

@@ -38,6 +38,10 @@ MAGIC = b"MCXF"
 HEAD = struct.Struct("<4sHHIQI")  # magic, slot, life, key index, seq, total length
 DIGEST = 16
 MIN_VALUE, MAX_VALUE = 4 << 10, 256 << 10
+# Tiny values (keys nkeys .. nkeys + ntiny - 1 of a slot), put in batches:
+# thousands of them fill the index long before the data region, so eviction
+# for index slots (its watermark, full probe windows) runs under the faults.
+TINY_MIN, TINY_MAX = 40, 160  # the header and digest, up to a few lines
 SEQ_PER_LIFE = 1 << 32  # seq = life * SEQ_PER_LIFE + n: increasing across lives of a slot
 
 OBJECT_NOT_FOUND = -704
@@ -271,7 +275,8 @@ def worker(a):
     viol = Violations(os.path.join(a["dir"], f"violations.{slot}.{life}"), f"worker {slot} life {life}")
     stop_path = os.path.join(a["dir"], "stop")
     stop = lambda: os.path.exists(stop_path)
-    stats = {k: 0 for k in ("put", "upsert", "group_write", "remove", "remove_by_regex", "hold", "release_hold", "get",
+    stats = {k: 0 for k in ("put", "upsert", "group_write", "tiny_batch", "remove", "remove_by_regex", "hold",
+                            "release_hold", "get",
                             "get_buffer", "ok", "failed",
                             "hit", "miss", "foreign_read", "view_checked", "view_refused", "announced",
                             "announce_read")}
@@ -282,6 +287,7 @@ def worker(a):
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
     channel = Channel(s, slot, life, viol, stats)
     own = [key_name(slot, i) for i in range(nkeys)]
+    tiny = [key_name(slot, nkeys + i) for i in range(a.get("ntiny", 0))]
     recent = []  # own keys written lately
 
     own_set = set(own)
@@ -359,6 +365,30 @@ def worker(a):
         stats["group_write"] += 1
         return rc
 
+    def write_tiny_batch():
+        # 50-200 own tiny keys in one call; one rc for the call, as write_group.
+        nonlocal seq
+        op = "upsert" if rnd.random() < 0.3 else "put"
+        keys = rnd.sample(tiny, min(len(tiny), rnd.randint(50, 200)))
+        vals, seqs = [], []
+        for key in keys:
+            seq += 1
+            idx = int(key.rsplit("/", 1)[1])
+            vals.append(make_value(slot, life, idx, seq, rnd.randint(TINY_MIN, TINY_MAX), block, rnd))
+            seqs.append(seq)
+            journal.write(f"A {key} {seq} {op}\n")
+            model.attempt(key, seq, op)
+        rc = (s.upsert_batch if op == "upsert" else s.put_batch)(keys, vals)
+        for key, q in zip(keys, seqs):
+            journal.write(f"R {key} {q} {op} {rc}\n")
+            model.result(key, q, op, rc)
+        stats["tiny_batch"] += 1
+        if rc == 0 and rnd.random() < 0.3:  # read some back at once
+            for key in keys[:5]:
+                stats["get"] += 1
+                read_check(key, s.get(key), "get right after a tiny batch")
+        return rc
+
     def remove_by_regex():
         # Own keys whose index starts with a digit: the master confines the
         # pattern to our tenant, so the other tenants' same names stay.
@@ -414,7 +444,9 @@ def worker(a):
                 key = rnd.choice(own)
             r = rnd.random()
             rc = 0
-            if r < 0.45:
+            if tiny and rnd.random() < 0.05:
+                rc = write_tiny_batch()
+            elif r < 0.45:
                 if rnd.random() < 0.4:  # read first: the old value is leased when replaced
                     stats["get"] += 1
                     read_check(key, s.get(key), "get before a write")
@@ -512,7 +544,7 @@ def check(a):
         model = KeyModel()  # the slot's keys are its own (tenant, name)s
         replay(os.path.join(a["dir"], f"journal.{slot}"), model)
         s = open_store(a["address"], time.monotonic() + 60, lambda: False, tenant_of(slot))
-        for idx in range(a["nkeys"]):
+        for idx in range(a["nkeys"] + a.get("ntiny", 0)):
             key = key_name(slot, idx)
             v = s.get(key)
             if v:

@@ -1,5 +1,6 @@
 """Randomized fault test: worker processes put, upsert (one key, or two own
-keys with one group id in one call), remove, get and hold BufferHandles on a pool small enough that eviction runs all the time, while a
+keys with one group id in one call, or batches of tiny values that fill the
+index before the data region), remove, get and hold BufferHandles on a pool small enough that eviction runs all the time, while a
 seeded driver SIGKILLs and restarts the master (recovery, same pool and port)
 and SIGKILLs, SIGSTOPs and SIGCONTs workers, some past --client_ttl and the
 put timeouts so that the master reclaims them while they are stopped.
@@ -80,6 +81,10 @@ POOL = 32 << 20
 SLOTS = int(os.environ.get("MCXL_FAULT_WORKERS", "4"))
 TENANTS = int(os.environ.get("MCXL_FAULT_TENANTS", "2"))
 KEYS_PER_SLOT = 80   # 320 keys of 4-256 KiB (~42 MiB on average): eviction all the time
+# And 2000 tiny keys per slot (40-160 B, put in batches): 8000 objects for an
+# index of 8192 entries (one per 4 KiB of pool), so eviction for index slots
+# (the index's watermark, full probe windows) runs under the faults too.
+TINY_PER_SLOT = 2000
 CLIENT_TTL = 3
 # Short client TTL and put timeouts: a worker stopped for CLIENT_TTL + 2..4 s is
 # reclaimed, and its unfinished put revoked and its extent freed, while stopped.
@@ -162,7 +167,8 @@ class Run:
     def start_worker(self, slot):
         self.lives[slot] += 1
         life = self.lives[slot]
-        args = {"slot": slot, "life": life, "nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS,
+        args = {"slot": slot, "life": life, "nkeys": KEYS_PER_SLOT, "ntiny": TINY_PER_SLOT, "nslots": SLOTS,
+                "ntenants": TENANTS,
                 "seed": self.seed,
                 "dir": self.tmp, "address": self.master.address if self.master else f"127.0.0.1:{self.port}"}
         rpc = os.environ.get("MCXL_FAULT_RPC") or ("tcp" if slot == SLOTS - 1 else "ring")
@@ -457,7 +463,8 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
         with open(path, errors="replace") as f:
             for line in f:
                 for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:",
-                             "compacting segment", "tier full", "SSD tier degraded", "damaged blocks: dropped"):
+                             "compacting segment", "tier full", "SSD tier degraded", "damaged blocks: dropped",
+                             "index high watermark", "drives eviction"):
                     seen[what] += what in line
     summary = (f"seed {seed} ({seconds:g} s of faults): events {dict(run.events)}; master logs {dict(seen)}; "
                f"worker lives {run.lives}; "
@@ -483,8 +490,8 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
 def run_checker(run):
     """The checker process reads every key through the current master; its
     result (hits, misses), or {} with the failure in run.problems."""
-    args = {"nkeys": KEYS_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS, "dir": run.tmp,
-            "address": run.master.address}
+    args = {"nkeys": KEYS_PER_SLOT, "ntiny": TINY_PER_SLOT, "nslots": SLOTS, "ntenants": TENANTS,
+            "dir": run.tmp, "address": run.master.address}
     with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
         try:
             checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],

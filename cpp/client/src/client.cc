@@ -287,7 +287,10 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);
   // Pushed as header + payload: no joined copy of the frame.
   FrameHeader fh{kFrameMagic, kProtocolVersion, uint16_t(type), uint32_t(payload.size()), 0, id};
-  if (sizeof(fh) + payload.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
+  // Both the request and its reply must fit one ring record; else TCP.
+  if (sizeof(fh) + payload.size() > ring_requests_.max_frame() ||
+      sizeof(fh) + ReplyBytesBound(uint16_t(type), payload) > ring_replies_.max_frame())
+    return ErrorCode::NOT_SUPPORTED;
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   Superblock* sb = pool_->superblock();
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);

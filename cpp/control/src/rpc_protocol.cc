@@ -7,7 +7,25 @@ bool RunsInSlices(uint16_t type) {
 }
 namespace {
 ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
+constexpr uint64_t kPutStartReplyHead = 4 + 4;           // status, item count
+constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply)
 }  // namespace
+
+uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
+  if (type != uint16_t(MessageType::kPutStart)) return 0;
+  // The key count, read past the head as Decode(PutStartRequest) does; an
+  // undecodable request gets a status-only reply.
+  Decoder d(payload);
+  ClientRef c;
+  Decode(&d, &c);
+  (void)d.U64();  // put_id
+  for (uint32_t i = 0, n = d.Count(8); i < n; ++i) (void)d.U64();
+  (void)d.U8();
+  (void)d.U32();
+  (void)d.U64();
+  uint32_t keys = d.Count(4 + 8 + 4);
+  return d.failed() ? 0 : kPutStartReplyHead + kPutStartReplyItem * uint64_t(keys);
+}
 
 const char* MessageTypeName(uint16_t type) {
   switch (MessageType(type)) {

@@ -58,6 +58,11 @@ Status MasterImpl::Open() {
              (unsigned long long)config_.client_slots);
     return ErrorCode::INVALID_PARAMS;
   }
+  if (!(config_.index_high_watermark_ratio >= 0.1 && config_.index_high_watermark_ratio <= 0.95)) {
+    MCXL_LOG(kError, "master", "--index_high_watermark_ratio must be 0.1..0.95, got %g",
+             config_.index_high_watermark_ratio);
+    return ErrorCode::INVALID_PARAMS;
+  }
   PoolFileOptions file;
   file.group = config_.pool_group;
   // Mooncake's master starts before its CXL device exists (its CXL test
@@ -169,6 +174,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
+  index_->EnableShadow();  // before Recover: its tombstones keep it exact
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
@@ -177,6 +183,7 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   slot_holds_.assign(geo.client_slot_count, {});
   recovered_holds_.clear();
   channel_of_.clear();
+  pin_tables_.assign((geo.client_slot_count + 63) / 64, 0);
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
@@ -368,16 +375,14 @@ void MasterImpl::ReclaimCorrupt() {
 }
 
 void MasterImpl::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
+  // The shadow names the slots the master filed under `hash`: no walk over
+  // the pool's tombstones. Each is checked in the pool as a probe would.
+  index_->ShadowSlots(hash, &find_candidates_);
   out->clear();
-  uint64_t cap = index_->capacity();
-  uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
-  uint64_t home = index_->HomeSlot(hash);
-  for (uint64_t i = 0; i <= max_probe; ++i) {
-    uint64_t slot = (home + i) & (cap - 1);
+  for (uint64_t slot : find_candidates_) {
     const IndexEntry& e = index_->entry(slot);
     // Acquire: a client's COMPLETE CAS published the value before it.
     EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kEmpty) break;
     if (st != EntryState::kWriting && !Readable(st)) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
     if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);
@@ -492,8 +497,21 @@ void MasterImpl::ServeRing(uint32_t slot) {
       replies.WakeConsumer();
       continue;
     }
+    std::string_view payload = std::string_view(frame).substr(sizeof(h));
+    if (sizeof(FrameHeader) + ReplyBytesBound(h.type, payload) > replies.max_frame()) {
+      // Its reply could not be pushed: refused before any work, and the
+      // client (which checks this before sending) retries over TCP.
+      MCXL_LOG(kWarn, "ring", "client slot %u sent a %s whose reply (up to %llu bytes) exceeds a ring record "
+               "(%llu bytes); refused with NOT_SUPPORTED (send it over TCP)", slot, MessageTypeName(h.type),
+               (unsigned long long)ReplyBytesBound(h.type, payload), (unsigned long long)replies.max_frame());
+      Encoder e;
+      EncodeStatus(ErrorCode::NOT_SUPPORTED, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
     uint32_t conn_slot = slot;
-    std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
+    std::string reply = Dispatch(h.type, payload, &conn_slot);
     CountOp(h.type, reply);
     FrameHeader rh{kFrameMagic, kProtocolVersion, h.type, uint32_t(reply.size()), 0, h.request_id};
     if (!replies.Push(&rh, sizeof(rh), reply))  // header + body: no joined copy
@@ -580,6 +598,7 @@ MasterStats MasterImpl::stats() const {
   s.corrupt_entries = corrupt_entries_;
   s.pending_puts = pending_.size();
   s.allocated_bytes = alloc_->used_bytes();
+  s.index_live_entries = live_entries_;
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
   if (tier_) tier_->FillStats(&s);

@@ -214,6 +214,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         AttachAnnounceHolds(slot, req.pid, KeyHash(req.machine));
         c = ClientInfo{};
         c.attached = true;
+        MarkPinTable(slot);
         c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
                        next_generation_++;
         c.pid = req.pid;

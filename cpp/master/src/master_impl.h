@@ -84,6 +84,7 @@
 // last_replace_check_mono_) and what replace_mu_ guards.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -296,6 +297,12 @@ class MasterImpl final : public Master, private TierHost {
   // Pins of a live process survive its slot's reclaim, its close() and a
   // master restart: while a BufferHandle lives its bytes never change.
   bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
+  // A superset of the slots whose PinTableLive holds, for ScanPins: set
+  // wherever a table becomes live (attach, retire), cleared by ScanPins
+  // when it finds a table no longer live. A bit missing would lose pins;
+  // a stale one costs one check.
+  void MarkPinTable(uint32_t slot) { pin_tables_[slot / 64] |= 1ull << (slot % 64); }
+  mutable std::vector<uint64_t> pin_tables_;
   bool TableHasPins(uint32_t slot) const;
   // At reclaim (after the slot's generation was cleared): keeps the table as
   // retired when the owner may be alive and holds views, else clears it.
@@ -332,8 +339,10 @@ class MasterImpl final : public Master, private TierHost {
   // number of objects evicted. Logs one line per round.
   uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
   // EvictRound's first step: evicts from the ahead rounds' sorted window
-  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
-  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
+  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`
+  // and `entries` objects went.
+  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint64_t now, const PinSet& pins,
+                                uint64_t* freed_bytes);
   // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
   // is younger than a lease (at most 1 s): a round may evict from it.
   bool AheadWindowUsable(uint64_t mono_ns) const;
@@ -348,7 +357,23 @@ class MasterImpl final : public Master, private TierHost {
   // header: `group` is the hash the master wrote or recovery checked.
   void AddToGroup(uint64_t slot, uint64_t group);
   void RemoveFromGroup(uint64_t slot);
-  uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
+  // Entries in use the index may hold (--index_high_watermark_ratio), where
+  // eviction frees down to, and past which eviction ahead starts.
+  uint64_t IndexLimit() const { return IndexShare(config_.index_high_watermark_ratio); }
+  uint64_t IndexLow() const { return IndexShare(config_.index_high_watermark_ratio - config_.eviction_ratio); }
+  uint64_t IndexAhead() const { return IndexShare(config_.index_high_watermark_ratio - config_.eviction_ratio / 2); }
+  uint64_t IndexShare(double ratio) const {
+    return std::max<uint64_t>(1, uint64_t(std::max(0.0, ratio) * double(index_->capacity())));
+  }
+  // A put whose key's probe window (ObjectIndex::kMaxProbeSlots from its
+  // home) is full: evicts the least recently used evictable object of the
+  // window, by the rules of a round. The number of objects evicted.
+  uint64_t EvictInWindow(uint64_t hash);
+  // The i-th slot a sampled scan from `start` visits (every slot once in
+  // `capacity` steps, spread over the whole index).
+  uint64_t SampleSlot(uint64_t start, uint64_t i) const;
+  // Once per master: the index, not the data region, drives eviction (log).
+  void NoteIndexDrivesEviction(const char* why);
 
   // ---- the SSD tier's hooks ----
   // Eviction's hook (master_eviction.cc): to the SSD tier when there is one
@@ -406,6 +431,8 @@ class MasterImpl final : public Master, private TierHost {
     uint64_t hits, misses, clients;
   };
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
+  // The index's load, its evictions and probe lengths; `hit` from the scan.
+  void WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const;  // under mu_
   struct DiskReads {
     uint64_t hits, bad;
   };
@@ -487,6 +514,10 @@ class MasterImpl final : public Master, private TierHost {
   std::string machine_;
   uint64_t next_generation_ = 1;
   uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
+  mutable std::vector<uint64_t> find_candidates_;  // FindLive's scratch (the master's thread)
+  uint64_t lookup_samples_ = 0;  // puts since the last probe-length sample
+  ProbeHistogram put_lookup_probes_, insert_probes_;  // PutStart lookups (sampled) and inserts
+  bool index_drive_logged_ = false;
   uint64_t last_client_check_mono_ = 0;
   MasterStats stats_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots

@@ -25,6 +25,19 @@ struct SampledSlot {
   uint64_t last_access, slot, state_gen;
   bool operator<(const SampledSlot& o) const { return last_access < o.last_access; }
 };
+// Probe lengths (index slots read) in power-of-two buckets, the last one
+// open: a Prometheus histogram on /metrics.
+struct ProbeHistogram {
+  static constexpr int kBuckets = 8;  // <= 1, 2, 4, ..., 64, more
+  uint64_t counts[kBuckets] = {}, sum = 0, n = 0;
+  void Add(uint64_t len) {
+    int b = 0;
+    while (b < kBuckets - 1 && (uint64_t(1) << b) < len) ++b;
+    ++counts[b];
+    sum += len;
+    ++n;
+  }
+};
 // A reply payload carrying only `status`.
 std::string StatusReply(ErrorCode status);
 // Between two slices of an index scan, mu_ released: std::mutex is not fair,

@@ -34,18 +34,26 @@ bool MasterImpl::ScanPins(const std::function<bool(uint64_t generation)>& visit)
   // re-check: either we see its pin or it sees our version change.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t per = pool_->geometry().pins_per_client;  // ours: a shared word could stretch the scan
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!PinTableLive(c)) continue;
-    ClientSlot* cs = pool_->client_slot(c);
-    ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
-    if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
-    uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
-    PinRecord* t = pool_->pin_table(c);
-    ObserveRange(t, hwm * sizeof(PinRecord));
-    for (uint64_t i = 0; i < hwm; ++i)
-      if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
-          visit(t[i].generation.load(std::memory_order_relaxed)))
-        return true;
+  // Only the slots MarkPinTable named: idle client slots cost nothing.
+  for (uint32_t w = 0; w < pin_tables_.size(); ++w) {
+    for (uint64_t bits = pin_tables_[w]; bits != 0; bits &= bits - 1) {
+      uint32_t c = w * 64 + uint32_t(__builtin_ctzll(bits));
+      if (c >= clients_.size()) break;
+      if (!PinTableLive(c)) {
+        pin_tables_[w] &= ~(1ull << (c % 64));
+        continue;
+      }
+      ClientSlot* cs = pool_->client_slot(c);
+      ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
+      if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
+      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
+      PinRecord* t = pool_->pin_table(c);
+      ObserveRange(t, hwm * sizeof(PinRecord));
+      for (uint64_t i = 0; i < hwm; ++i)
+        if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
+            visit(t[i].generation.load(std::memory_order_relaxed)))
+          return true;
+    }
   }
   return false;
 }

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -43,6 +44,13 @@ const char* MessageTypeName(uint16_t type);
 // Over a ring they are refused with NOT_SUPPORTED: the client sends them
 // over TCP.
 bool RunsInSlices(uint16_t type);
+// An upper bound of the reply payload's bytes to the request `payload` of
+// `type`, for the one request whose reply can outgrow it (PutStart: 29 bytes
+// per key, more than a short key costs in the request); 0 for the others
+// (a fixed small reply, or one no larger than the request). A transport
+// with a frame limit checks it before sending (client) and before serving
+// (master): a reply that could not be pushed is never produced.
+uint64_t ReplyBytesBound(uint16_t type, std::string_view payload);
 
 // Per-request limits, so that one request's time under the master's lock is
 // bounded; over a limit the master answers INVALID_PARAMS with a log line.

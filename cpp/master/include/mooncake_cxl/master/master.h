@@ -57,6 +57,11 @@ struct MasterConfig {
   uint64_t max_kv_soft_pin_ttl_ms = 24 * 3600 * 1000;
   double eviction_high_watermark_ratio = 0.90;
   double eviction_ratio = 0.05;
+  // The index is a capacity too: above this share of its entries live, puts
+  // evict (down to it minus eviction_ratio) by the same rules. Up to 0.8,
+  // linear probing's probes stay short (ObjectIndex::kMaxProbeSlots bounds
+  // them anyway). 0.1 .. 0.95.
+  double index_high_watermark_ratio = 0.80;
   bool allow_evict_soft_pinned_objects = true;
   uint64_t client_ttl_s = 10;
   uint64_t put_start_discard_timeout_sec = 30;
@@ -118,6 +123,9 @@ struct MasterStats {
   uint64_t revoked_puts = 0;
   uint64_t eviction_rounds = 0, eviction_rounds_empty = 0;  // empty: freed nothing
   uint64_t evicted_keys = 0, evicted_bytes = 0;
+  uint64_t index_live_entries = 0;  // entries in use (complete, unfinished, aborted)
+  uint64_t index_evicted_keys = 0;  // of evicted_keys, while the index, not the data region, was over its watermark
+  uint64_t index_window_evictions = 0;  // of those, to free a slot of a key's full probe window
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
   uint64_t announce_refusals = 0;        // channel opens refused: per-client cap, or every channel held

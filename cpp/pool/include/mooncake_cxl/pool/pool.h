@@ -58,8 +58,9 @@ struct PoolFileOptions {
 };
 
 // Index capacity used when FormatOptions::index_capacity is 0: one entry per
-// 4 KiB of pool, at least 1024, rounded up to a power of two (the master
-// refuses inserts beyond 7/8 of it).
+// 4 KiB of pool, at least 1024, rounded up to a power of two. The master
+// evicts past --index_high_watermark_ratio (0.8) of it in use, so this suits
+// objects of 5 KiB or more on average (64 bytes of pool per entry, 1.6 %).
 uint64_t DefaultIndexCapacity(uint64_t pool_size);
 // Channels used when FormatOptions::announce_channels is 0: two per client
 // slot (a producer and a listener each), at most what 1/16 of the pool
