@@ -66,13 +66,13 @@ def env_int(name, default):
     return int(value) if value.isdigit() else default
 
 
-# setup(config: dict): the keys Mooncake's reads, ours (rpc_transport), and the
-# names integrations send for them (LMCache's master_server_address, the
-# device_name of SGLang's and LMCache's configs).
+# setup(config: dict): the keys Mooncake's reads, ours (rpc_transport,
+# strict_buffers), and the names integrations send for them (LMCache's
+# master_server_address, the device_name of SGLang's and LMCache's configs).
 CONFIG_KEYS = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
                "protocol", "rdma_devices", "master_server_addr", "tenant_id", "enable_ssd_offload",
                "ssd_offload_path", "enable_client_http_server", "client_http_port",
-               "ipc_socket_path", "rpc_transport")
+               "ipc_socket_path", "rpc_transport", "strict_buffers")
 CONFIG_ALIASES = {"master_server_address": "master_server_addr", "device_name": "rdma_devices"}
 
 
