@@ -50,19 +50,29 @@ def valid_tenant(tenant_id):
     return 0 < len(raw) <= 128 and not any(b < 0x20 or b == 0x7F for b in raw)
 
 
+def strict_buffers_wanted(option=None):
+    """setup()'s strict_buffers when given (True/False, or "1"/"0" in a dict
+    config), else MC_CXL_STRICT_BUFFERS: only registered memory for zero-copy."""
+    if option is None:
+        option = os.environ.get("MC_CXL_STRICT_BUFFERS", "")
+    if isinstance(option, str):
+        return option.strip().lower() not in ("", "0", "false", "no", "off")
+    return bool(option)
+
+
 def env_int(name, default):
     """The non-negative integer in environment variable `name`, else `default`."""
     value = os.environ.get(name, "")
     return int(value) if value.isdigit() else default
 
 
-# setup(config: dict): the keys Mooncake's reads, ours (rpc_transport), and the
-# names integrations send for them (LMCache's master_server_address, the
-# device_name of SGLang's and LMCache's configs).
+# setup(config: dict): the keys Mooncake's reads, ours (rpc_transport,
+# strict_buffers), and the names integrations send for them (LMCache's
+# master_server_address, the device_name of SGLang's and LMCache's configs).
 CONFIG_KEYS = ("local_hostname", "metadata_server", "global_segment_size", "local_buffer_size",
                "protocol", "rdma_devices", "master_server_addr", "tenant_id", "enable_ssd_offload",
                "ssd_offload_path", "enable_client_http_server", "client_http_port",
-               "ipc_socket_path", "rpc_transport")
+               "ipc_socket_path", "rpc_transport", "strict_buffers")
 CONFIG_ALIASES = {"master_server_address": "master_server_addr", "device_name": "rdma_devices"}
 
 

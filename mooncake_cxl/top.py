@@ -147,6 +147,12 @@ def snapshot(prev_samples, cur_samples, dt):
         "hit_rate_overall": _ratio(hits, misses),
         "hit_rate_interval": _ratio(d_hits, d_misses),
         "gets_per_s": None if d_hits is None or d_misses is None else (d_hits + d_misses) / dt,
+        # Announcement channels (absent from masters that have none).
+        "announce": None if cur("mooncake_cxl_announce_channels") is None else {
+            "channels": cur("mooncake_cxl_announce_channels"),
+            "in_use": cur("mooncake_cxl_announce_channels_in_use"),
+            "refusals_total": cur("mooncake_cxl_announce_refusals_total"),
+        },
         # The SSD tier (absent when the master runs without --enable_offload).
         "tier": None if cur("mooncake_cxl_tier_capacity_bytes") is None else {
             "capacity_bytes": cur("mooncake_cxl_tier_capacity_bytes"),
@@ -232,7 +238,14 @@ def _lines(snap):
         ("hit rate", f"{fmt_percent(snap['hit_rate_interval'])} of {fmt_rate(snap['gets_per_s'], ' gets/s')}, "
                      f"{fmt_percent(snap['hit_rate_overall'])} overall  (hits {fmt_count(snap['hits_total'])},"
                      f" misses {fmt_count(snap['misses_total'])})"),
-    ] + _tier_lines(snap.get("tier"))
+    ] + _announce_lines(snap.get("announce")) + _tier_lines(snap.get("tier"))
+
+
+def _announce_lines(a):
+    if not a:
+        return []
+    return [("channels", f"{fmt_count(a['in_use'])} in use of {fmt_count(a['channels'])}"
+                         f"  (opens refused {fmt_count(a['refusals_total'])})")]
 
 
 def _index_line(ix):

@@ -291,6 +291,33 @@ TEST(RpcProtocolTest, SmallRepliesRoundTrip) {
   EXPECT_EQ(st, ErrorCode::ILLEGAL_CLIENT);
 }
 
+TEST(RpcProtocolTest, AnnounceOpenAndCloseRoundTrip) {
+  AnnounceOpenRequest oin{{7, 0x200000003ull}, "prefill-0"}, oout;
+  ASSERT_TRUE(Dec(Enc(oin), &oout));
+  EXPECT_EQ(oout.client.slot, 7u);
+  EXPECT_EQ(oout.client.generation, 0x200000003ull);
+  EXPECT_EQ(oout.name, "prefill-0");
+  AnnounceOpenReply rin{ErrorCode::NO_AVAILABLE_HANDLE, 41, 0xabcdef01ull}, rout;
+  ASSERT_TRUE(Dec(Enc(rin), &rout));
+  EXPECT_EQ(rout.status, ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(rout.channel, 41u);
+  EXPECT_EQ(rout.name_hash, 0xabcdef01ull);
+  AnnounceCloseRequest cin{{2, 9}, 41, 0xabcdef01ull}, cout_;
+  ASSERT_TRUE(Dec(Enc(cin), &cout_));
+  EXPECT_EQ(cout_.client.slot, 2u);
+  EXPECT_EQ(cout_.channel, 41u);
+  EXPECT_EQ(cout_.name_hash, 0xabcdef01ull);
+  ExpectEveryTruncationFails<AnnounceOpenRequest>(Enc(oin));
+  ExpectEveryTruncationFails<AnnounceOpenReply>(Enc(rin));
+  ExpectEveryTruncationFails<AnnounceCloseRequest>(Enc(cin));
+  AnnounceOpenRequest om;
+  EXPECT_FALSE(Dec(Enc(oin) + "x", &om));
+  AnnounceCloseRequest cm;
+  EXPECT_FALSE(Dec(Enc(cin) + "x", &cm));
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kAnnounceOpen)), "AnnounceOpen");
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kAnnounceClose)), "AnnounceClose");
+}
+
 TEST(RpcProtocolTest, RequestsRejectTrailingBytes) {
   std::string a = Enc(SampleAttach()) + "x";
   AttachRequest am;

@@ -119,6 +119,10 @@ int main(int argc, char** argv) {
   flags.Add("format", &cfg.format, "format the pool (erases it); an unformatted pool is always formatted");
   flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format (64 B of pool each); 0 = one per 4 KiB of pool");
   flags.Add("client_slots", &cfg.client_slots, "client slots at format");
+  flags.Add("announce_channels", &cfg.announce_channels,
+            "announcement channels at format; 0 = two per client slot (bounded by the pool size)");
+  flags.Add("announce_channels_per_client", &cfg.announce_channels_per_client,
+            "announcement channels one client may hold open at once");
   flags.Add("coherence", &cfg.coherence,
             "at format: coherent (one host, CXL 3.x) or noncoherent (CXL 2.0 multi-host: flush on publish)");
   flags.Add("default_kv_lease_ttl", &cfg.default_kv_lease_ttl_ms, "lease granted by get/exist, ms");

@@ -45,7 +45,9 @@ TINY_MIN, TINY_MAX = 40, 160  # the header and digest, up to a few lines
 SEQ_PER_LIFE = 1 << 32  # seq = life * SEQ_PER_LIFE + n: increasing across lives of a slot
 
 OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
+NO_AVAILABLE_HANDLE = -200
 
 
 NT = 1  # tenants (args "ntenants"), set at start
@@ -186,6 +188,66 @@ class Violations:
         self.f.flush()
 
 
+class Channel:
+    """An announcement channel the worker produces on and follows itself:
+    "fc/<g>/<life>", the same name in every tenant (slots of different
+    tenants share g), a new one per life so that channels of killed lives
+    must be reclaimed, and "fc/<g>/<life>/idle" it only listens on (nobody
+    produces there: any record read is foreign). Every record read must be this slot's (its tag names
+    tenant and name, user words slot and life): announce_foreign; an open
+    refused for want of a free channel is announce_exhausted (the master
+    runs with few channels). Opens and publishes fail while the master is
+    down or the slot was reclaimed: retried later, never a violation."""
+
+    def __init__(self, store, slot, life, viol, stats):
+        import zlib
+        self.store, self.slot, self.life, self.viol, self.stats = store, slot, life, viol, stats
+        self.name = f"fc/{slot // NT}/{life}"
+        self.tag = zlib.crc32(f"{tenant_of(slot)}/{self.name}".encode())
+        self.ann = self.lis = self.idle = None
+        self.next_try = 0.0
+
+    def _open(self):
+        from mooncake_cxl.kv.announce import Announcer, Listener
+        from mooncake_cxl.kv.cache import KVCacheError
+        if time.monotonic() < self.next_try:
+            return False
+        try:
+            if self.lis is None or self.lis.channel_lost:
+                self.lis = Listener(self.store, self.name, from_start=True)
+            if self.ann is None:
+                self.ann = Announcer(self.store, self.name, tag=self.tag)
+            if self.idle is None or self.idle.channel_lost:
+                self.idle = Listener(self.store, self.name + "/idle", from_start=True)
+            return True
+        except KVCacheError as e:
+            self.next_try = time.monotonic() + 0.2
+            if e.code == NO_AVAILABLE_HANDLE:
+                self.viol.add("announce_exhausted", self.name, f"{e} (held channels are not reclaimed?)")
+            elif e.code == OBJECT_ALREADY_EXISTS:  # our own name: only another tenant's producer could hold it
+                self.viol.add("announce_foreign", self.name, f"{e}: a producer of another tenant holds it")
+            return False
+
+    def announce(self, idx, seq):
+        from mooncake_cxl.kv.cache import KVCacheError
+        if not self._open():
+            return
+        try:
+            self.ann.blocks_ready(idx, seq & 0xFFFFFFFF, seq >> 32, user=(self.slot, self.life))
+            self.stats["announced"] += 1
+        except KVCacheError:
+            self.ann.close()
+            self.ann = None  # lost (reclaimed while stopped): claim it again
+        for a in self.idle.poll():
+            self.viol.add("announce_foreign", self.name + "/idle", f"record {a.number} on a channel nobody "
+                          f"of this tenant produces on: tag {a.tag:#x}, user words {a.user}")
+        for a in self.lis.poll():
+            self.stats["announce_read"] += 1
+            if a.tag != self.tag or a.user[0] != self.slot or a.user[1] > self.life:
+                self.viol.add("announce_foreign", self.name, f"record {a.number} of another channel, tenant or "
+                              f"slot: tag {a.tag:#x} (ours {self.tag:#x}), user words {a.user}")
+
+
 def open_store(address, deadline, stop, tenant="default"):
     from mooncake_cxl import MooncakeDistributedStore
     while True:
@@ -216,12 +278,14 @@ def worker(a):
     stats = {k: 0 for k in ("put", "upsert", "group_write", "tiny_batch", "remove", "remove_by_regex", "hold",
                             "release_hold", "get",
                             "get_buffer", "ok", "failed",
-                            "hit", "miss", "foreign_read", "view_checked", "view_refused")}
+                            "hit", "miss", "foreign_read", "view_checked", "view_refused", "announced",
+                            "announce_read")}
     rcs = {}
     s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
     print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
           flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
+    channel = Channel(s, slot, life, viol, stats)
     own = [key_name(slot, i) for i in range(nkeys)]
     tiny = [key_name(slot, nkeys + i) for i in range(a.get("ntiny", 0))]
     recent = []  # own keys written lately
@@ -395,6 +459,7 @@ def worker(a):
                 if rc == 0:
                     recent.append(key)
                     del recent[:-8]
+                    channel.announce(int(key.rsplit("/", 1)[1]), seq)
                     if rnd.random() < 0.1:
                         stats["get"] += 1
                         read_check(key, s.get(key), "get right after the write")

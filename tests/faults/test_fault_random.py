@@ -28,6 +28,13 @@ What must hold (each is one "invariant" name in the failure message):
                     + key + DiskStub, kFlagDiskStub in its header) and the stubs
                     found equal mooncake_cxl_tier_objects
   false_corrupt     no entry called corrupt, no tier record failing its checksum
+  announce_foreign  each worker produces on and follows its own announcement
+                    channel and listens on a second (two names per life, the same
+                    names in every tenant): it never reads a record of another
+                    tenant, name or slot, and no other tenant's producer holds its name
+  announce_exhausted  the master runs with 16 channels, fewer than the names the
+                    lives use: those of killed and reclaimed lives are freed, so an
+                    open never finds none free
 
 test_random_faults_with_ssd_tier runs the same driver with the master on an
 SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
@@ -87,7 +94,7 @@ CLIENT_TTL = 3
 # Mooncake's default lease: readers lease nearly every object, so the objects
 # eviction can take are mostly fresh, never-read ones (read-your-writes' case).
 MASTER_FLAGS = [f"--client_ttl={CLIENT_TTL}", "--put_start_discard_timeout_sec=2",
-                "--put_start_release_timeout_sec=1",
+                "--put_start_release_timeout_sec=1", "--announce_channels=16",
                 "--default_kv_lease_ttl=" + os.environ.get("MCXL_FAULT_LEASE_MS", "10000")]
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_workers.py")
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h

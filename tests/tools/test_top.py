@@ -286,3 +286,12 @@ def test_help_needs_neither_rich_nor_prometheus_client(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "--once" in out.stdout and "--interval" in out.stdout
+
+
+def test_announcement_channels_row():
+    text = ("mooncake_cxl_announce_channels 128\nmooncake_cxl_announce_channels_in_use 3\n"
+            "# TYPE mooncake_cxl_announce_refusals counter\nmooncake_cxl_announce_refusals_total 2\n")
+    snap = top.snapshot(None, top.parse_metrics(text), None)
+    assert snap["announce"] == {"channels": 128, "in_use": 3, "refusals_total": 2}
+    assert "channels  : 3 in use of 128  (opens refused 2)" in top.format_text(snap)
+    assert top.snapshot(None, top.parse_metrics("master_key_count 1\n"), None)["announce"] is None

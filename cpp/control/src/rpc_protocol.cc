@@ -41,6 +41,8 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kHeartbeat: return "Heartbeat";
     case MessageType::kPromote: return "Promote";
     case MessageType::kSettle: return "Settle";
+    case MessageType::kAnnounceOpen: return "AnnounceOpen";
+    case MessageType::kAnnounceClose: return "AnnounceClose";
   }
   return "Unknown";
 }
@@ -280,6 +282,40 @@ bool Decode(Decoder* d, PromoteRequest* m) {
   m->key = std::string(d->Str());
   m->generation = d->U64();
   m->stage = d->U8() != 0;
+  return !d->failed() && d->done();
+}
+
+void Encode(const AnnounceOpenRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->Str(m.name);
+}
+bool Decode(Decoder* d, AnnounceOpenRequest* m) {
+  Decode(d, &m->client);
+  m->name = d->Str();
+  return !d->failed() && d->done();
+}
+
+void Encode(const AnnounceOpenReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U32(m.channel);
+  e->U64(m.name_hash);
+}
+bool Decode(Decoder* d, AnnounceOpenReply* m) {
+  m->status = ReadStatus(d);
+  m->channel = d->U32();
+  m->name_hash = d->U64();
+  return !d->failed();
+}
+
+void Encode(const AnnounceCloseRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U32(m.channel);
+  e->U64(m.name_hash);
+}
+bool Decode(Decoder* d, AnnounceCloseRequest* m) {
+  Decode(d, &m->client);
+  m->channel = d->U32();
+  m->name_hash = d->U64();
   return !d->failed() && d->done();
 }
 

@@ -50,6 +50,11 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
   if (!config_.enable_cxl)
     MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",
              config_.cxl_path.c_str());
+  if (config_.announce_channels > kMaxAnnounceChannels) {
+    MCXL_LOG(kError, "master", "--announce_channels must be 0..%u, got %llu", kMaxAnnounceChannels,
+             (unsigned long long)config_.announce_channels);
+    return ErrorCode::INVALID_PARAMS;
+  }
   if (config_.client_slots == 0 || config_.client_slots > 4096) {
     MCXL_LOG(kError, "master", "--client_slots must be 1..4096, got %llu",
              (unsigned long long)config_.client_slots);
@@ -94,6 +99,7 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
     FormatOptions fo;
     fo.index_capacity = config_.index_capacity;
     fo.client_slots = uint32_t(config_.client_slots);
+    fo.announce_channels = uint32_t(config_.announce_channels);
     if (config_.coherence != "coherent" && config_.coherence != "noncoherent") {
       MCXL_LOG(kError, "master", "--coherence must be coherent or noncoherent, not '%s'", config_.coherence.c_str());
       return ErrorCode::INVALID_PARAMS;
@@ -201,6 +207,10 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
   retired_.assign(geo.client_slot_count, RetiredPins{});
+  channels_.assign(geo.announce_channels, ChannelState{});
+  slot_holds_.assign(geo.client_slot_count, {});
+  recovered_holds_.clear();
+  channel_of_.clear();
   pin_tables_.assign((geo.client_slot_count + 63) / 64, 0);
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
@@ -289,6 +299,7 @@ void MasterImpl::CheckReplacedDevice() {
   FormatOptions fo;
   fo.index_capacity = config_.index_capacity;
   fo.client_slots = uint32_t(config_.client_slots);
+  fo.announce_channels = uint32_t(config_.announce_channels);
   fo.coherence = config_.coherence == "noncoherent" ? CoherenceMode::kNonCoherent : CoherenceMode::kCoherent;
   fo.allow_world_readable = config_.allow_world_readable_pool;
   Status f = fresh->Format(fo);
@@ -561,6 +572,8 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
     case MessageType::kPromote: return HandlePromote(&d);
     case MessageType::kSettle: return HandleSettle(&d);
+    case MessageType::kAnnounceOpen: return HandleAnnounceOpen(&d);
+    case MessageType::kAnnounceClose: return HandleAnnounceClose(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

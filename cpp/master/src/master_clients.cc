@@ -95,6 +95,8 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kRemoveAll:
     case MessageType::kPromote:
     case MessageType::kSettle:
+    case MessageType::kAnnounceOpen:
+    case MessageType::kAnnounceClose:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -127,6 +129,7 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: Encode(CountReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     case MessageType::kSettle: Encode(TicketReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
+    case MessageType::kAnnounceOpen: Encode(AnnounceOpenReply{ErrorCode::ILLEGAL_CLIENT, 0, 0}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
   }
   *refusal = e.data();
@@ -208,6 +211,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       ClientInfo& c = clients_[slot];
       ClientSlot* cs = pool_->client_slot(slot);
       if (!c.attached || c.generation != req.prev_generation) {
+        AttachAnnounceHolds(slot, req.pid, KeyHash(req.machine));
         c = ClientInfo{};
         c.attached = true;
         MarkPinTable(slot);
@@ -306,6 +310,7 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   // Its pins die with it (docs/architecture.md §3), unless its process may still hold
   // views or be inside a ring call: then the slot is retired (master_pins.cc).
   RetireOrClearPins(slot, was, dead, in_ring_call);
+  DropAnnounceHolds(slot);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 
@@ -334,6 +339,7 @@ void MasterImpl::CheckClients() {
     if (now > last && now - last > ttl) ReclaimClient(i, "heartbeat expired");
   }
   CheckRetiredPins();
+  SweepAnnounceChannels();
 }
 
 }  // namespace mcxl

@@ -177,6 +177,17 @@ std::string MasterImpl::MetricsText() {
   w.Metric("master_refused_requests_total", "counter",
            "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
            stats_.refused_requests);
+  uint64_t channels_in_use = 0;
+  for (const auto& c : channels_) channels_in_use += c.name_hash != 0 && !c.freed;
+  w.Metric("mooncake_cxl_announce_channels_in_use", "gauge",
+           "Announcement channels held open or with a live producer", channels_in_use);
+  w.Metric("mooncake_cxl_announce_channels", "gauge", "Announcement channels of the pool",
+           uint64_t(channels_.size()));
+  w.Metric("mooncake_cxl_announce_refusals_total", "counter",
+           "Announcement channel opens refused (the per-client cap, or every channel held)", stats_.announce_refusals);
+  w.Metric("mooncake_cxl_announce_channels_freed_total", "counter",
+           "Announcement channels freed once no client held them and their producer was gone",
+           stats_.announce_channels_freed);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
   w.Metric("mooncake_cxl_pool_replaced_total", "counter",

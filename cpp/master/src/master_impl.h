@@ -385,6 +385,24 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t EvictPendingBytes() const { return tier_ ? tier_->evict_pending_bytes() : 0; }
   std::string HandlePromote(Decoder* d);  // master_disk_entries.cc
   std::string HandleSettle(Decoder* d);   // master_puts.cc
+
+  // ---- announcement channels (master_announce.cc) ----
+  std::string HandleAnnounceOpen(Decoder* d);
+  std::string HandleAnnounceClose(Decoder* d);
+  // One hold of `ch` by `slot` ended (already out of its list).
+  void ReleaseHold(uint32_t slot, uint32_t ch);
+  // Every hold of the slot ends (its attachment ended).
+  void DropAnnounceHolds(uint32_t slot);
+  // A new attachment of `slot` by `pid` of `machine_hash`: it takes over
+  // the holds a restart found for that process.
+  void AttachAnnounceHolds(uint32_t slot, uint64_t pid, uint64_t machine_hash);
+  // Mirrors in the header whether `slot` (or holds a restart found there) holds `ch`.
+  void SyncHolderBit(uint32_t slot, uint32_t ch);
+  void MaybeFreeChannel(uint32_t ch);
+  void SweepAnnounceChannels();    // CheckClients
+  // Refusal lines: at most kRefusalLinesPerSec a second, the rest counted.
+  bool AnnounceLogAllowed();
+  void RecoverAnnounceChannels();  // Recover, before the client slots are cleared
   void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
 
   // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
@@ -474,6 +492,25 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t last_pin_scan_mono_ = 0;
   uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
+  struct ChannelState {
+    uint64_t name_hash = 0;  // the name in the pool; 0 = never named
+    uint32_t holds = 0;      // opens not yet closed, over all slots
+    bool freed = false;      // no holder, no live producer: another name may take it
+    uint64_t freed_seq = 0;  // when (channels_freed_): the longest freed goes first
+  };
+  // Holds a restart found in the channel headers: they follow their process
+  // (pid and machine) to whatever slot it re-attaches to.
+  struct RecoveredHolds {
+    uint64_t pid = 0, machine_hash = 0, since_mono = 0;
+    uint32_t old_slot = 0;
+    std::vector<uint32_t> channels;
+  };
+  std::vector<ChannelState> channels_;      // per announcement channel
+  std::vector<std::vector<uint32_t>> slot_holds_;  // per client slot: one channel per open
+  std::vector<RecoveredHolds> recovered_holds_;
+  std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
+  uint64_t channels_freed_ = 0;
+  uint64_t announce_log_mono_ = 0, announce_logged_ = 0, announce_unlogged_ = 0;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;

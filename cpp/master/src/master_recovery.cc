@@ -28,6 +28,7 @@
 namespace mcxl {
 
 void MasterImpl::Recover() {
+  RecoverAnnounceChannels();  // reads the client table as the last master left it
   // Pids of the previous incarnation's clients, to free their unfinished
   // extents at once when they are dead.
   std::vector<uint64_t> old_pid(clients_.size(), 0);

@@ -78,6 +78,10 @@ struct ClientOptions {
   std::string offload_path_override;
   bool tier_direct_read = true;
   bool enable_ssd_offload = false;  // accepted as in the reference; reads of the tier work either way
+  // Zero-copy calls accept only ranges inside a registered buffer
+  // (MC_CXL_STRICT_BUFFERS=1, setup(strict_buffers=True)): Mooncake's
+  // contract. Off: unregistered memory is accepted too.
+  bool strict_buffers = false;
 };
 
 struct PutOptions {
@@ -225,8 +229,23 @@ class Client {
   Status RegisterBuffer(uintptr_t ptr, uint64_t size);
   Status UnregisterBuffer(uintptr_t ptr);
   // INVALID_PARAMS (logged) when [ptr, ptr+size) is null, wraps, or overlaps a
-  // registered buffer without lying inside it.
+  // registered buffer without lying inside it (with strict_buffers: or lies
+  // inside none).
   Status CheckRange(uintptr_t ptr, uint64_t size, const char* op) const;
+  // CheckRange of [base+offset, +size), a range given relative to `base`
+  // (get_into_ranges): when base lies inside a registered buffer, the range
+  // must lie inside that same buffer; an offset that wraps is refused.
+  Status CheckRangeFrom(uintptr_t base, uint64_t offset, uint64_t size, const char* op) const;
+
+  // Announcement channels (announce.h): the tenant's channel `name`, held
+  // open by this attachment until AnnounceClose (or the attachment's end).
+  // NO_AVAILABLE_HANDLE: this client holds its cap, or every channel is held.
+  struct AnnounceChannel {
+    uint32_t channel = 0;
+    uint64_t name_hash = 0;
+  };
+  Result<AnnounceChannel> AnnounceOpen(std::string_view name);
+  void AnnounceClose(const AnnounceChannel& ch);
 
   ErrorCode Remove(std::string_view key, bool force);
   std::vector<int32_t> BatchRemove(const std::vector<std::string_view>& keys, bool force);

@@ -34,6 +34,8 @@ enum class MessageType : uint16_t {
   kHeartbeat = 9,
   kPromote = 10,  // SSD tier: a disk read (promotion on hit) or a stage request
   kSettle = 11,   // SSD tier: an upsert is published; its older values go now (durably)
+  kAnnounceOpen = 12,   // announce.h: the tenant's channel of a name, named if need be, held open
+  kAnnounceClose = 13,  // announce.h: one hold of a channel dropped
 };
 const char* MessageTypeName(uint16_t type);
 // Requests whose handling scans the whole index in slices (RemoveByRegex,
@@ -173,6 +175,26 @@ struct PromoteRequest {
   bool stage = false;
 };
 
+// kAnnounceOpen: the channel `name` of the client's tenant (named now if no
+// channel carries it), held open by the client until kAnnounceClose or the
+// end of its attachment. The reply's name_hash is what the channel header
+// carries while the name is the channel's.
+constexpr uint32_t kMaxChannelNameBytes = 4096;
+struct AnnounceOpenRequest {
+  ClientRef client;
+  std::string name;  // as the client gave it (the master scopes it by tenant)
+};
+struct AnnounceOpenReply {
+  ErrorCode status = ErrorCode::OK;
+  uint32_t channel = 0;
+  uint64_t name_hash = 0;
+};
+struct AnnounceCloseRequest {
+  ClientRef client;
+  uint32_t channel = 0;
+  uint64_t name_hash = 0;
+};
+
 // Frame = header + payload.
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
 
@@ -204,6 +226,12 @@ void Encode(const TicketReply& m, Encoder* e);
 bool Decode(Decoder* d, TicketReply* m);
 void Encode(const PromoteRequest& m, Encoder* e);
 bool Decode(Decoder* d, PromoteRequest* m);
+void Encode(const AnnounceOpenRequest& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceOpenRequest* m);
+void Encode(const AnnounceOpenReply& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceOpenReply* m);
+void Encode(const AnnounceCloseRequest& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceCloseRequest* m);
 void Encode(const PingReply& m, Encoder* e);
 bool Decode(Decoder* d, PingReply* m);
 // Reply carrying only a status (Detach, Heartbeat, kError).

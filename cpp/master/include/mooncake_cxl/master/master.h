@@ -47,6 +47,10 @@ struct MasterConfig {
   bool format = false;
   uint64_t index_capacity = 0;  // 0 = DefaultIndexCapacity(pool size)
   uint64_t client_slots = 64;
+  // Announcement channels at format (0 = DefaultAnnounceChannels), and how
+  // many one client may hold open at once (announce.h).
+  uint64_t announce_channels = 0;
+  uint64_t announce_channels_per_client = 16;
   // At format: "coherent" (one host, CXL 3.x) or "noncoherent" (CXL 2.0
   // multi-host: every publish flushes, see publish.h).
   std::string coherence = "coherent";
@@ -133,6 +137,8 @@ struct MasterStats {
   uint64_t index_window_evictions = 0;  // of those, to free a slot of a key's full probe window
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
+  uint64_t announce_refusals = 0;        // channel opens refused: per-client cap, or every channel held
+  uint64_t announce_channels_freed = 0;  // channels whose last holder went
   uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
   bool pool_lost = false;        // the device shrank: nothing is served
   uint64_t pool_replacements = 0;  // devices found replaced and formatted (CheckReplacedDevice)

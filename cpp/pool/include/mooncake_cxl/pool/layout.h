@@ -30,7 +30,8 @@ constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 // 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels;
 // 5: RingHeader::caller, and the SSD tier (EntryState::kOnDisk, DiskStub, Superblock::tier_*)
 // 6: Superblock::master_term and master_writing (the fence of --enable_ha)
-constexpr uint32_t kLayoutVersion = 6;
+// 7: announcement channels named by the master, with their holders
+constexpr uint32_t kLayoutVersion = 7;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -154,17 +155,21 @@ static_assert(sizeof(RingHeader) == 4 * kCacheLine);
 
 // One announcement channel (announce.h): one producer at a time, any number
 // of readers, each with its own cursor (not in the pool). Line 0 is the
-// claim (written with CASes by producers claiming it), line 1 the
-// producer's; announce_slots AnnounceRecords follow the header.
+// claim (name_hash written by the master, which names and frees channels;
+// owner_pid CASed by producers), line 1 the producer's, lines 2..9 the
+// master's record of which client slots hold it open (read back only by a
+// restarted master); announce_slots AnnounceRecords follow the header.
+constexpr uint32_t kAnnounceHolderWords = 64;  // one bit per client slot (kMaxClientSlots)
 struct AnnounceChannelHeader {
-  std::atomic<uint64_t> name_hash;      // producers: 0 = never named, else KeyHash(name) | 1
+  std::atomic<uint64_t> name_hash;      // master: 0 = free, else KeyHash(tenant-scoped name) | 1
   std::atomic<uint64_t> owner_pid;      // producers: 0 = no producer; CAS to claim
   std::atomic<uint64_t> owner_machine;  // producer: KeyHash(hostname), for pid liveness checks
   std::atomic<uint64_t> epoch;          // producers: +1 per claim
   alignas(kCacheLine) std::atomic<uint64_t> head;  // producer: records ever published; low 32 bits: futex word
   std::atomic<uint32_t> readers_waiting;           // readers: how many sleep on head (atomic add/sub)
+  alignas(kCacheLine) std::atomic<uint64_t> holders[kAnnounceHolderWords];  // master: bit s = slot s holds it
 };
-static_assert(sizeof(AnnounceChannelHeader) == 2 * kCacheLine);
+static_assert(sizeof(AnnounceChannelHeader) == 10 * kCacheLine);
 
 // One record, seqlocked: seq is 2n+1 while record n is written, 2n+2 once it
 // is complete; record n lives in slot n % announce_slots.

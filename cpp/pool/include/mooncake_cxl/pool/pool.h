@@ -48,7 +48,8 @@ struct FormatOptions {
   uint64_t ring_bytes_per_client = 32 * 1024;  // per direction, header included
   CoherenceMode coherence = CoherenceMode::kCoherent;
   bool allow_world_readable = false;  // --allow_world_readable_pool
-  uint32_t announce_channels = 32;    // announce.h
+  // announce.h; 0 = two per client slot, at most what 1/16 of the pool holds (>= 8)
+  uint32_t announce_channels = 0;
   uint32_t announce_slots = 512;      // records per channel, a power of two
 };
 
@@ -61,13 +62,18 @@ struct PoolFileOptions {
 // evicts past --index_high_watermark_ratio (0.8) of it in use, so this suits
 // objects of 5 KiB or more on average (64 bytes of pool per entry, 1.6 %).
 uint64_t DefaultIndexCapacity(uint64_t pool_size);
+// Channels used when FormatOptions::announce_channels is 0: two per client
+// slot (a producer and a listener each), at most what 1/16 of the pool
+// holds, at least 8.
+uint32_t DefaultAnnounceChannels(uint32_t client_slots, uint64_t pool_size, uint32_t announce_slots);
 
 constexpr uint64_t kMinPoolSize = 4ull << 20;
 // Bounds Verify puts on the superblock's counts (Format never exceeds them).
 constexpr uint32_t kMaxClientSlots = 4096;
 constexpr uint32_t kMaxPinsPerClient = 1u << 20;
 constexpr uint64_t kMaxRingBytes = 1ull << 30;
-constexpr uint32_t kMaxAnnounceChannels = 4096;
+constexpr uint32_t kMaxAnnounceChannels = 8192;
+static_assert(kMaxClientSlots == kAnnounceHolderWords * 64);
 constexpr uint32_t kMaxAnnounceSlots = 1u << 20;
 // Bytes of one announcement channel (header + records).
 constexpr uint64_t AnnounceChannelBytes(uint32_t slots) {
