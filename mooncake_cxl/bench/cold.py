@@ -9,6 +9,8 @@ prefault off (--prefault_pool=false, MC_CXL_PREFAULT=0) in the same run:
 * first puts: the first 2,000 puts of 4 KiB, then the first 20 of 16 MiB,
   into a fresh 256 MiB pool, timed from the moment setup returns (the
   background population races them, as it would for a user);
+* windows: 10,000 puts of 4 KiB of new keys into a fresh 256 MiB pool, the
+  median of each window of 2,000 (the population finishing under the puts);
 * start-up: master start (process start to its ready line), client setup
   (the setup call) and how long the master's background population took,
   for a 1 GiB and a 16 GiB pool (a sparse file; the 16 GiB one only when
@@ -26,6 +28,7 @@ from .common import KIB, MIB
 GIB = 1 << 30
 ROUNDS = 2
 FIRST_PUTS = ((4 * KIB, 2000), (16 * MIB, 20))
+WINDOWS = (4 * KIB, 2000, 5)  # value size, puts per window, windows
 START_SIZES = (1 * GIB, 16 * GIB)
 _POPULATED = re.compile(r"\[master\] populated the pool .* in ([\d.]+) s")
 
@@ -80,7 +83,9 @@ def run(quick=False, pool_dir="/dev/shm"):
     from ..launch import MasterProcess
     ctx = mp.get_context("spawn")
     plan = tuple((size, max(5, n // 10)) for size, n in FIRST_PUTS) if quick else FIRST_PUTS
+    wsize, wlen, wcount = (WINDOWS[0], max(20, WINDOWS[1] // 20), WINDOWS[2]) if quick else WINDOWS
     first = {True: {}, False: {}}
+    windows = {True: [], False: []}
     for r in range(1 if quick else ROUNDS):
         for prefault in ((True, False) if r % 2 == 0 else (False, True)):
             with common.temp_pool("mcxl_bench_cold", pool_dir) as pool, \
@@ -89,6 +94,11 @@ def run(quick=False, pool_dir="/dev/shm"):
             first[prefault].setdefault("setup_s", []).append(rows.pop("setup_s"))
             for size, lat in rows.items():
                 first[prefault].setdefault(size, []).append(lat)
+        for prefault in ((True, False) if r % 2 == 0 else (False, True)):
+            with common.temp_pool("mcxl_bench_cold", pool_dir) as pool, \
+                    MasterProcess(pool, 256 * MIB, format=True, extra_flags=_flags(prefault)) as m:
+                lat = _in_child(ctx, _first_puts, m.address, prefault, ((wsize, wlen * wcount),))[wsize]
+            windows[prefault].append([common.percentiles(lat[i * wlen:(i + 1) * wlen])[0] for i in range(wcount)])
     start = []
     sizes = (START_SIZES[0],) if quick else START_SIZES
     for size in sizes:
@@ -110,7 +120,8 @@ def run(quick=False, pool_dir="/dev/shm"):
                             time.sleep(0.05)  # polling the master's log for its one line
             start.append({"pool_bytes": size, "prefault": prefault, "master_start_s": master_s,
                           "client_setup_s": setup_s, "populated_s": populated})
-    return {"machine": common.machine(), "quick": quick, "first": first, "start": start, "plan": plan}
+    return {"machine": common.machine(), "quick": quick, "first": first, "start": start, "plan": plan,
+            "windows": windows, "window_plan": (wsize, wlen, wcount)}
 
 
 def _summary(lats):
@@ -132,6 +143,17 @@ def markdown(result):
         lines.append(f"| first {n} × {common.size_name(size)} | {on_med:.2f} | "
                      f"{' / '.join(f'{x:.2f}' for x in on_means)} | {off_med:.2f} | "
                      f"{' / '.join(f'{x:.2f}' for x in off_means)} | {ratio:.2f}× |")
+    if result.get("windows"):
+        wsize, wlen, wcount = result["window_plan"]
+        lines += ["", f"Put {common.size_name(wsize)} median, {wlen * wcount:,} new keys on a fresh 256 MiB pool "
+                  f"({wcount} windows of {wlen:,}; one value per round, rounds alternating):", "",
+                  "| window | prefault on (default): median µs per round | prefault off: median µs per round | "
+                  "on ÷ off |", "|---|---|---|---:|"]
+        for i in range(wcount):
+            on = [w[i] for w in result["windows"][True]]
+            off = [w[i] for w in result["windows"][False]]
+            lines.append(f"| {i + 1} | {' / '.join(f'{x:.2f}' for x in on)} | {' / '.join(f'{x:.2f}' for x in off)} "
+                         f"| {statistics.median(on) / statistics.median(off):.2f}× |")
     lines += ["", "Start-up (master: process start to its ready line; client: the setup call):", "",
               "| pool | prefault | master start ms | client setup ms | background population s |",
               "|---|---|---:|---:|---:|"]

@@ -241,6 +241,9 @@ def _worker(store_kind, role, address, conn, log_path):
                     conn.send(("ok", _write(s, *args)))
                 elif cmd == "read":
                     conn.send(("ok", _read(s, *args)))
+                elif cmd == "page":  # the page size this process's copies run on
+                    from . import pages
+                    conn.send(("ok", pages.page_size(os.getpid(), args[0])))
                 elif cmd == "clean":
                     size, tag = args
                     s.batch_remove([f"{tag}/{kind}/{i}" for kind in ("r", "t") for i in range(read_set_len(size))],
@@ -293,10 +296,11 @@ class _Worker:
 
 # ---------------------------------------------------------------- the run
 
-def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
+def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir, pool):
     """The four client processes, driven size by size, round by round; they
     are closed before the masters stop (a Mooncake client whose master is
-    gone takes many seconds to close)."""
+    gone takes many seconds to close). Returns our pool's page size as our
+    reader maps it."""
     workers = {}
     bar = None
     try:
@@ -324,6 +328,7 @@ def _measure(ctx, addresses, plan, rounds, samples, progress, log_dir):
                         samples[st, op, size].extend(lat)
                     if bar:
                         bar.update(1)
+        return workers["mooncake_cxl", "reader"].call("page", pool)
     finally:
         if bar:
             bar.close()
@@ -346,7 +351,7 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
                           log_path=os.path.join(log_dir, "ours_master.log")) as ours, \
             reference.ReferenceMaster(os.path.join(log_dir, "mooncake_master.log")) as theirs:
         addresses = {"mooncake_cxl": ours.address, "mooncake": theirs.address}
-        _measure(ctx, addresses, plan, rounds, samples, progress, log_dir)
+        page = _measure(ctx, addresses, plan, rounds, samples, progress, log_dir, pool)
     rows = []
     for op in OPS:
         for size in SIZES:
@@ -360,7 +365,7 @@ def run(quick=False, pool_dir="/dev/shm", log_dir=None, progress=True):
             row["ratio_median"] = row["mooncake_cxl"]["median_us"] / row["mooncake"]["median_us"]
             row["ratio_p99"] = row["mooncake_cxl"]["p99_us"] / row["mooncake"]["p99_us"]
             rows.append(row)
-    return {"machine": common.machine(), "quick": quick, "rounds": rounds,
+    return {"machine": common.machine(), "quick": quick, "rounds": rounds, "page": page,
             "plan": {str(k): v for k, v in plan.items()}, "sizes": SIZES, "ops": OPS,
             "setup": {"mooncake_cxl": ("protocol cxl, pool in /dev/shm, 1 GiB, prefaulted (master "
                                        "--prefault_pool, clients MC_CXL_PREFAULT=1)"),
@@ -374,15 +379,16 @@ def markdown(result):
     lines = [f"Per call through the Python API; writer and reader in different processes; {result['rounds']} "
              "round(s) per size, stores alternating. ours ÷ Mooncake below 1 means ours is faster. "
              "GB/s = bytes per call / median.", "",
-             "| op | size | ours median µs | ours p99 µs | Mooncake median µs | Mooncake p99 µs | "
+             "| op | size | our pool page | ours median µs | ours p99 µs | Mooncake median µs | Mooncake p99 µs | "
              "ours ÷ Mooncake (median) | ours ÷ Mooncake (p99) | ours GB/s | Mooncake GB/s |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         o, m = r["mooncake_cxl"], r["mooncake"]
         size = common.size_name(r["size"]) + (f" ×{r['batch']}" if "batch" in r else "")
         moves = r["op"] != "is_exist"
         g = (lambda x: f"{x['gbps']:.2f}") if moves else (lambda x: "—")
-        lines.append(f"| {r['op']} | {size} | {o['median_us']:.1f} | {o['p99_us']:.1f} | {m['median_us']:.1f} | "
+        page = result.get("page", "?") if moves else "—"
+        lines.append(f"| {r['op']} | {size} | {page} | {o['median_us']:.1f} | {o['p99_us']:.1f} | {m['median_us']:.1f} | "
                      f"{m['p99_us']:.1f} | {r['ratio_median']:.3f} | {r['ratio_p99']:.3f} | {g(o)} | {g(m)} |")
     st = result.get("setup")
     if st:

@@ -370,7 +370,7 @@ def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METH
     samples = {m: [] for m in methods}
     pool_size = ((payload * 2 + (256 << 20)) >> 20) << 20
     log_dir = os.path.join(pool_dir if os.path.isdir(pool_dir) else "/tmp", "")
-    agg = None
+    agg, page = None, None
     with common.temp_pool("mcxl_bench_pd", pool_dir) as path:
         ours = MasterProcess(path, pool_size, format=True, extra_flags=["--prefault_pool"],
                              log_path=os.path.join("/tmp", f"mcxl_pd_master_{os.getpid()}.log")).start()
@@ -385,7 +385,7 @@ def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METH
                     salt = f"{m}-{rnd}-{os.getpid()}"
                     samples[m].append(_one(m, tokens, ours.address, theirs.address if theirs else None, salt))
             if aggregation:
-                agg = _aggregation(ours.address, tokens, quick)
+                agg, page = _aggregation(ours.address, tokens, quick, path)
         finally:
             if theirs is not None:
                 theirs.stop()
@@ -393,10 +393,10 @@ def run(quick=False, pool_dir="/dev/shm", tokens=None, rounds=None, methods=METH
     del log_dir
     med = {m: {k: statistics.median(s[k] for s in samples[m]) for k in samples[m][0]} for m in methods}
     return {"tokens": tokens, "bytes": payload, "rounds": rounds, "samples": samples, "median": med,
-            "aggregation": agg, "notes": notes, "machine": common.machine()}
+            "aggregation": agg, "page": page, "notes": notes, "machine": common.machine()}
 
 
-def _aggregation_worker(conn, address, tokens, quick):
+def _aggregation_worker(conn, address, tokens, quick, pool):
     from ..kv import KVLayout
     from ..kv.bench import measure_aggregation
     os.environ.setdefault("MC_CXL_PREFAULT", "1")
@@ -404,12 +404,14 @@ def _aggregation_worker(conn, address, tokens, quick):
     lay = KVLayout(**LAYOUT)
     res = measure_aggregation(store, lay, tokens // lay.block_tokens, configs=((1, None), (16, 1)),
                               repeats=1 if quick else 2)
+    from . import pages
+    page = pages.page_size(os.getpid(), pool)  # the page size these copies ran on
     store.close()
-    return res
+    return res, page
 
 
-def _aggregation(address, tokens, quick):
-    p = _Proc(_aggregation_worker, address, tokens, quick)
+def _aggregation(address, tokens, quick, pool):
+    p = _Proc(_aggregation_worker, address, tokens, quick, pool)
     try:
         return p.result()
     finally:
@@ -422,7 +424,8 @@ def markdown(res):
     lines = [f"KV of a {res['tokens']:,}-token request, Llama-3.2-1B shape (32 KiB/token, {gib:.2f} GiB), "
              f"prefill process -> decode process; median of {res['rounds']} alternating run(s). "
              "hand-off: from the prefill holding the KV to the decode able to use it; produce: the prefill's "
-             "part (save + announce / put / send); tail: what the decode waits after that.", "",
+             "part (save + announce / put / send); tail: what the decode waits after that. "
+             f"Our pool's page size: {res.get('page') or 'not measured (no aggregation run)'}.", "",
              "| method | hand-off ms | GiB/s | produce ms | tail ms | first view ms | vs Mooncake |",
              "|---|---:|---:|---:|---:|---:|---:|"]
     base = med.get("mooncake", {}).get("handoff_s")
@@ -442,7 +445,7 @@ def markdown(res):
                      f"{med['ours']['tail_s'] * 1e3:.1f} | | | | | {100 * (1 - med['ours']['tail_s'] / base):.1f}% lower |")
     if res.get("aggregation"):
         lines += ["", "Aggregation (one process, same bytes, engine blocks scattered; save then load into "
-                  "other buffers):", "", "| objects | format | save ms | load ms | load GiB/s |",
+                  f"other buffers; pool page {res.get('page') or '?'}):", "", "| objects | format | save ms | load ms | load GiB/s |",
                   "|---:|---|---:|---:|---:|"]
         for a in res["aggregation"]:
             fmt = ("one object per block per layer" if a["blocks_per_object"] == 1

@@ -63,6 +63,13 @@ def markdown(results):
             lines.append(f"| first {n} puts of {common.size_name(size)} into a fresh pool, mean (default: "
                          f"prefault on) | {sum(on) / len(on):.2f} µs | prefault off: {sum(off) / len(off):.2f} µs | "
                          f"— |")
+        if cold.get("windows"):
+            wsize, wlen, wcount = cold["window_plan"]
+            on = [x for w in cold["windows"][True] for x in w]
+            off = [x for w in cold["windows"][False] for x in w]
+            lines.append(f"| put {common.size_name(wsize)} median, {wlen * wcount:,} new keys on a fresh 256 MiB pool "
+                         f"(windows of {wlen:,}: lowest–highest window median) | {min(on):.2f}–{max(on):.2f} µs | "
+                         f"prefault off: {min(off):.2f}–{max(off):.2f} µs | ≤ 2 µs |")
     if evict:
         lines.append(f"| 64 KiB put throughput lost while eviction runs | {evict['eviction_cost'] * 100:.0f}% | "
                      f"pool half empty {evict['put_64k_half_empty_gbps']:.2f} GB/s vs at the watermark "

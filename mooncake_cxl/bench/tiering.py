@@ -24,7 +24,7 @@ import tempfile
 import time
 import urllib.request
 
-from . import common
+from . import common, pages
 from .common import KIB, MIB
 
 SIZES = (64 * KIB, MIB, 16 * MIB)
@@ -110,10 +110,11 @@ def _reads(quick, pool_dir, tier_root):
                         continue
                     t_stage.append(dt)
                 st.close()
+                page = pages.page_size(os.getpid(), path)  # the page size the pool reads ran on
                 s.close()
                 med = statistics.median
                 rows.append({
-                    "size": size,
+                    "size": size, "page": page,
                     "pool_us": med(t_pool) * 1e6, "pool_gbps": size / med(t_pool) / 1e9,
                     "tier_us": med(t_disk) * 1e6, "tier_gbps": size / med(t_disk) / 1e9,
                     "staged_us": med(t_stage) * 1e6 if t_stage else None,
@@ -253,11 +254,11 @@ def markdown(r):
     size = common.size_name
     lines = [f"Tier directory on {r['tier_root']} (O_DIRECT where supported; segment files dropped from the "
              "page cache with posix_fadvise before every tier read).", "",
-             "| value | pool get_into µs | GB/s | tier get_into µs | GB/s | staged read (promotion + read) µs |",
-             "|---|---:|---:|---:|---:|---:|"]
+             "| value | pool page | pool get_into µs | GB/s | tier get_into µs | GB/s | staged read (promotion + read) µs |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for x in r["reads"]:
         st = f"{x['staged_us']:.0f}" if x["staged_us"] is not None else "n/a"
-        lines.append(f"| {size(x['size'])} | {x['pool_us']:.0f} | {x['pool_gbps']:.2f} | {x['tier_us']:.0f} | "
+        lines.append(f"| {size(x['size'])} | {x.get('page', '?')} | {x['pool_us']:.0f} | {x['pool_gbps']:.2f} | {x['tier_us']:.0f} | "
                      f"{x['tier_gbps']:.2f} | {st} |")
     d = r["demotion"]
     share = "n/a" if d["forced_offloaded_share"] is None else f"{100 * d['forced_offloaded_share']:.0f}%"

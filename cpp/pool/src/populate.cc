@@ -95,6 +95,10 @@ void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std
       if (pool->failed()) return;
       uint64_t n = std::min(step, r.offset + r.len - off);
       Status st = allocate ? AllocateRange(*pool, off, n) : PopulateRange(*pool, off, n);
+      // The master writes each new object's header into its extent: mapped
+      // here, that first write takes no page fault on the put's path.
+      for (uint64_t m = 0; allocate && st.ok() && m < n; m += kMapStepBytes)
+        st = PopulateRange(*pool, off + m, std::min(kMapStepBytes, n - m));
       if (st.error() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) return;  // shrank: CheckSize logs it
       if (!st.ok()) {
         int err = errno;
@@ -108,7 +112,7 @@ void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std
   }
   MCXL_LOG(kInfo, who.c_str(), "populated the pool (%llu of %llu MiB%s, %s) in %.3f s in the background",
            (unsigned long long)(total >> 20), (unsigned long long)(pool->size() >> 20),
-           plan.size() > 1 ? ", data included" : ", metadata only", allocate ? "allocated" : "mapped",
+           plan.size() > 1 ? ", data included" : ", metadata only", allocate ? "allocated and mapped" : "mapped",
            double(MonoNs() - t0) / 1e9);
   done_.store(true, std::memory_order_release);
 }

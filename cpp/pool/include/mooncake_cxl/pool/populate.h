@@ -11,8 +11,9 @@
 // others read and write the pool. BackgroundPopulator runs one of them over
 // a plan on its own thread in steps, so neither master start nor client
 // setup waits for it; a put that reaches a page first takes that fault.
-// The master allocates (kAllocate, nice 19, 2 MiB steps: nothing of its
-// mapping is locked, so its ring thread never waits on it); a client maps
+// The master allocates (kAllocate, nice 19, 2 MiB steps), then maps each
+// step in 256 KiB parts (it writes every new object's header: unmapped, each
+// new page cost a put a fault); a client maps
 // (kMap, 256 KiB steps: each holds the mapping's lock for reading, which an
 // mmap or munmap of that process, a large malloc, then waits for).
 // The plan (PopulatePlan) is the metadata regions first (superblock, tables,
