@@ -513,6 +513,8 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
     case MessageType::kPromote: return HandlePromote(&d);
     case MessageType::kSettle: return HandleSettle(&d);
+    case MessageType::kLocate: return HandleLocate(&d);
+    case MessageType::kPublish: return HandlePublish(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:
