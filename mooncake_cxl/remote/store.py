@@ -1,0 +1,403 @@
+"""RemoteStoreMethods: StoreCore's calls (the byte API under the façade's
+tensor, replica and session mixins) for a store set up on a host outside the
+pod, on a RemoteClient. Same names, arguments and return shapes as the C++
+binding; values are copied into and out of the caller's memory by the
+Transfer Engine (get_buffer returns a private copy: there is no mapping to
+view). Announcement channels live in the pool and are not reachable here."""
+import ctypes
+import logging
+
+from ..errors import ErrorCode
+from .client import INVALID, OK, RemoteClient, RemoteError, UNAVAILABLE
+
+log = logging.getLogger("mooncake_cxl")
+
+NOT_READY = int(ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
+NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+
+
+def _key(key):
+    if isinstance(key, str):
+        try:
+            key.encode()
+        except UnicodeEncodeError:
+            raise TypeError("key must be a str encodable as UTF-8, or bytes")
+        return key
+    if isinstance(key, (bytes, bytearray)):
+        return bytes(key).decode(errors="surrogateescape")
+    raise TypeError(f"key must be str or bytes, not '{type(key).__name__}'")
+
+
+class _Held:
+    """Addresses of Python buffers for one call (kept alive while it runs)."""
+
+    def __init__(self):
+        self.keep = []
+
+    def addr(self, obj):
+        if isinstance(obj, bytes):
+            self.keep.append(obj)
+            return ctypes.cast(ctypes.c_char_p(obj), ctypes.c_void_p).value or 0, len(obj)
+        try:
+            m = memoryview(obj)
+        except TypeError:
+            raise TypeError(f"a bytes-like object is required, not '{type(obj).__name__}'")
+        if not m.c_contiguous or m.readonly:
+            b = m.tobytes()
+            self.keep.append(b)
+            return ctypes.cast(ctypes.c_char_p(b), ctypes.c_void_p).value or 0, len(b)
+        m = m.cast("B")
+        self.keep.append(m)
+        return ctypes.addressof(ctypes.c_char.from_buffer(m)), m.nbytes
+
+
+class RemoteBuffer(bytes):
+    """get_buffer's result on a remote client: a read-only copy of the value
+    with BufferHandle's ptr()/size()."""
+
+    def ptr(self):
+        return ctypes.cast(ctypes.c_char_p(self), ctypes.c_void_p).value or 0
+
+    def size(self):
+        return len(self)
+
+
+def _config(config):
+    flags = 0
+    if config is None:
+        return 0, 0, None
+    if getattr(config, "with_hard_pin", False):
+        flags |= 1
+    action = getattr(config, "soft_pin_action", None)
+    if action is not None and getattr(action, "name", "") == "ENABLE":
+        flags |= 2
+    ttl = getattr(config, "soft_pin_ttl_ms", None) or 0
+    groups = getattr(config, "group_ids", None)
+    return flags, ttl, list(groups) if groups else None
+
+
+class RemoteStoreMethods:
+    """Mixed in before StoreCore by RemoteDistributedStore (store.py)."""
+
+    _remote = None
+    _remote_host = ""
+
+    # ---- lifecycle ----
+
+    def _setup_remote(self, local_hostname, master_server_addr, tenant_id, secret, protocol,
+                      connect_timeout_ms, rpc_timeout_ms, put_wait_ms):
+        c = RemoteClient(local_hostname, master_server_addr, tenant_id, secret, protocol,
+                         connect_timeout_ms, rpc_timeout_ms, put_wait_ms)
+        rc = c.connect()
+        if rc != OK:
+            return rc
+        self._remote, self._remote_host = c, local_hostname
+        return 0
+
+    def _ready(self, op):
+        c = self._remote
+        if c is None or c.closed:
+            log.warning("%s() called before setup() or after close(): returns %d", op, NOT_READY)
+            return None
+        return c
+
+    def close(self):
+        c, self._remote = self._remote, None
+        if c is not None:
+            c.close()
+        return 0
+
+    def health_check(self):
+        c = self._remote
+        if c is None or c.closed:
+            return 1
+        return 0 if c.healthy() else 2
+
+    def get_hostname(self):
+        return self._remote_host
+
+    # ---- reads ----
+
+    def _read(self, op, keys, place):
+        c = self._ready(op)
+        if c is None:
+            return [NOT_READY] * len(keys)
+        stored, bad = [], {}
+        for i, k in enumerate(keys):
+            k = _key(k)
+            if not k:
+                log.warning("%s: empty key refused", op)
+                bad[i] = INVALID
+            stored.append(c.stored(k) if k else b"")
+        idx = [i for i in range(len(keys)) if i not in bad]
+        res = c.read([stored[i] for i in idx], lambda j, size: place(idx[j], size)) if idx else []
+        out = [bad.get(i, 0) for i in range(len(keys))]
+        for j, i in enumerate(idx):
+            out[i] = res[j]
+        return out
+
+    def get(self, key):
+        bufs = {}
+
+        def place(i, size):
+            b = bufs[i] = ctypes.create_string_buffer(size or 1)
+            return [(ctypes.addressof(b), size)]
+        r = self._read("get", [key], place)[0]
+        return bufs[0].raw[:r] if r >= 0 and 0 in bufs else b""
+
+    def get_batch(self, keys):
+        bufs = {}
+
+        def place(i, size):
+            b = bufs[i] = ctypes.create_string_buffer(size or 1)
+            return [(ctypes.addressof(b), size)]
+        rs = self._read("get_batch", list(keys), place)
+        return [bufs[i].raw[:r] if r >= 0 and i in bufs else b"" for i, r in enumerate(rs)]
+
+    def get_buffer(self, key):
+        r = self.get(key)
+        return RemoteBuffer(r) if r else None
+
+    def batch_get_buffer(self, keys):
+        return [RemoteBuffer(v) if v else None for v in self.get_batch(keys)]
+
+    def _locate(self, op, key):
+        c = self._ready(op)
+        if c is None:
+            return NOT_READY, None
+        k = _key(key)
+        if not k:
+            return INVALID, None
+        try:
+            it = c.locate([c.stored(k)])[0]
+        except RemoteError as e:
+            return e.code, None
+        return it[0], it
+
+    def is_exist(self, key):
+        st, _ = self._locate("is_exist", key)
+        return 1 if st == OK else 0 if st == NOT_FOUND else st
+
+    def batch_is_exist(self, keys):
+        return [self.is_exist(k) for k in keys]
+
+    def get_size(self, key):
+        st, it = self._locate("get_size", key)
+        return it[5] if st == OK else st
+
+    def _replica_info(self, key):
+        st, it = self._locate("get_replica_desc", key)
+        if st != OK:
+            return st
+        return {"tier": "memory", "offset": it[4], "size": it[5], "writer": "",
+                "remote": True, "te_session": self._remote.session}
+
+    def get_into(self, key, buffer_ptr, size):
+        return self._read("get_into", [key], lambda i, n: [(buffer_ptr, size)] if n <= size else INVALID)[0]
+
+    def batch_get_into(self, keys, buffer_ptrs, sizes):
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID] * len(keys)
+        return self._read("batch_get_into", list(keys),
+                          lambda i, n: [(buffer_ptrs[i], sizes[i])] if n <= sizes[i] else INVALID)
+
+    def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [INVALID] * len(keys)
+
+        def place(i, n):
+            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or n > sum(all_sizes[i]):
+                return INVALID
+            return list(zip(all_buffer_ptrs[i], all_sizes[i]))
+        return self._read("batch_get_into_multi_buffers", list(keys), place)
+
+    def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
+        out = []
+        for b, keys in enumerate(all_keys):
+            row = []
+            for k, key in enumerate(keys):
+                value = self.get(key)
+                if not value:
+                    row.append([self.is_exist(key) if self.is_exist(key) < 0 else NOT_FOUND]
+                               * len(all_sizes[b][k]))
+                    continue
+                res = []
+                for dst, src, n in zip(all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]):
+                    if src > len(value) or n > len(value) - src:
+                        res.append(INVALID)
+                        continue
+                    ctypes.memmove(buffer_ptrs[b] + dst, value[src:src + n], n)
+                    res.append(n)
+                row.append(res)
+            out.append(row)
+        return out
+
+    # ---- puts ----
+
+    def _put(self, op, keys, parts, config, upsert):
+        c = self._ready(op)
+        if c is None:
+            return [NOT_READY] * len(keys)
+        flags, ttl, groups = _config(config)
+        if groups is not None and len(groups) not in (1, len(keys)):
+            log.warning("%s: %d group ids for %d keys", op, len(groups), len(keys))
+            return [INVALID] * len(keys)
+        if groups is not None and len(groups) == 1:
+            groups = groups * len(keys)
+        out = [OK] * len(keys)
+        idx, stored = [], []
+        for i, k in enumerate(keys):
+            k = _key(k)
+            size = sum(n for _, n in parts[i])
+            if not k or size == 0:
+                log.warning("%s: %s refused", op, "an empty key" if not k else f"an empty value of '{k}'")
+                out[i] = INVALID
+                continue
+            idx.append(i)
+            stored.append(c.stored(k))
+        if idx:
+            gs = [groups[i] for i in idx] if groups else None
+            res = c.put(stored, [parts[i] for i in idx], upsert, flags, ttl, gs)
+            for j, i in enumerate(idx):
+                out[i] = res[j]
+        return out
+
+    def _put_objs(self, op, keys, values, config, upsert):
+        held = _Held()
+        parts = [[held.addr(v) for v in vs] for vs in values]
+        return self._put(op, keys, parts, config, upsert)
+
+    def put(self, key, value, config=None):
+        return self._put_objs("put", [key], [[value]], config, False)[0]
+
+    def upsert(self, key, value, config=None):
+        return self._put_objs("upsert", [key], [[value]], config, True)[0]
+
+    def put_parts(self, key, *parts, config=None):
+        return self._put_objs("put_parts", [key], [list(parts)], config, False)[0]
+
+    def upsert_parts(self, key, *parts, config=None):
+        return self._put_objs("upsert_parts", [key], [list(parts)], config, True)[0]
+
+    def _batch(self, op, keys, values, config, upsert):
+        if len(keys) != len(values):
+            return INVALID
+        if any(len(memoryview(v).cast("B")) == 0 for v in values):
+            log.warning("%s: an empty value; nothing stored", op)
+            return INVALID
+        for r in self._put_objs(op, keys, [[v] for v in values], config, upsert):
+            if r != 0:
+                return r
+        return 0
+
+    def put_batch(self, keys, values, config=None):
+        return self._batch("put_batch", keys, values, config, False)
+
+    def upsert_batch(self, keys, values, config=None):
+        return self._batch("upsert_batch", keys, values, config, True)
+
+    def put_from(self, key, buffer_ptr, size, config=None):
+        return self._put("put_from", [key], [[(buffer_ptr, size)]], config, False)[0]
+
+    def upsert_from(self, key, buffer_ptr, size, config=None):
+        return self._put("upsert_from", [key], [[(buffer_ptr, size)]], config, True)[0]
+
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None):
+        return self._put("put_from_with_metadata", [key],
+                         [[(metadata_buffer_ptr, metadata_size), (buffer_ptr, size)]], config, False)[0]
+
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID] * len(keys)
+        return self._put("batch_put_from", keys, [[(p, n)] for p, n in zip(buffer_ptrs, sizes)], config, False)
+
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+        if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
+            return [INVALID] * len(keys)
+        return self._put("batch_upsert_from", keys, [[(p, n)] for p, n in zip(buffer_ptrs, sizes)], config, True)
+
+    def _multi(self, op, keys, all_buffer_ptrs, all_sizes, config, upsert):
+        if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
+            return [INVALID] * len(keys)
+        return self._put(op, keys, [list(zip(p, s)) for p, s in zip(all_buffer_ptrs, all_sizes)], config, upsert)
+
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        return self._multi("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes, config, False)
+
+    def _batch_upsert_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+        return self._multi("batch_upsert_tensor", keys, all_buffer_ptrs, all_sizes, config, True)
+
+    # ---- registered buffers: the engine copies from any memory over TCP ----
+
+    def register_buffer(self, buffer_ptr, size):
+        if self._ready("register_buffer") is None:
+            return NOT_READY
+        return 0 if buffer_ptr and size > 0 else INVALID
+
+    def unregister_buffer(self, buffer_ptr):
+        return 0 if self._ready("unregister_buffer") is not None else NOT_READY
+
+    # ---- removes ----
+
+    def _remove(self, op, keys, force, batch):
+        c = self._ready(op)
+        if c is None:
+            return [NOT_READY] * len(keys)
+        stored = []
+        for k in keys:
+            k = _key(k)
+            if not k:
+                return [INVALID] * len(keys)
+            stored.append(c.stored(k))
+        try:
+            status, results = c.remove(stored, force, batch)
+        except RemoteError as e:
+            return [e.code] * len(keys)
+        if batch and status == OK and len(results) == len(keys):
+            return results
+        return [status] * len(keys)
+
+    def remove(self, key, force=False):
+        return self._remove("remove", [key], force, False)[0]
+
+    def batch_remove(self, keys, force=False):
+        return self._remove("batch_remove", list(keys), force, True) if keys else []
+
+    def remove_by_regex(self, regex_pattern, force=False):
+        c = self._ready("remove_by_regex")
+        if c is None:
+            return NOT_READY
+        try:
+            return c.remove_matching(regex_pattern, force, False)
+        except RemoteError as e:
+            return e.code
+
+    def remove_all(self, force=False):
+        c = self._ready("remove_all")
+        if c is None:
+            return NOT_READY
+        try:
+            return c.remove_matching("", force, True)
+        except RemoteError as e:
+            return e.code
+
+    # ---- holds (the kv layer), statistics, what needs the pool ----
+
+    def _hold(self, keys, until_ns):
+        c = self._ready("hold")
+        if c is None:
+            return [NOT_READY] * len(keys)
+        try:
+            return [it[0] for it in c.locate([c.stored(_key(k)) for k in keys], until_ns)]
+        except RemoteError as e:
+            return [e.code] * len(keys)
+
+    def _release_hold(self, keys):
+        # A hold lapses at its deadline; a remote client cannot lower a lease.
+        return [OK] * len(keys) if self._ready("release_hold") is not None else [NOT_READY] * len(keys)
+
+    def _offload_read_count(self):
+        return 0
+
+    def _announce_open(self, name, producer, from_start=False):
+        raise RuntimeError("announcement channels live in the pool: a remote client cannot open them")
