@@ -4,9 +4,11 @@ pod, on a RemoteClient. Same names, arguments and return shapes as the C++
 binding; values are copied into and out of the caller's memory by the
 Transfer Engine (get_buffer returns a private copy: there is no mapping to
 view). Announcement channels live in the pool and are not reachable here."""
+import bisect
 import ctypes
 import logging
 
+from .. import _core
 from ..errors import ErrorCode
 from .client import INVALID, OK, RemoteClient, RemoteError, UNAVAILABLE
 
@@ -26,6 +28,31 @@ def _key(key):
     if isinstance(key, (bytes, bytearray)):
         return bytes(key).decode(errors="surrogateescape")
     raise TypeError(f"key must be str or bytes, not '{type(key).__name__}'")
+
+
+_DEFAULT = object()
+
+
+def _cfg_arg(config):
+    """The binding's argument rule: a ReplicateConfig, or left out."""
+    if config is _DEFAULT:
+        return None
+    from .. import ReplicateConfig
+    if not isinstance(config, ReplicateConfig):
+        raise TypeError(f"config must be a ReplicateConfig, not '{type(config).__name__}'")
+    return config
+
+
+def _u64(*vals):
+    for v in vals:
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v < 1 << 64:
+            raise TypeError(f"expected an unsigned 64-bit int, not {v!r}")
+
+
+def _flag(v):
+    if not isinstance(v, bool):
+        raise TypeError(f"force must be bool, not '{type(v).__name__}'")
+    return v
 
 
 class _Held:
@@ -52,8 +79,8 @@ class _Held:
 
 
 class RemoteBuffer(bytes):
-    """get_buffer's result on a remote client: a read-only copy of the value
-    with BufferHandle's ptr()/size()."""
+    """get_buffer's result on a remote client without numpy: a read-only copy
+    of the value with BufferHandle's ptr()/size()."""
 
     def ptr(self):
         return ctypes.cast(ctypes.c_char_p(self), ctypes.c_void_p).value or 0
@@ -62,17 +89,38 @@ class RemoteBuffer(bytes):
         return len(self)
 
 
-def _config(config):
-    flags = 0
-    if config is None:
-        return 0, 0, None
-    if getattr(config, "with_hard_pin", False):
-        flags |= 1
-    action = getattr(config, "soft_pin_action", None)
-    if action is not None and getattr(action, "name", "") == "ENABLE":
-        flags |= 2
-    ttl = getattr(config, "soft_pin_ttl_ms", None) or 0
-    groups = getattr(config, "group_ids", None)
+def _buffer(value):
+    """A read-only copy with BufferHandle's shape: int8 items ("b", as the
+    reference's), ptr(), size(), len()."""
+    global _RemoteArray
+    if _RemoteArray is None:
+        try:
+            import numpy as np
+        except ImportError:
+            return RemoteBuffer(value)
+
+        class RemoteArray(np.ndarray):
+            def ptr(self):
+                return int(self.ctypes.data)
+
+            def size(self):
+                return int(self.nbytes)
+        _RemoteArray = RemoteArray
+    import numpy as np
+    return np.frombuffer(value, dtype=np.int8).view(_RemoteArray)
+
+
+_RemoteArray = None
+
+
+def _config(config, nkeys, op):
+    """(flags, soft_pin_ttl_ms, group ids or None), or None for a config a
+    local put refuses too (the binding's own checks)."""
+    from .. import ReplicateConfig
+    r = _core._put_config(config if config is not None else ReplicateConfig(), nkeys, op)
+    if r is None:
+        return None
+    flags, ttl, groups = r
     return flags, ttl, list(groups) if groups else None
 
 
@@ -81,6 +129,7 @@ class RemoteStoreMethods:
 
     _remote = None
     _remote_host = ""
+    _registered = None  # sorted [(start, size)]: register_buffer's ranges
 
     # ---- lifecycle ----
 
@@ -92,6 +141,7 @@ class RemoteStoreMethods:
         if rc != OK:
             return rc
         self._remote, self._remote_host = c, local_hostname
+        self._registered = []
         return 0
 
     def _ready(self, op):
@@ -156,10 +206,10 @@ class RemoteStoreMethods:
 
     def get_buffer(self, key):
         r = self.get(key)
-        return RemoteBuffer(r) if r else None
+        return _buffer(r) if r else None
 
     def batch_get_buffer(self, keys):
-        return [RemoteBuffer(v) if v else None for v in self.get_batch(keys)]
+        return [_buffer(v) if v else None for v in self.get_batch(keys)]
 
     def _locate(self, op, key):
         c = self._ready(op)
@@ -192,44 +242,85 @@ class RemoteStoreMethods:
         return {"tier": "memory", "offset": it[4], "size": it[5], "writer": "",
                 "remote": True, "te_session": self._remote.session}
 
+    def _into(self, op, keys, dests):
+        """Reads key i into dests[i] ([(ptr, n), ...]), each range checked first."""
+        bad = {i: INVALID for i, d in enumerate(dests) if any(self._check(p, n, op) != OK for p, n in d)}
+        ok = [i for i in range(len(keys)) if i not in bad]
+
+        def place(j, size):
+            d = dests[ok[j]]
+            if size > sum(n for _, n in d):
+                log.warning("%s: buffer of %d bytes is smaller than the value (%d)", op, sum(n for _, n in d), size)
+                return INVALID
+            return d
+        res = self._read(op, [keys[i] for i in ok], place) if ok else []
+        out = [bad.get(i, 0) for i in range(len(keys))]
+        for j, i in enumerate(ok):
+            out[i] = res[j]
+        return out
+
     def get_into(self, key, buffer_ptr, size):
-        return self._read("get_into", [key], lambda i, n: [(buffer_ptr, size)] if n <= size else INVALID)[0]
+        _u64(buffer_ptr, size)
+        return self._into("get_into", [key], [[(buffer_ptr, size)]])[0]
 
     def batch_get_into(self, keys, buffer_ptrs, sizes):
         if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
             return [INVALID] * len(keys)
-        return self._read("batch_get_into", list(keys),
-                          lambda i, n: [(buffer_ptrs[i], sizes[i])] if n <= sizes[i] else INVALID)
+        return self._into("batch_get_into", list(keys), [[(p, n)] for p, n in zip(buffer_ptrs, sizes)])
 
     def batch_get_into_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, prefer_alloc_in_same_node=False):
         if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
             return [INVALID] * len(keys)
 
-        def place(i, n):
-            if len(all_buffer_ptrs[i]) != len(all_sizes[i]) or n > sum(all_sizes[i]):
-                return INVALID
-            return list(zip(all_buffer_ptrs[i], all_sizes[i]))
-        return self._read("batch_get_into_multi_buffers", list(keys), place)
+        bad = [len(p) != len(n) for p, n in zip(all_buffer_ptrs, all_sizes)]
+        res = self._into("batch_get_into_multi_buffers", list(keys),
+                         [[] if b else list(zip(p, n)) for b, p, n in zip(bad, all_buffer_ptrs, all_sizes)])
+        return [INVALID if b else r for b, r in zip(bad, res)]
 
     def get_into_ranges(self, buffer_ptrs, all_keys, all_dst_offsets, all_src_offsets, all_sizes):
-        out = []
-        for b, keys in enumerate(all_keys):
+        """The binding's shapes (buffers.cc GetIntoKeyRanges); each key read
+        once over the engine, its ranges copied from that one version."""
+        c = self._ready("get_into_ranges")
+        fail = NOT_READY if c is None else INVALID
+        nb = len(buffer_ptrs)
+        if not (len(all_keys) == len(all_dst_offsets) == len(all_src_offsets) == len(all_sizes) == nb):
+            n = max(nb, len(all_keys))
+            return [[[fail]] * (len(all_keys[b]) if b < len(all_keys) and all_keys[b] else 1) for b in range(n)]
+        out, reads = [], []
+        for b in range(nb):
+            nk = len(all_keys[b])
+            if not (len(all_dst_offsets[b]) == len(all_src_offsets[b]) == len(all_sizes[b]) == nk):
+                out.append([[fail] for _ in range(nk)])
+                continue
             row = []
-            for k, key in enumerate(keys):
-                value = self.get(key)
-                if not value:
-                    row.append([self.is_exist(key) if self.is_exist(key) < 0 else NOT_FOUND]
-                               * len(all_sizes[b][k]))
-                    continue
-                res = []
-                for dst, src, n in zip(all_dst_offsets[b][k], all_src_offsets[b][k], all_sizes[b][k]):
-                    if src > len(value) or n > len(value) - src:
-                        res.append(INVALID)
-                        continue
-                    ctypes.memmove(buffer_ptrs[b] + dst, value[src:src + n], n)
-                    res.append(n)
-                row.append(res)
+            for k in range(nk):
+                n = len(all_dst_offsets[b][k])
+                row.append([fail] * n)
+                if c is not None and n and len(all_src_offsets[b][k]) == n and len(all_sizes[b][k]) == n:
+                    reads.append((b, k))
             out.append(row)
+        for b, k in reads:
+            dsts = [buffer_ptrs[b] + d for d in all_dst_offsets[b][k]]
+            sizes, srcs = all_sizes[b][k], all_src_offsets[b][k]
+            if any(self._check(p, n, "get_into_ranges") != OK for p, n in zip(dsts, sizes)):
+                continue
+            holder = {}
+
+            def place(_, size):
+                buf = holder["b"] = ctypes.create_string_buffer(size or 1)
+                return [(ctypes.addressof(buf), size)]
+            r = self._read("get_into_ranges", [all_keys[b][k]], place)[0]
+            if r < 0:
+                out[b][k] = [r] * len(sizes)
+                continue
+            res = []
+            for dst, src, n in zip(dsts, srcs, sizes):
+                if src > r or n > r - src:
+                    res.append(INVALID)
+                    continue
+                ctypes.memmove(dst, ctypes.addressof(holder["b"]) + src, n)
+                res.append(n)
+            out[b][k] = res
         return out
 
     # ---- puts ----
@@ -238,16 +329,22 @@ class RemoteStoreMethods:
         c = self._ready(op)
         if c is None:
             return [NOT_READY] * len(keys)
-        flags, ttl, groups = _config(config)
-        if groups is not None and len(groups) not in (1, len(keys)):
-            log.warning("%s: %d group ids for %d keys", op, len(groups), len(keys))
+        cfg = _config(_cfg_arg(config), len(keys), op)
+        if cfg is None:
             return [INVALID] * len(keys)
+        flags, ttl, groups = cfg
         if groups is not None and len(groups) == 1:
             groups = groups * len(keys)
+        for i, ps in enumerate(parts):
+            if isinstance(ps, int) or any(self._check(a, n, op) != OK for a, n in ps):
+                parts[i] = None
         out = [OK] * len(keys)
         idx, stored = [], []
         for i, k in enumerate(keys):
             k = _key(k)
+            if parts[i] is None:
+                out[i] = INVALID
+                continue
             size = sum(n for _, n in parts[i])
             if not k or size == 0:
                 log.warning("%s: %s refused", op, "an empty key" if not k else f"an empty value of '{k}'")
@@ -267,16 +364,16 @@ class RemoteStoreMethods:
         parts = [[held.addr(v) for v in vs] for vs in values]
         return self._put(op, keys, parts, config, upsert)
 
-    def put(self, key, value, config=None):
+    def put(self, key, value, config=_DEFAULT):
         return self._put_objs("put", [key], [[value]], config, False)[0]
 
-    def upsert(self, key, value, config=None):
+    def upsert(self, key, value, config=_DEFAULT):
         return self._put_objs("upsert", [key], [[value]], config, True)[0]
 
-    def put_parts(self, key, *parts, config=None):
+    def put_parts(self, key, *parts, config=_DEFAULT):
         return self._put_objs("put_parts", [key], [list(parts)], config, False)[0]
 
-    def upsert_parts(self, key, *parts, config=None):
+    def upsert_parts(self, key, *parts, config=_DEFAULT):
         return self._put_objs("upsert_parts", [key], [list(parts)], config, True)[0]
 
     def _batch(self, op, keys, values, config, upsert):
@@ -290,28 +387,30 @@ class RemoteStoreMethods:
                 return r
         return 0
 
-    def put_batch(self, keys, values, config=None):
+    def put_batch(self, keys, values, config=_DEFAULT):
         return self._batch("put_batch", keys, values, config, False)
 
-    def upsert_batch(self, keys, values, config=None):
+    def upsert_batch(self, keys, values, config=_DEFAULT):
         return self._batch("upsert_batch", keys, values, config, True)
 
-    def put_from(self, key, buffer_ptr, size, config=None):
+    def put_from(self, key, buffer_ptr, size, config=_DEFAULT):
+        _u64(buffer_ptr, size)
         return self._put("put_from", [key], [[(buffer_ptr, size)]], config, False)[0]
 
-    def upsert_from(self, key, buffer_ptr, size, config=None):
+    def upsert_from(self, key, buffer_ptr, size, config=_DEFAULT):
+        _u64(buffer_ptr, size)
         return self._put("upsert_from", [key], [[(buffer_ptr, size)]], config, True)[0]
 
-    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=None):
+    def put_from_with_metadata(self, key, buffer_ptr, metadata_buffer_ptr, size, metadata_size, config=_DEFAULT):
         return self._put("put_from_with_metadata", [key],
                          [[(metadata_buffer_ptr, metadata_size), (buffer_ptr, size)]], config, False)[0]
 
-    def batch_put_from(self, keys, buffer_ptrs, sizes, config=None):
+    def batch_put_from(self, keys, buffer_ptrs, sizes, config=_DEFAULT):
         if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
             return [INVALID] * len(keys)
         return self._put("batch_put_from", keys, [[(p, n)] for p, n in zip(buffer_ptrs, sizes)], config, False)
 
-    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=None):
+    def batch_upsert_from(self, keys, buffer_ptrs, sizes, config=_DEFAULT):
         if len(buffer_ptrs) != len(keys) or len(sizes) != len(keys):
             return [INVALID] * len(keys)
         return self._put("batch_upsert_from", keys, [[(p, n)] for p, n in zip(buffer_ptrs, sizes)], config, True)
@@ -319,23 +418,59 @@ class RemoteStoreMethods:
     def _multi(self, op, keys, all_buffer_ptrs, all_sizes, config, upsert):
         if len(all_buffer_ptrs) != len(keys) or len(all_sizes) != len(keys):
             return [INVALID] * len(keys)
-        return self._put(op, keys, [list(zip(p, s)) for p, s in zip(all_buffer_ptrs, all_sizes)], config, upsert)
+        parts = [list(zip(p, s)) if len(p) == len(s) else INVALID for p, s in zip(all_buffer_ptrs, all_sizes)]
+        return self._put(op, keys, parts, config, upsert)
 
-    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+    def batch_put_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=_DEFAULT):
         return self._multi("batch_put_from_multi_buffers", keys, all_buffer_ptrs, all_sizes, config, False)
 
-    def _batch_upsert_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=None):
+    def _batch_upsert_from_multi_buffers(self, keys, all_buffer_ptrs, all_sizes, config=_DEFAULT):
         return self._multi("batch_upsert_tensor", keys, all_buffer_ptrs, all_sizes, config, True)
 
     # ---- registered buffers: the engine copies from any memory over TCP ----
 
     def register_buffer(self, buffer_ptr, size):
+        """Recorded for the range checks a local client makes (the engine
+        copies from any memory over TCP, so nothing is registered with it)."""
+        _u64(buffer_ptr, size)
         if self._ready("register_buffer") is None:
             return NOT_READY
-        return 0 if buffer_ptr and size > 0 else INVALID
+        reg = self._registered
+        if not buffer_ptr or size <= 0:
+            log.warning("register_buffer(%#x, %d): null pointer or size 0", buffer_ptr, size)
+            return INVALID
+        j = bisect.bisect_left(reg, (buffer_ptr, 0))
+        if (j < len(reg) and reg[j][0] < buffer_ptr + size) or (j and sum(reg[j - 1]) > buffer_ptr):
+            log.warning("register_buffer(%#x, %d): overlaps a registered buffer", buffer_ptr, size)
+            return INVALID
+        reg.insert(j, (buffer_ptr, size))
+        return 0
 
     def unregister_buffer(self, buffer_ptr):
-        return 0 if self._ready("unregister_buffer") is not None else NOT_READY
+        if self._ready("unregister_buffer") is None:
+            return NOT_READY
+        for j, (p, _) in enumerate(self._registered):
+            if p == buffer_ptr:
+                del self._registered[j]
+                return 0
+        log.warning("unregister_buffer(%#x): no registered buffer starts there", buffer_ptr)
+        return INVALID
+
+    def _check(self, ptr, size, op):
+        """A local client's CheckRange: a null or wrapping range, or one that
+        straddles a registered buffer's edge, is INVALID_PARAMS (logged)."""
+        if not ptr or ptr + size >= 1 << 64:
+            log.warning("%s: buffer %#x of %d bytes is null or wraps", op, ptr, size)
+            return INVALID
+        reg = self._registered or []
+        j = bisect.bisect_right(reg, (ptr, 1 << 64))
+        if j < len(reg) and reg[j][0] < ptr + size:
+            log.warning("%s: buffer [%#x, +%d) straddles a registered buffer", op, ptr, size)
+            return INVALID
+        if j and ptr < sum(reg[j - 1]) < ptr + size:
+            log.warning("%s: buffer [%#x, +%d) runs past a registered buffer", op, ptr, size)
+            return INVALID
+        return OK
 
     # ---- removes ----
 
@@ -358,12 +493,17 @@ class RemoteStoreMethods:
         return [status] * len(keys)
 
     def remove(self, key, force=False):
+        _flag(force)
         return self._remove("remove", [key], force, False)[0]
 
     def batch_remove(self, keys, force=False):
+        _flag(force)
         return self._remove("batch_remove", list(keys), force, True) if keys else []
 
     def remove_by_regex(self, regex_pattern, force=False):
+        _flag(force)
+        if not isinstance(regex_pattern, str):
+            raise TypeError("regex_pattern must be str")
         c = self._ready("remove_by_regex")
         if c is None:
             return NOT_READY
@@ -373,6 +513,7 @@ class RemoteStoreMethods:
             return e.code
 
     def remove_all(self, force=False):
+        _flag(force)
         c = self._ready("remove_all")
         if c is None:
             return NOT_READY
