@@ -43,6 +43,11 @@ UNAVAILABLE = int(ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
 
 READ_RETRIES = 100
 _ENTRY = struct.Struct("<QQ")  # IndexEntry: version, state_gen (layout.h)
+ENTRY_BYTES = 64
+FLAGS_AT = 48  # IndexEntry::flags
+SUPERSEDED = 1 << 2  # kFlagSuperseded
+CACHE_MAX = 1 << 16
+BATCH_CHECK_BY_MASTER = 4  # keys from which a read re-checks through the master
 TENANT_MARK = "\x1d"
 
 
@@ -91,6 +96,14 @@ class RemoteClient:
         self.closed = False
         self.hb_stop = threading.Event()
         self.hb = None
+        # Where keys were found: stored key -> (locate item, monotonic time).
+        # A read from a cached location is valid exactly when the entry still
+        # has that version and state and is not superseded (an upsert marks the
+        # old entry, a remove or eviction tombstones it: both bump the version);
+        # past half a lease it is located through the master again, which
+        # extends the lease.
+        self.cache = {}
+        self.cache_s = 5.0
 
     # ---- connection, attach, engine ----
 
@@ -159,6 +172,8 @@ class RemoteClient:
             raise RemoteError(reply["status"], f"attach {why}")
         self.ref = (reply["slot"], reply["generation"])
         self.attach = reply
+        self.cache_s = reply["lease_ttl_ms"] / 2000.0
+        self.cache.clear()
         self.pool_size = reply["pool_size"]
         if reply["te_session"] != self.session or self.te is None:
             self._open_engine(reply)
@@ -289,25 +304,40 @@ class RemoteClient:
         result = [NOT_FOUND] * n
         todo = list(range(n))
         deadline = time.monotonic() + 10.0
+        use_cache = True
         for _ in range(READ_RETRIES):
             if not todo:
                 break
-            try:
-                items = self.locate([stored_keys[i] for i in todo])
-            except RemoteError as e:
-                for i in todo:
-                    result[i] = e.code
-                return result
+            now = time.monotonic()
+            items, ask = {}, []
+            for i in todo:
+                hit = self.cache.get(stored_keys[i]) if use_cache else None
+                if hit is not None and now - hit[1] < self.cache_s:
+                    items[i] = hit
+                else:
+                    ask.append(i)
+            if ask:
+                try:
+                    for i, it in zip(ask, self.locate([stored_keys[i] for i in ask])):
+                        items[i] = (it, now)
+                except RemoteError as e:
+                    for i in ask:
+                        result[i] = e.code
+                    return result
+            use_cache = False  # a retry asks the master
+            asked = set(ask)
             loc, rem, ln, snaps, again = [], [], [], [], []
-            for i, it in zip(todo, items):
-                status, entry_off, version, state_gen, value_off, size, _ = it
+            for i in todo:
+                it, born = items[i]
+                status, entry_off, version, state_gen, value_off, size = it[:6]
                 if status == NOT_READY and time.monotonic() < deadline:
                     again.append(i)  # being staged from the SSD tier
                     continue
                 if status != OK:
                     result[i] = status
+                    self.cache.pop(stored_keys[i], None)
                     continue
-                if not (self._in_pool(value_off, size) and self._in_pool(entry_off, 16)):
+                if not (self._in_pool(value_off, size) and self._in_pool(entry_off, ENTRY_BYTES)):
                     result[i] = NOT_FOUND  # a corrupt entry: a miss, as a local reader
                     continue
                 dest = place(i, size)
@@ -326,30 +356,72 @@ class RemoteClient:
                 if left:
                     result[i] = INVALID
                     continue
-                snaps.append((i, entry_off, version, state_gen, size))
+                snaps.append((i, it, born))
             if self._transfer(False, loc, rem, ln) != OK:
                 for i, *_ in snaps:
                     result[i] = TRANSFER_FAIL
                 return result
             # Then each entry again: unchanged version and state means the
             # copy saw one value (the seqlock rule of a local read).
-            check = ctypes.create_string_buffer(16 * len(snaps))
+            if len(snaps) >= BATCH_CHECK_BY_MASTER:
+                again += self._check_by_master(stored_keys, snaps, result)
+                todo = again
+                continue
+            check = ctypes.create_string_buffer(ENTRY_BYTES * len(snaps))
             base = ctypes.addressof(check)
-            if self._transfer(False, [base + 16 * j for j in range(len(snaps))],
-                              [s[1] for s in snaps], [16] * len(snaps)) != OK:
+            if self._transfer(False, [base + ENTRY_BYTES * j for j in range(len(snaps))],
+                              [s[1][1] for s in snaps], [ENTRY_BYTES] * len(snaps)) != OK:
                 for i, *_ in snaps:
                     result[i] = TRANSFER_FAIL
                 return result
             raw = check.raw
-            for j, (i, _, version, state_gen, size) in enumerate(snaps):
-                if _ENTRY.unpack_from(raw, 16 * j) == (version, state_gen):
-                    result[i] = size
+            for j, (i, it, born) in enumerate(snaps):
+                at = ENTRY_BYTES * j
+                same = _ENTRY.unpack_from(raw, at) == (it[2], it[3])
+                flags = struct.unpack_from("<I", raw, at + FLAGS_AT)[0]
+                key = stored_keys[i]
+                if same and not flags & SUPERSEDED:
+                    result[i] = it[5]
+                    if len(self.cache) >= CACHE_MAX:
+                        self.cache.clear()
+                    self.cache[key] = (it, born)
+                elif same and i in asked:
+                    # Located just now: the master's newest value while an
+                    # upsert is unfinished (never cached).
+                    result[i] = it[5]
+                    self.cache.pop(key, None)
                 else:
+                    self.cache.pop(key, None)
                     again.append(i)
             todo = again
             if todo:
-                time.sleep(0.0005)  # backoff while a writer holds the entries
+                time.sleep(0.0002)  # backoff while a writer holds the entries
         return result
+
+    def _check_by_master(self, stored_keys, snaps, result):
+        """The re-check of a batch: one kLocate (the master reads each entry
+        under its seqlock now) instead of an engine batch of small reads,
+        which costs a round trip per entry. Valid when the key's newest entry
+        is still the one copied, with the same version and state. Returns
+        the keys to read again."""
+        again = []
+        try:
+            now = self.locate([stored_keys[i] for i, _, _ in snaps], wire.LOCATE_TO_VALIDATE)
+        except RemoteError as e:
+            for i, _, _ in snaps:
+                result[i] = e.code
+            return []
+        for (i, it, born), cur in zip(snaps, now):
+            key = stored_keys[i]
+            if cur[0] == OK and cur[1:4] == it[1:4]:
+                result[i] = it[5]
+                if len(self.cache) >= CACHE_MAX:
+                    self.cache.clear()
+                self.cache[key] = (it, born)
+            else:
+                self.cache.pop(key, None)
+                again.append(i)
+        return again
 
     # ---- writes ----
 
@@ -360,6 +432,8 @@ class RemoteClient:
     def put(self, stored_keys, parts, upsert, flags=0, soft_pin_ttl_ms=0, groups=None):
         """parts[i]: [(addr, n), ...] of key i's value. Per key 0 or a negative code."""
         n = len(stored_keys)
+        for k in stored_keys:
+            self.cache.pop(k, None)
         out = [OK] * n
         sizes = [sum(p[1] for p in ps) for ps in parts]
         groups = groups or [""] * n

@@ -37,7 +37,7 @@ def _cfg_arg(config):
     """The binding's argument rule: a ReplicateConfig, or left out."""
     if config is _DEFAULT:
         return None
-    from .. import ReplicateConfig
+    from .._core import ReplicateConfig
     if not isinstance(config, ReplicateConfig):
         raise TypeError(f"config must be a ReplicateConfig, not '{type(config).__name__}'")
     return config
@@ -116,7 +116,7 @@ _RemoteArray = None
 def _config(config, nkeys, op):
     """(flags, soft_pin_ttl_ms, group ids or None), or None for a config a
     local put refuses too (the binding's own checks)."""
-    from .. import ReplicateConfig
+    from .._core import ReplicateConfig
     r = _core._put_config(config if config is not None else ReplicateConfig(), nkeys, op)
     if r is None:
         return None
@@ -239,7 +239,7 @@ class RemoteStoreMethods:
         st, it = self._locate("get_replica_desc", key)
         if st != OK:
             return st
-        return {"tier": "memory", "offset": it[4], "size": it[5], "writer": "",
+        return {"tier": "memory", "offset": it[4], "size": it[5], "writer": it[7],
                 "remote": True, "te_session": self._remote.session}
 
     def _into(self, op, keys, dests):

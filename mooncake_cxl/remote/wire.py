@@ -13,6 +13,7 @@ PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE = 1, 2, 3, 4, 5, 6
 REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT, PROMOTE, SETTLE, LOCATE, PUBLISH = 7, 8, 9, 10, 11, 12, 13
 
 MAX_REQUEST_KEYS = 4096
+LOCATE_TO_VALIDATE = 1  # kLocateToValidate: a re-check, not a second read
 
 
 class WireError(Exception):
@@ -198,9 +199,10 @@ def locate_reply(p):
     d = Decoder(p)
     status = d.i32()
     items = []
-    for _ in range(d.count(52)):
-        items.append((d.i32(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64()))
-    # (status, entry_offset, version, state_gen, value_offset, value_size, put_time_ns)
+    for _ in range(d.count(56)):
+        items.append((d.i32(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64(), d.u64(),
+                      d.str().decode(errors="replace")))
+    # (status, entry_offset, version, state_gen, value_offset, value_size, put_time_ns, writer)
     return status, items
 
 

@@ -7,7 +7,7 @@ namespace mcxl {
 // Smallest encodings of one item: a key (its length), a locate item, a
 // publish item; Count() refuses a count the input cannot hold.
 constexpr size_t kMinKeyBytes = 4;
-constexpr size_t kLocateItemBytes = 4 + 6 * 8;
+constexpr size_t kLocateItemBytes = 4 + 6 * 8 + 4;
 constexpr size_t kPublishItemBytes = 16;
 
 void Encode(const LocateRequest& m, Encoder* e) {
@@ -36,6 +36,7 @@ void Encode(const LocateReply& m, Encoder* e) {
     e->U64(it.value_offset);
     e->U64(it.value_size);
     e->U64(it.put_time_ns);
+    e->Str(it.writer);
   }
 }
 bool Decode(Decoder* d, LocateReply* m) {
@@ -50,6 +51,7 @@ bool Decode(Decoder* d, LocateReply* m) {
     it.value_offset = d->U64();
     it.value_size = d->U64();
     it.put_time_ns = d->U64();
+    it.writer = std::string(d->Str());
   }
   return !d->failed();
 }

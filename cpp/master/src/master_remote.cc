@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstring>
 
 #include "master_impl.h"
 #include "mooncake_cxl/common/clock.h"
@@ -70,9 +71,10 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
     if (!found || s.generation() > best.generation()) best = s, found = true;
   }
   ClientSlot* cs = pool_->client_slot(ref.slot);
+  bool count = lease_until_ns != kLocateToValidate;
   if (!found) {
     // Relaxed: a statistic; a remote client never writes its slot line.
-    cs->get_misses.fetch_add(1, std::memory_order_relaxed);
+    if (count) cs->get_misses.fetch_add(1, std::memory_order_relaxed);
     item.status = ErrorCode::OBJECT_NOT_FOUND;
     return item;
   }
@@ -87,7 +89,7 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
   uint64_t hold_cap = now + 3600ull * 1000000000ull;  // Client::kMaxHoldNs
   if (lease_until_ns > until) until = std::min(lease_until_ns, hold_cap);
   index_->ExtendLease(best.slot, until);
-  cs->get_hits.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
+  if (count) cs->get_hits.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
   item.entry_offset = pool_->geometry().index_offset + best.slot * sizeof(IndexEntry);
   item.version = best.version;
   item.state_gen = best.state_gen;
@@ -95,6 +97,11 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
   item.value_offset = index_->ValueOffset(best.object_offset, entry_meta_[best.slot].key_len);
   item.value_size = best.value_size;
   item.put_time_ns = best.put_time_ns;
+  // The writer's host, from the slot table (the master's bound, a bounded string).
+  if (best.owner_slot < clients_.size()) {
+    const char* host = pool_->client_slot(best.owner_slot)->host;
+    item.writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
+  }
   return item;
 }
 

@@ -181,6 +181,9 @@ struct PromoteRequest {
 // reader's FindComplete would find it, with a read's lease (until
 // lease_until_ns when later: a hold). An object in the SSD tier is staged
 // into the pool and answered REPLICA_IS_NOT_READY (locate again).
+// lease_until_ns == kLocateToValidate: a re-check of a copy just made (the
+// lease is extended, the read is not counted again as a hit or miss).
+constexpr uint64_t kLocateToValidate = 1;
 struct LocateRequest {
   ClientRef client;
   std::vector<std::string> keys;
@@ -194,6 +197,7 @@ struct LocateItem {
   uint64_t value_offset = 0;  // pool offset of the value
   uint64_t value_size = 0;
   uint64_t put_time_ns = 0;
+  std::string writer;  // the putting client's host (get_replica_desc)
 };
 struct LocateReply {
   ErrorCode status = ErrorCode::OK;
