@@ -100,6 +100,12 @@ def _buffer(value):
             return RemoteBuffer(value)
 
         class RemoteArray(np.ndarray):
+            # A handle, as BufferHandle: equal only to itself (lists of handles
+            # are searched and removed by identity), not compared elementwise.
+            __eq__ = object.__eq__
+            __ne__ = object.__ne__
+            __hash__ = object.__hash__
+
             def ptr(self):
                 return int(self.ctypes.data)
 
