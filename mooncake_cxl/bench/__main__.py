@@ -24,7 +24,7 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "control", "eviction", "tiering", "pd")
+SECTIONS = ("data", "control", "eviction", "tiering", "pd", "remote")
 DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
@@ -47,7 +47,9 @@ def _parser():
                          "eviction (throughput at the watermark, master memory per object), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
-                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra)")
+                         "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
+                         "remote (a client outside the pod over TE-TCP against Mooncake's store, raw TE "
+                         "and a local client; needs the oracle extra and `unshare -n`)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -165,6 +167,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             _show(bodies, name, mod.markdown(results["pd"][name]))
+    if "remote" in sections:
+        from . import remote
+        results["remote"] = remote.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "remote", remote.markdown(results["remote"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

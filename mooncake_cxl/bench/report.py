@@ -37,6 +37,7 @@ ORDER = (
     ("tiering", "SSD tier"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
+    ("remote", "Hosts outside the pod: over the Transfer Engine"),
     ("compare", "Against Mooncake 0.3.13"),
 )
 TITLES = dict(ORDER)

@@ -10,7 +10,8 @@ import logging
 
 from .. import _core
 from ..errors import ErrorCode
-from .client import INVALID, OK, RemoteClient, RemoteError, UNAVAILABLE
+from .client import INVALID, OK, RemoteClient, RemoteError
+from .wire import LOCATE_PEEK
 
 log = logging.getLogger("mooncake_cxl")
 
@@ -217,7 +218,7 @@ class RemoteStoreMethods:
     def batch_get_buffer(self, keys):
         return [_buffer(v) if v else None for v in self.get_batch(keys)]
 
-    def _locate(self, op, key):
+    def _locate(self, op, key, lease=0):
         c = self._ready(op)
         if c is None:
             return NOT_READY, None
@@ -225,7 +226,7 @@ class RemoteStoreMethods:
         if not k:
             return INVALID, None
         try:
-            it = c.locate([c.stored(k)])[0]
+            it = c.locate([c.stored(k)], lease)[0]
         except RemoteError as e:
             return e.code, None
         return it[0], it
@@ -242,7 +243,7 @@ class RemoteStoreMethods:
         return it[5] if st == OK else st
 
     def _replica_info(self, key):
-        st, it = self._locate("get_replica_desc", key)
+        st, it = self._locate("get_replica_desc", key, LOCATE_PEEK)
         if st != OK:
             return st
         return {"tier": "memory", "offset": it[4], "size": it[5], "writer": it[7],

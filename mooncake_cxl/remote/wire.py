@@ -14,6 +14,7 @@ REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT, PROMOTE, SETTLE, LOCATE, PUBLISH = 7, 8,
 
 MAX_REQUEST_KEYS = 4096
 LOCATE_TO_VALIDATE = 1  # kLocateToValidate: a re-check, not a second read
+LOCATE_PEEK = 2  # kLocatePeek: no lease, not a read
 
 
 class WireError(Exception):

@@ -71,7 +71,8 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
     if (!found || s.generation() > best.generation()) best = s, found = true;
   }
   ClientSlot* cs = pool_->client_slot(ref.slot);
-  bool count = lease_until_ns != kLocateToValidate;
+  bool peek = lease_until_ns == kLocatePeek;
+  bool count = lease_until_ns != kLocateToValidate && !peek;
   if (!found) {
     // Relaxed: a statistic; a remote client never writes its slot line.
     if (count) cs->get_misses.fetch_add(1, std::memory_order_relaxed);
@@ -88,7 +89,7 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
   uint64_t until = now + config_.default_kv_lease_ttl_ms * 1000000ull;
   uint64_t hold_cap = now + 3600ull * 1000000000ull;  // Client::kMaxHoldNs
   if (lease_until_ns > until) until = std::min(lease_until_ns, hold_cap);
-  index_->ExtendLease(best.slot, until);
+  if (!peek) index_->ExtendLease(best.slot, until);
   if (count) cs->get_hits.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic
   item.entry_offset = pool_->geometry().index_offset + best.slot * sizeof(IndexEntry);
   item.version = best.version;

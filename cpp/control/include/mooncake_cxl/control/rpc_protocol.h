@@ -182,8 +182,10 @@ struct PromoteRequest {
 // lease_until_ns when later: a hold). An object in the SSD tier is staged
 // into the pool and answered REPLICA_IS_NOT_READY (locate again).
 // lease_until_ns == kLocateToValidate: a re-check of a copy just made (the
-// lease is extended, the read is not counted again as a hit or miss).
+// lease is extended, the read is not counted again as a hit or miss);
+// kLocatePeek: where the key is, nothing more (no lease, not a read).
 constexpr uint64_t kLocateToValidate = 1;
+constexpr uint64_t kLocatePeek = 2;
 struct LocateRequest {
   ClientRef client;
   std::vector<std::string> keys;
