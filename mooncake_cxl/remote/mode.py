@@ -1,7 +1,9 @@
 """Whether a store set up on this host is local (maps the pool) or remote
-(over the Transfer Engine): MC_CXL_REMOTE=1 forces remote, =0 local; else it
-is remote when the pool the master names (or MC_CXL_DEV_PATH) cannot be
-opened for reading and writing here. The choice is logged once per setup."""
+(over the Transfer Engine): MC_CXL_REMOTE=1 forces remote, =0 local; else,
+when this host was given the remote secret (MC_CXL_AUTH_TOKEN_FILE), it is
+remote when the pool the master names (or MC_CXL_DEV_PATH) cannot be opened
+for reading and writing here. Without the secret a local setup reports why
+the pool does not open, as before. The choice is logged once per setup."""
 import logging
 import os
 import socket
@@ -38,6 +40,8 @@ def remote_mode(master_addr, pool_path=""):
         return True, "MC_CXL_REMOTE=1"
     if forced == "0":
         return False, "MC_CXL_REMOTE=0"
+    if not os.environ.get("MC_CXL_AUTH_TOKEN_FILE"):
+        return False, "no MC_CXL_AUTH_TOKEN_FILE"
     path = pool_path
     if not path:
         try:
