@@ -60,7 +60,10 @@ def roundtrip(master, nkeys):
 
 
 def no_secret(master):
+    # Without a secret a host is remote only when told (else the local setup
+    # reports the pool it cannot open).
     os.environ.pop("MC_CXL_AUTH_TOKEN_FILE", None)
+    os.environ["MC_CXL_REMOTE"] = "1"
     s, rc = setup(master)
     emit(setup=rc)
 
