@@ -13,8 +13,9 @@ install() puts a finder first on sys.meta_path that answers for `mooncake`
 Mooncake's names). Where the real Mooncake wheel is installed, a few of its
 pure-Python modules that are only clients of `mooncake.store`
 (_WHEEL_CLIENT_MODULES: structured_object_store, which Mooncake's own
-test_put_get_tensor.py imports, dataproto_catalog, async_store) load from the
-wheel's files and so run on ours. Every other `mooncake.*` import (the
+test_put_get_tensor.py imports, dataproto_catalog, async_store, mooncake_config
+and mooncake_store_service, its REST server) load from the wheel's files and so
+run on ours. Every other `mooncake.*` import (the
 transfer engine, native helpers) fails with ModuleNotFoundError rather than
 mixing the two implementations. An explicit install() is the caller asking
 for ours, so it installs the shim whether or not the real wheel is there (and
@@ -42,14 +43,16 @@ _NAMES = ("mooncake", "mooncake.store")
 # The wheel's pure-Python clients of mooncake.store (no native code, no other
 # mooncake module at import): served from the installed wheel's own files.
 _WHEEL_CLIENT_MODULES = ("mooncake.structured_object_store", "mooncake.dataproto_catalog",
-                         "mooncake.async_store")
+                         "mooncake.async_store", "mooncake.mooncake_config",
+                         "mooncake.mooncake_store_service")
 
 # What `from mooncake.store import ...` finds. The enum values are also
 # exported at module level as the reference does (where its names clash,
 # TaskStatus wins there: FAILED and PROCESSING, which we do not have).
 _STORE_NAMES = ("MooncakeDistributedStore", "ReplicateConfig", "SoftPinAction", "ReplicaStatus",
                 "BufferHandle", "ObjectDataType", "ReplicaDescriptor", "MemoryDescriptor",
-                "DiskDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget")
+                "DiskDescriptor", "Descriptor", "ParallelAxis", "TensorParallelism", "ReadTarget",
+                "MooncakeHostMemAllocator", "bind_to_numa_node")
 
 
 def real_mooncake_available():

@@ -22,7 +22,8 @@ from .remote.mode import remote_mode
 from .remote.store import RemoteStoreMethods
 from .replica import ReplicaMethods
 from .session import SessionMethods
-from .setup_args import PROTOCOLS, env_int, valid_tenant, with_port
+from .setup_args import (PROTOCOLS, config_flag, env_int, normalize_config, strict_buffers_wanted,
+                         tier_path, valid_tenant, with_port)
 from .sizes import parse_size
 from .tensor import TensorMethods
 
@@ -32,6 +33,13 @@ _REQUIRED = ("local_hostname", "metadata_server", "global_segment_size", "local_
              "protocol", "rdma_devices", "master_server_addr")
 
 _NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
+
+
+def _code_name(rc):
+    try:
+        return ErrorCode(rc).name
+    except ValueError:
+        return "error"
 
 
 def _unsupported(op, why):
@@ -57,7 +65,7 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
               local_buffer_size=None, protocol=None, rdma_devices=None,
               master_server_addr=None, engine=None, enable_ssd_offload=False,
               ssd_offload_path="", tenant_id="default", enable_client_http_server=False,
-              client_http_port=9300, rpc_transport=None):
+              client_http_port=9300, rpc_transport=None, strict_buffers=None):
         """Attach to the master and map the pool. Returns 0 or a negative ErrorCode.
 
         setup(local_hostname, metadata_server, global_segment_size, local_buffer_size,
@@ -66,6 +74,9 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         compatibility: a CXL pool needs no per-client segment or metadata service.
         rpc_transport (ours, optional): "ring" (default: the master's control path
         over shared-memory rings in the pool) or "tcp"; env MC_CXL_RPC likewise.
+        strict_buffers (ours, optional): zero-copy calls accept only memory inside
+        a registered buffer, as Mooncake's do; default env MC_CXL_STRICT_BUFFERS=1,
+        else off (unregistered memory is accepted).
         """
         if isinstance(local_hostname, dict):
             if metadata_server is not None:
@@ -87,9 +98,10 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                 raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
         return self._setup(local_hostname, protocol, master_server_addr, rpc_transport,
                            tenant_id=tenant_id, enable_ssd_offload=bool(enable_ssd_offload),
-                           ssd_offload_path=ssd_offload_path or "")
+                           ssd_offload_path=ssd_offload_path or "", strict_buffers=strict_buffers)
 
     def _setup_from_dict(self, config):
+        config = normalize_config(config)
         for key in ("local_hostname", "metadata_server", "master_server_addr"):
             if not isinstance(config.get(key), str) or not config.get(key):
                 log.error("setup(config): missing required config: %s", key)
@@ -101,11 +113,13 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         return self._setup(config["local_hostname"], str(config.get("protocol", "tcp")),
                            config["master_server_addr"], config.get("rpc_transport"),
                            tenant_id=config.get("tenant_id", "default"),
-                           enable_ssd_offload=bool(config.get("enable_ssd_offload", False)),
-                           ssd_offload_path=str(config.get("ssd_offload_path", "") or ""))
+                           enable_ssd_offload=config_flag(config.get("enable_ssd_offload", False)),
+                           ssd_offload_path=str(config.get("ssd_offload_path", "") or ""),
+                           strict_buffers=config.get("strict_buffers"))
 
     def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None,
-               pool_hint=None, tenant_id="default", enable_ssd_offload=False, ssd_offload_path=""):
+               pool_hint=None, tenant_id="default", enable_ssd_offload=False, ssd_offload_path="",
+               strict_buffers=None):
         """pool_hint: (path, size) of the pool on this host, from a standalone
         client (setup_dummy); MC_CXL_DEV_PATH, when set, wins."""
         transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
@@ -134,21 +148,30 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         if remote:
             log.info("setup(): remote client over the Transfer Engine: %s", why)
             self.__class__ = RemoteDistributedStore
-            return self._setup_remote(
+            rc = self._setup_remote(
                 local_hostname, master_server_addr, tenant_id, secret_from_env(),
                 protocol.lower(), env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
                 env_int("MC_CXL_RPC_TIMEOUT_MS", 10000), env_int("MC_CXL_PUT_WAIT_MS", 2000))
+            if rc != 0:
+                log.error("setup(): could not attach to the master at %r: %s (%d)",
+                          master_server_addr, _code_name(rc), rc)
+            return rc
         if type(self) is RemoteDistributedStore:
             self.__class__ = MooncakeDistributedStore
-        return self._setup_core(
+        rc = self._setup_core(
             local_hostname, master_server_addr, pool_path, pool_size,
             env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
             env_int("MC_CXL_RPC_TIMEOUT_MS", 10000),
             env_int("MC_CXL_PUT_WAIT_MS", 2000), transport == "ring", tenant_id,
             # The SSD tier's directory as this host sees it (the reference's
             # variable); default: the master's --root_fs_dir.
-            ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", ""),
-            enable_ssd_offload)
+            tier_path(ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")),
+            enable_ssd_offload, strict_buffers_wanted(strict_buffers))
+        if rc != 0:
+            # Callers such as LMCache ignore the code: this line is their trace.
+            log.error("setup(): could not attach to the master at %r: %s (%d)", master_server_addr,
+                      _code_name(rc), rc)
+        return rc
 
     # ---- segments: the pool is the one segment ----
 

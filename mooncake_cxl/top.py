@@ -93,7 +93,8 @@ def snapshot(prev_samples, cur_samples, dt):
     Keys: capacity_bytes, allocated_bytes, fill_ratio, key_count,
     client_count, objects {state: n}, evicted_keys_total,
     evicted_bytes_total, successful_evictions_total, evicted_keys_per_s,
-    evicted_bytes_per_s, hits_total, misses_total, hit_rate_overall,
+    evicted_bytes_per_s, index {capacity, entries, load_ratio, watermark,
+    evicted_total, evicted_per_s}, hits_total, misses_total, hit_rate_overall,
     hit_rate_interval, gets_per_s, ops {op: {requests_total, failures_total,
     requests_per_s, failures_per_s}}, interval_s.
     """
@@ -132,11 +133,26 @@ def snapshot(prev_samples, cur_samples, dt):
         "successful_evictions_total": cur("master_successful_evictions_total"),
         "evicted_keys_per_s": per_s("master_evicted_key_count"),
         "evicted_bytes_per_s": per_s("master_evicted_size_bytes"),
+        # The object index: a capacity of its own (small objects fill it first).
+        "index": {
+            "capacity": cur("master_index_capacity"),
+            "entries": cur("mooncake_cxl_index_entries_in_use"),
+            "load_ratio": cur("mooncake_cxl_index_load_ratio"),
+            "watermark": cur("mooncake_cxl_index_high_watermark_ratio"),
+            "evicted_total": cur("mooncake_cxl_index_evicted_keys_total"),
+            "evicted_per_s": per_s("mooncake_cxl_index_evicted_keys_total"),
+        },
         "hits_total": hits,
         "misses_total": misses,
         "hit_rate_overall": _ratio(hits, misses),
         "hit_rate_interval": _ratio(d_hits, d_misses),
         "gets_per_s": None if d_hits is None or d_misses is None else (d_hits + d_misses) / dt,
+        # Announcement channels (absent from masters that have none).
+        "announce": None if cur("mooncake_cxl_announce_channels") is None else {
+            "channels": cur("mooncake_cxl_announce_channels"),
+            "in_use": cur("mooncake_cxl_announce_channels_in_use"),
+            "refusals_total": cur("mooncake_cxl_announce_refusals_total"),
+        },
         # The SSD tier (absent when the master runs without --enable_offload).
         "tier": None if cur("mooncake_cxl_tier_capacity_bytes") is None else {
             "capacity_bytes": cur("mooncake_cxl_tier_capacity_bytes"),
@@ -147,6 +163,8 @@ def snapshot(prev_samples, cur_samples, dt):
             "promotions_total": cur("mooncake_cxl_tier_promotions_total"),
             "disk_hits_total": cur("mooncake_cxl_tier_disk_hits_total"),
             "checksum_failures_total": cur("mooncake_cxl_tier_checksum_failures_total"),
+            "degraded": cur("mooncake_cxl_tier_degraded"),
+            "capacity_effective_bytes": cur("mooncake_cxl_tier_capacity_effective_bytes"),
             "demotions_per_s": per_s("mooncake_cxl_tier_demotions_total"),
             "disk_hits_per_s": per_s("mooncake_cxl_tier_disk_hits_total"),
         },
@@ -208,6 +226,7 @@ def _lines(snap):
     return [
         ("pool", f"{fmt_percent(snap['fill_ratio'])}  {fmt_bytes(snap['allocated_bytes'])} used"
                  f" of {fmt_bytes(snap['capacity_bytes'])}"),
+        ("index", _index_line(snap.get("index") or {})),
         ("keys", fmt_count(snap["key_count"])),
         ("objects", objects),
         ("clients", fmt_count(snap["client_count"])),
@@ -219,13 +238,29 @@ def _lines(snap):
         ("hit rate", f"{fmt_percent(snap['hit_rate_interval'])} of {fmt_rate(snap['gets_per_s'], ' gets/s')}, "
                      f"{fmt_percent(snap['hit_rate_overall'])} overall  (hits {fmt_count(snap['hits_total'])},"
                      f" misses {fmt_count(snap['misses_total'])})"),
-    ] + _tier_lines(snap.get("tier"))
+    ] + _announce_lines(snap.get("announce")) + _tier_lines(snap.get("tier"))
+
+
+def _announce_lines(a):
+    if not a:
+        return []
+    return [("channels", f"{fmt_count(a['in_use'])} in use of {fmt_count(a['channels'])}"
+                         f"  (opens refused {fmt_count(a['refusals_total'])})")]
+
+
+def _index_line(ix):
+    return (f"{fmt_percent(ix.get('load_ratio'))}  {fmt_count(ix.get('entries'))} of"
+            f" {fmt_count(ix.get('capacity'))} entries (evicts past {fmt_percent(ix.get('watermark'))})"
+            f"  evicted for it {fmt_rate(ix.get('evicted_per_s'), ' keys/s')}"
+            f" (total {fmt_count(ix.get('evicted_total'))})")
 
 
 def _tier_lines(t):
     if not t:
         return []
     cap, live = t["capacity_bytes"], t["live_bytes"]
+    if t.get("capacity_effective_bytes"):  # what the filesystem leaves, when less
+        cap = min(cap, t["capacity_effective_bytes"]) if cap else t["capacity_effective_bytes"]
     fill = live / cap if cap and live is not None else None
     return [
         ("ssd tier", f"{fmt_percent(fill)}  {fmt_bytes(live)} live ({fmt_bytes(t['used_bytes'])} in segments)"
@@ -233,7 +268,8 @@ def _tier_lines(t):
         ("tier moves", f"demotions {fmt_rate(t['demotions_per_s'])} (total {fmt_count(t['demotions_total'])})"
                        f"  promotions {fmt_count(t['promotions_total'])}"
                        f"  disk hits {fmt_rate(t['disk_hits_per_s'])} (total {fmt_count(t['disk_hits_total'])})"
-                       f"  checksum failures {fmt_count(t['checksum_failures_total'])}"),
+                       f"  checksum failures {fmt_count(t['checksum_failures_total'])}"
+                       + ("  DEGRADED: disk full" if t.get("degraded") else "")),
     ]
 
 

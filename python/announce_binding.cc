@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/client/client.h"
 #include "mooncake_cxl/control/announce.h"
 #include "store_core.h"
 
@@ -14,15 +15,36 @@ namespace {
 
 constexpr size_t kWords = sizeof(AnnounceMessage::words) / sizeof(AnnounceMessage::words[0]);
 
+// The master names the tenant's channel and counts the hold; the object
+// returned drops the hold when closed or collected.
 py::object AnnounceOpen(Store& s, const std::string& name, bool producer, bool from_start) {
   auto c = s.Ready("announce_open");
   if (!c) return py::int_(kNotReady);
+  Result<Client::AnnounceChannel> ch = ErrorCode::INTERNAL_ERROR;
+  {
+    py::gil_scoped_release nogil;
+    ch = c->AnnounceOpen(name);
+  }
+  if (!ch) return py::int_(ToInt(ch.error()));
+  std::weak_ptr<Client> weak = c;
+  // Runs at close() (GIL released) or when Python collects the object (GIL
+  // held: released for the master call, which may wait while no master runs).
+  auto on_close = [weak, held = *ch] {
+    auto client = weak.lock();
+    if (!client) return;
+    if (PyGILState_Check()) {
+      py::gil_scoped_release nogil;
+      client->AnnounceClose(held);
+    } else {
+      client->AnnounceClose(held);
+    }
+  };
   if (producer) {
-    auto r = AnnounceProducer::Open(c->pool(), name);
+    auto r = AnnounceProducer::Open(c->pool(), ch->channel, ch->name_hash, on_close);
     if (!r) return py::int_(ToInt(r.error()));
     return py::cast(std::move(r.value()));
   }
-  auto r = AnnounceReader::Open(c->pool(), name, from_start);
+  auto r = AnnounceReader::Open(c->pool(), ch->channel, ch->name_hash, from_start, on_close);
   if (!r) return py::int_(ToInt(r.error()));
   return py::cast(std::move(r.value()));
 }
@@ -34,16 +56,19 @@ int64_t Publish(AnnounceProducer& p, const std::vector<uint64_t>& words) {
   }
   AnnounceMessage msg;
   std::copy(words.begin(), words.end(), msg.words);
-  return int64_t(p.Publish(msg));
+  auto n = p.Publish(msg);
+  return n ? int64_t(*n) : int64_t(ToInt(n.error()));
 }
 
-// None when nothing is new, ("lapped", lost) after an overrun, else (number, words).
+// None when nothing is new, ("lapped", lost) after an overrun, ("lost", 0)
+// once the channel no longer carries its name, else (number, words).
 py::object Next(AnnounceReader& r) {
   AnnounceMessage msg;
   uint64_t n = 0;
   switch (r.Next(&msg, &n)) {
     case AnnounceReader::ReadResult::kEmpty: return py::none();
     case AnnounceReader::ReadResult::kLapped: return py::make_tuple("lapped", n);
+    case AnnounceReader::ReadResult::kLost: return py::make_tuple("lost", 0);
     default: break;
   }
   return py::make_tuple(n, std::vector<uint64_t>(msg.words, msg.words + kWords));
@@ -62,10 +87,12 @@ void DefineAnnounce(py::module_& m, StoreClass& store) {
   store.def("_announce_open", &AnnounceOpen, py::arg("name"), py::arg("producer"), py::arg("from_start") = false);
   py::class_<AnnounceProducer>(m, "_AnnounceProducer")
       .def("publish", &Publish, py::arg("words"))
-      .def("close", &AnnounceProducer::Close)
+      .def("close", &AnnounceProducer::Close, py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("head", &AnnounceProducer::head);
   py::class_<AnnounceReader>(m, "_AnnounceReader")
       .def("next", &Next)
+      .def("close", &AnnounceReader::Close, py::call_guard<py::gil_scoped_release>())
+      .def_property_readonly("named", &AnnounceReader::named)
       .def("wait", &Wait, py::arg("timeout_s"), py::arg("spin_us") = 50.0)
       .def_property_readonly("cursor", &AnnounceReader::cursor)
       .def_property_readonly("head", &AnnounceReader::head)

@@ -232,7 +232,7 @@ std::vector<std::vector<std::vector<int64_t>>> GetIntoKeyRanges(
       bool ok = true;
       for (size_t r = 0; r < sizes[b][k].size() && ok; ++r) {
         uintptr_t dst = buffers[b] + dst_offsets[b][k][r];
-        ok = c->CheckRange(dst, sizes[b][k][r], "get_into_ranges").ok();
+        ok = c->CheckRangeFrom(buffers[b], dst_offsets[b][k][r], sizes[b][k][r], "get_into_ranges").ok();
         ranges.push_back({src_offsets[b][k][r], reinterpret_cast<void*>(dst), sizes[b][k][r]});
       }
       if (ok) out[b][k] = c->GetRanges(all_keys[b][k], ranges);

@@ -32,6 +32,7 @@ py::dict Layout() {
   d["superblock.master_incarnation"] = offsetof(Superblock, master_incarnation);
   d["ring_header_size"] = sizeof(RingHeader);
   d["protocol_version"] = kProtocolVersion;
+  d["layout_version"] = kLayoutVersion;
   d["superblock.announce_offset"] = offsetof(Superblock, announce_offset);
   d["superblock.announce_slots"] = offsetof(Superblock, announce_slots);
   d["superblock.pool_size"] = offsetof(Superblock, pool_size);

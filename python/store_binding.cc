@@ -22,7 +22,8 @@ Store::~Store() {
 
 int Store::SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                      uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
-                     const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload) {
+                     const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload,
+                     bool strict_buffers) {
   if (client_ && !client_->closed()) {
     MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
     return kNotReady;
@@ -37,13 +38,14 @@ int Store::SetupCore(const std::string& local_hostname, const std::string& maste
   o.put_wait_ms = put_wait_ms;
   o.use_rings = use_rings;
   const char* pf = getenv("MC_CXL_PREFAULT");  // as MC_CXL_RPC etc.: an environment switch
-  o.prefault_pool = pf != nullptr && pf[0] != '\0' && strcmp(pf, "0") != 0;
+  o.prefault_pool = pf == nullptr || pf[0] == '\0' || strcmp(pf, "0") != 0;  // on unless "0"
   o.tenant = tenant;
   // SSD tier: this host's path of the tier directory (the reference's
   // MOONCAKE_OFFLOAD_FILE_STORAGE_PATH / ssd_offload_path), and whether to
   // read records directly (MC_CXL_TIER_DIRECT_READ=0: the master stages them).
   o.offload_path_override = offload_path;
   o.enable_ssd_offload = enable_ssd_offload;
+  o.strict_buffers = strict_buffers;
   const char* td = getenv("MC_CXL_TIER_DIRECT_READ");
   o.tier_direct_read = td == nullptr || td[0] == '\0' || strcmp(td, "0") != 0;
   std::optional<Result<std::shared_ptr<Client>>> r;
@@ -254,7 +256,8 @@ void DefineStoreCalls(StoreClass& store) {
       .def("_setup_core", &Store::SetupCore, py::arg("local_hostname"), py::arg("master_server_addr"),
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
            py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default",
-           py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false)
+           py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false,
+           py::arg("strict_buffers") = false)
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

@@ -3,7 +3,9 @@
 #
 # System packages (apt-get, when missing): googletest for the C++ tests, RE2
 # (libre2-dev) for remove_by_regex, liburing-dev (+ pkg-config) for the SSD
-# tier's io_uring reads,
+# tier's io_uring reads, libcurl4-openssl-dev and nlohmann-json3-dev for the etcd
+# client of --enable_ha, etcd-server and etcd-client for the HA tests (each starts its
+# own etcd on 127.0.0.1),
 # libibverbs1 for the reference Mooncake wheel (the oracle of the conformance
 # suite). The reference client listens on 0.0.0.0, so pytest runs inside a
 # private loopback-only network namespace (unshare -n) when that is possible;
@@ -16,6 +18,10 @@ missing=()
 [ -e /usr/include/gtest/gtest.h ] || missing+=(libgtest-dev)
 [ -e /usr/include/re2/re2.h ] || missing+=(libre2-dev)
 [ -e /usr/include/liburing.h ] || missing+=(liburing-dev)
+[ -e /usr/include/nlohmann/json.hpp ] || missing+=(nlohmann-json3-dev)
+[ -e /usr/include/x86_64-linux-gnu/curl/curl.h ] || [ -e /usr/include/curl/curl.h ] || missing+=(libcurl4-openssl-dev)
+command -v etcd >/dev/null || missing+=(etcd-server)
+command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
 # The Transfer Engine (remote clients, tests/remote) also loads libnuma and libcurl.
@@ -50,6 +56,23 @@ if python3 -m venv --system-site-packages "$vllm_venv" \
   export MCXL_VLLM_PYTHON="$vllm_venv/bin/python"
 else
   echo "note: vLLM ($vllm_reqs) could not be installed; the vLLM tests will be skipped"
+fi
+# SGLang and LMCache (their Mooncake backends, tests/engines) in a venv of their own on top of this
+# interpreter's packages, with --no-deps and only what those backends' import chains need: their
+# full requirements are CUDA builds and pins (transformers, numba, ...) that would change the main
+# environment. SGLang's unconditional torchvision import is met by a stub on the tests' PYTHONPATH
+# (tests/engines/no_torchvision). Without this venv the engine tests are skipped, with the reason.
+engines_venv="$PWD/.venv-engines"
+if python3 -m venv --system-site-packages "$engines_venv" \
+    && "$engines_venv/bin/pip" install -q --no-deps sglang==0.5.23 lmcache==0.5.6 \
+      aiofile==3.12.3 anyio==4.16.0 apache-tvm-ffi==0.1.15.post2 cachetools==8.0.2 caio==0.12.10 \
+      compressed-tensors==0.20.1 dill==0.4.1 gguf==0.19.0 h11==0.16.0 httpcore2==2.16.2 \
+      httpx2==2.16.2 huggingface_hub==2.4.0 llvmlite==0.50.0 loguru==0.7.3 msgspec==0.23.0 \
+      numba==0.68.1 psutil==7.2.2 pybase64==1.5.1 pyzmq==27.3.0 sentencepiece==0.2.3 \
+      starlette==1.10.0 tokenizers==0.23.3 transformers==5.25.0 triton==3.9.0 truststore==0.10.5; then
+  export MCXL_ENGINES_PYTHON="$engines_venv/bin/python"
+else
+  echo "note: SGLang/LMCache could not be installed; the engine tests will be skipped"
 fi
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then

@@ -202,6 +202,37 @@ def master(master_factory):
     return master_factory()
 
 
+@pytest.fixture
+def etcd(tmp_path):
+    """A real etcd on 127.0.0.1 (free ports, data in tmp_path), stopped at teardown."""
+    from mooncake_cxl.launch_ha import EtcdProcess
+    if not EtcdProcess.available():
+        pytest.skip("etcd is not installed (apt-get install etcd-server; scripts/run_tests.sh does)")
+    e = EtcdProcess(str(tmp_path / "etcd-data"), log_path=str(tmp_path / "etcd.log")).start()
+    yield e
+    e.kill()
+
+
+@pytest.fixture
+def ha_master_factory(etcd, pool_path, tmp_path):
+    """Starts elected masters (--enable_ha) on `pool_path` and `etcd`; all are
+    stopped at teardown. start() returns once the master campaigns."""
+    from mooncake_cxl.launch_ha import HaMasterProcess
+    started = []
+
+    def start(ttl_s=2, extra_flags=(), pool_size=256 << 20, cluster_id="mooncake"):
+        m = HaMasterProcess(etcd.endpoint, pool_path, pool_size, cluster_id=cluster_id, ttl_s=ttl_s,
+                            extra_flags=extra_flags, log_path=str(tmp_path / f"ha_master{len(started)}.log"))
+        started.append(m)
+        return m.start()
+
+    yield start
+    for m in started:
+        if m.proc and m.proc.poll() is None:
+            os.kill(m.proc.pid, signal.SIGCONT)
+        m.stop()
+
+
 def connect(master, hostname="127.0.0.1:0", protocol="cxl"):
     """A store set up against `master`; asserts setup succeeded."""
     s = MooncakeDistributedStore()
@@ -399,3 +430,11 @@ def vllm_python():
         pytest.skip(f"vLLM is not importable by {exe} (pip install '.[vllm]', or set MCXL_VLLM_PYTHON): "
                     f"{probe.stderr.strip().splitlines()[-1:]}")
     return exe
+
+
+@pytest.fixture(scope="session")
+def engines_python():
+    """An interpreter with SGLang and LMCache (MCXL_ENGINES_PYTHON, from
+    scripts/run_tests.sh); engine code runs in subprocesses of it."""
+    from engines_common import engines_python_or_skip
+    return engines_python_or_skip()

@@ -294,7 +294,7 @@ TEST_F(MasterTest, IndexLoadLimitRefusesPuts) {
     if (it.status == ErrorCode::OK) ++ok;
     else EXPECT_EQ(it.status, ErrorCode::OBJECT_REPLICA_BUSY);
   }
-  EXPECT_EQ(ok, 1024u / 8 * 7);  // load factor bound of 7/8
+  EXPECT_EQ(ok, uint64_t(0.8 * 1024));  // --index_high_watermark_ratio
 }
 
 TEST_F(MasterTest, DetachReclaimsSlotAndRevokesPuts) {

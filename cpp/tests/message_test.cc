@@ -226,6 +226,28 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(rout.items[1].status, ErrorCode::OBJECT_ALREADY_EXISTS);
 }
 
+TEST(RpcProtocolTest, ReplyBytesBoundIsThePutStartReplysSize) {
+  // Exact for a reply of every key (what the master would encode), whatever
+  // the abandoned ids; 0 for requests whose reply cannot outgrow them.
+  for (uint32_t n : {0u, 1u, 600u, 4096u}) {
+    PutStartRequest req;
+    req.abandoned = {1, 2, 3};
+    PutStartReply reply;
+    for (uint32_t i = 0; i < n; ++i) {
+      req.keys.push_back("k" + std::to_string(i));
+      req.sizes.push_back(64);
+      req.groups.emplace_back();
+      reply.items.push_back({ErrorCode::OK, i, i, i, true});
+    }
+    EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
+    // Short keys: the reply outgrows the request (a record that holds the
+    // request need not hold the reply).
+    if (n >= 600) EXPECT_LT(Enc(req).size(), Enc(reply).size());
+  }
+  EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), "\x01\x02"), 0u);  // undecodable
+  EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kBatchRemove), Enc(SampleRemove())), 0u);
+}
+
 TEST(RpcProtocolTest, RemoveRoundTrip) {
   RemoveRequest in = SampleRemove(), out;
   ASSERT_TRUE(Dec(Enc(in), &out));
@@ -315,6 +337,33 @@ TEST(RpcProtocolTest, RemoteClientMessagesRoundTrip) {
   LocateRequest hm;
   EXPECT_FALSE(Dec(huge.data(), &hm));
   EXPECT_LT(hm.keys.capacity(), 16u);
+}
+
+TEST(RpcProtocolTest, AnnounceOpenAndCloseRoundTrip) {
+  AnnounceOpenRequest oin{{7, 0x200000003ull}, "prefill-0"}, oout;
+  ASSERT_TRUE(Dec(Enc(oin), &oout));
+  EXPECT_EQ(oout.client.slot, 7u);
+  EXPECT_EQ(oout.client.generation, 0x200000003ull);
+  EXPECT_EQ(oout.name, "prefill-0");
+  AnnounceOpenReply rin{ErrorCode::NO_AVAILABLE_HANDLE, 41, 0xabcdef01ull}, rout;
+  ASSERT_TRUE(Dec(Enc(rin), &rout));
+  EXPECT_EQ(rout.status, ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(rout.channel, 41u);
+  EXPECT_EQ(rout.name_hash, 0xabcdef01ull);
+  AnnounceCloseRequest cin{{2, 9}, 41, 0xabcdef01ull}, cout_;
+  ASSERT_TRUE(Dec(Enc(cin), &cout_));
+  EXPECT_EQ(cout_.client.slot, 2u);
+  EXPECT_EQ(cout_.channel, 41u);
+  EXPECT_EQ(cout_.name_hash, 0xabcdef01ull);
+  ExpectEveryTruncationFails<AnnounceOpenRequest>(Enc(oin));
+  ExpectEveryTruncationFails<AnnounceOpenReply>(Enc(rin));
+  ExpectEveryTruncationFails<AnnounceCloseRequest>(Enc(cin));
+  AnnounceOpenRequest om;
+  EXPECT_FALSE(Dec(Enc(oin) + "x", &om));
+  AnnounceCloseRequest cm;
+  EXPECT_FALSE(Dec(Enc(cin) + "x", &cm));
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kAnnounceOpen)), "AnnounceOpen");
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kAnnounceClose)), "AnnounceClose");
 }
 
 TEST(RpcProtocolTest, RequestsRejectTrailingBytes) {

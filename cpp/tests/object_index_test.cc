@@ -236,7 +236,7 @@ TEST_F(ObjectIndexTest, SupersededEntryYieldsToNewerGeneration) {
 }
 
 TEST_F(ObjectIndexTest, CollidingKeysAreAllFound) {
-  auto same_home = CollidingKeys(40);
+  auto same_home = CollidingKeys(30);
   std::vector<std::string> keys = same_home;
   for (int i = 0; i < 300; ++i) keys.push_back("other/" + std::to_string(i));
   for (size_t i = 0; i < keys.size(); ++i) w_->Put(keys[i], "value of " + keys[i], i + 1);
@@ -265,14 +265,129 @@ TEST_F(ObjectIndexTest, EqualHashesAreToldApartByTheFullKey) {
   EXPECT_EQ(idx().FindComplete("gamma", hash).error(), ErrorCode::OBJECT_NOT_FOUND);
 }
 
-TEST_F(ObjectIndexTest, InsertFailsWhenEveryProbeSlotIsTaken) {
-  for (uint64_t i = 0; i < kCapacity; ++i)
-    ASSERT_TRUE(idx().Insert({i * 7 + 1, 0, 1, i + 1, 0, 0, 0}).ok()) << i;
-  EXPECT_EQ(idx().Insert({99, 0, 1, 5000, 0, 0, 0}).error(), ErrorCode::NO_AVAILABLE_HANDLE);
-  idx().Tombstone(17);
-  auto r = idx().Insert({99, 0, 1, 5001, 0, 0, 0});
+TEST_F(ObjectIndexTest, InsertStopsAtTheProbeBound) {
+  constexpr uint64_t kHome = 100, kBound = ObjectIndex::kMaxProbeSlots;
+  for (uint64_t i = 0; i < kBound; ++i) {
+    auto r = idx().Insert({kHome, 0, 1, i + 1, 0, 0, 0});
+    ASSERT_TRUE(r.ok()) << i;
+    EXPECT_EQ(*r, kHome + i);
+  }
+  EXPECT_EQ(idx().max_probe(), kBound - 1);
+  // The window is full: refused, however empty the rest of the table is.
+  EXPECT_EQ(idx().Insert({kHome, 0, 1, 500, 0, 0, 0}).error(), ErrorCode::NO_AVAILABLE_HANDLE);
+  EXPECT_EQ(idx().max_probe(), kBound - 1);
+  auto past = idx().Insert({kHome + kBound, 0, 1, 501, 0, 0, 0});
+  ASSERT_TRUE(past.ok());
+  EXPECT_EQ(*past, kHome + kBound);
+  // Probes of later entries pass through it: it stays a tombstone, and the
+  // next insert of the window reuses it.
+  idx().Tombstone(kHome + 30);
+  EXPECT_EQ(StateAt(kHome + 30), EntryState::kTombstone);
+  auto r = idx().Insert({kHome, 0, 1, 502, 0, 0, 0});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(*r, 17u);
+  EXPECT_EQ(*r, kHome + 30);
+}
+
+TEST_F(ObjectIndexTest, TombstoneNoProbeNeedsBecomesEmpty) {
+  // Homes 10, 11, 12, 11: slots 10, 11, 12 and 13 (displaced by 2).
+  const uint64_t homes[] = {10, 11, 12, 11};
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(*idx().Insert({homes[i], 0, 1, uint64_t(i) + 1, 0, 0, 0}), 10u + i);
+  ASSERT_EQ(StateAt(14), EntryState::kEmpty);
+  idx().Tombstone(10);  // nobody's probe passes slot 10
+  EXPECT_EQ(StateAt(10), EntryState::kEmpty);
+  idx().Tombstone(11);  // slot 13's probe (from 11) does
+  EXPECT_EQ(StateAt(11), EntryState::kTombstone);
+  idx().Tombstone(13);  // its home's stretch is swept: 11 goes too
+  EXPECT_EQ(StateAt(13), EntryState::kEmpty);
+  EXPECT_EQ(StateAt(11), EntryState::kEmpty);
+  EXPECT_EQ(StateAt(12), EntryState::kWriting);
+}
+
+TEST_F(ObjectIndexTest, SweptTombstonesKeepEveryKeyReachable) {
+  // Random puts and removes at ~80% load: every live key stays findable and
+  // no removed key comes back, while the sweep turns tombstones into EMPTY.
+  std::map<std::string, uint64_t> live;
+  std::vector<std::string> removed;
+  uint64_t gen = 1, seed = 12345;
+  auto rnd = [&] { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return seed; };
+  for (int step = 0; step < 6000; ++step) {
+    if (live.size() < kCapacity * 8 / 10) {
+      std::string k = "churn/" + std::to_string(step);
+      uint64_t off = w_->Extent(k.size(), 1);
+      ObjectHeaderFields f;
+      f.key_hash = KeyHash(k);
+      f.generation = gen;
+      f.value_size = 1;
+      f.extent_size = ExtentBytes(k.size(), 1);
+      WriteObjectHeader(*pool_, off, f, k);
+      auto slot = idx().Insert({f.key_hash, off, 1, gen, NowNs(), 0, 0});
+      if (!slot.ok()) continue;  // a full window: the master would evict in it
+      ASSERT_TRUE(idx().PublishComplete(*slot, gen++));
+      live[k] = *slot;
+    } else {
+      auto it = live.begin();
+      std::advance(it, rnd() % live.size());
+      idx().Tombstone(it->second);
+      removed.push_back(it->first);
+      live.erase(it);
+    }
+  }
+  uint64_t empty = 0;
+  for (uint64_t s = 0; s < kCapacity; ++s) empty += StateAt(s) == EntryState::kEmpty;
+  EXPECT_GT(empty, 0u);
+  for (const auto& [k, slot] : live) {
+    auto f = Find(k);
+    ASSERT_TRUE(f.ok()) << k;
+    EXPECT_EQ(f->slot, slot);
+  }
+  for (const auto& k : removed) EXPECT_FALSE(Find(k).ok()) << k;
+}
+
+TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {
+  // Built from what is in the index (a restart), then kept by Insert and
+  // Tombstone through churn at ~80% load: each live key's hash names its
+  // slot alone, a removed key's hash nothing; equal hashes in probe order.
+  std::map<std::string, uint64_t> live;
+  std::vector<std::string> removed;
+  uint64_t gen = 1, seed = 777;
+  auto rnd = [&] { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return seed; };
+  auto put = [&](const std::string& k) {
+    uint64_t off = w_->Extent(k.size(), 1);
+    auto slot = idx().Insert({KeyHash(k), off, 1, gen++, NowNs(), 0, 0});
+    if (slot.ok()) live[k] = *slot;
+  };
+  for (int i = 0; i < 100; ++i) put("before/" + std::to_string(i));
+  idx().EnableShadow();
+  for (int step = 0; step < 6000; ++step) {
+    if (live.size() < kCapacity * 8 / 10) {
+      put("churn/" + std::to_string(step));
+    } else {
+      auto it = live.begin();
+      std::advance(it, rnd() % live.size());
+      idx().Tombstone(it->second);
+      removed.push_back(it->first);
+      live.erase(it);
+    }
+  }
+  std::vector<uint64_t> slots;
+  for (const auto& [k, slot] : live) {
+    idx().ShadowSlots(KeyHash(k), &slots);
+    EXPECT_EQ(slots, std::vector<uint64_t>{slot}) << k;
+  }
+  for (const auto& k : removed) {
+    idx().ShadowSlots(KeyHash(k), &slots);
+    EXPECT_TRUE(slots.empty()) << k;
+  }
+  // Two entries of one hash (an upsert's two values): both, nearer home first.
+  uint64_t h = KeyHash("twin");
+  auto a = idx().Insert({h, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  auto b = idx().Insert({h, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  ASSERT_TRUE(a.ok() && b.ok());
+  idx().ShadowSlots(h, &slots);
+  EXPECT_EQ(slots, (std::vector<uint64_t>{*a, *b}));
+  idx().Tombstone(*a);
+  idx().ShadowSlots(h, &slots);
+  EXPECT_EQ(slots, std::vector<uint64_t>{*b});
 }
 
 TEST_F(ObjectIndexTest, LeaseOnlyGrows) {

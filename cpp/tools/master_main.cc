@@ -5,6 +5,8 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
+#include <unistd.h>
 
 #include "mooncake_cxl/common/access.h"
 #include "mooncake_cxl/common/clock.h"
@@ -12,11 +14,16 @@
 #include "mooncake_cxl/control/http_server.h"
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/master/master_ha.h"
+#include "mooncake_cxl/master/warm_scan.h"
+#include "mooncake_cxl/pool/populate.h"
+#include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/common/tenant.h"
 #include "mooncake_cxl/control/ring_server.h"
 #include "mooncake_cxl/control/tcp_server.h"
 
 namespace {
+
 std::atomic<bool> g_stop{false};
 
 bool g_enable_key_listing = false;  // --enable_key_listing; set before the HTTP thread starts
@@ -110,8 +117,12 @@ int main(int argc, char** argv) {
   flags.Add("cxl_path", &cfg.cxl_path, "pool: device-DAX node, regular file or /dev/shm file");
   flags.Add("cxl_size", &cfg.cxl_size, "pool size in bytes; 0 = the device's size");
   flags.Add("format", &cfg.format, "format the pool (erases it); an unformatted pool is always formatted");
-  flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format; 0 = one per 4 KiB of pool");
+  flags.Add("index_capacity", &cfg.index_capacity, "object index entries at format (64 B of pool each); 0 = one per 4 KiB of pool");
   flags.Add("client_slots", &cfg.client_slots, "client slots at format");
+  flags.Add("announce_channels", &cfg.announce_channels,
+            "announcement channels at format; 0 = two per client slot (bounded by the pool size)");
+  flags.Add("announce_channels_per_client", &cfg.announce_channels_per_client,
+            "announcement channels one client may hold open at once");
   flags.Add("coherence", &cfg.coherence,
             "at format: coherent (one host, CXL 3.x) or noncoherent (CXL 2.0 multi-host: flush on publish)");
   flags.Add("default_kv_lease_ttl", &cfg.default_kv_lease_ttl_ms, "lease granted by get/exist, ms");
@@ -119,6 +130,8 @@ int main(int argc, char** argv) {
   flags.Add("max_kv_soft_pin_ttl", &cfg.max_kv_soft_pin_ttl_ms, "longest soft pin a put may ask for, ms");
   flags.Add("eviction_high_watermark_ratio", &cfg.eviction_high_watermark_ratio, "evict above this used ratio");
   flags.Add("eviction_ratio", &cfg.eviction_ratio, "fraction of capacity one eviction round frees");
+  flags.Add("index_high_watermark_ratio", &cfg.index_high_watermark_ratio,
+            "evict above this share of the object index's entries in use (0.1..0.95)");
   flags.Add("allow_evict_soft_pinned_objects", &cfg.allow_evict_soft_pinned_objects,
             "soft-pinned objects may be evicted last");
   flags.Add("client_ttl", &cfg.client_ttl_s, "seconds without heartbeat before a client is reclaimed");
@@ -138,8 +151,9 @@ int main(int argc, char** argv) {
   flags.Add("allow_world_readable_pool", &cfg.allow_world_readable_pool,
             "format a pool that other users may read or write (refused otherwise)");
   flags.Add("prefault_pool", &cfg.prefault_pool,
-            "map and allocate every pool page at start: no first-touch page faults on puts later "
-            "(costs ~0.1-0.2 s per GiB at start, and keeps the whole pool resident)");
+            "populate the pool's pages in the background after start (the data region too on "
+            "tmpfs/hugetlbfs, which keeps the whole pool resident): puts take no first-touch page "
+            "faults; --prefault_pool=false leaves pages to fault in as they are used");
   uint64_t ring_max_spin_us = mcxl::RingServer::kDefaultMaxSpinNs / 1000;
   flags.Add("ring_max_spin_us", &ring_max_spin_us,
             "longest the ring thread polls after a request before it sleeps, while clients' requests keep "
@@ -188,10 +202,28 @@ int main(int argc, char** argv) {
             "empty = remote clients are refused");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
-                        "enable_metric_reporting", "enable_ha", "etcd_endpoints", "cluster_id",
+                        "enable_metric_reporting",
                         "memory_allocator", "global_file_segment_size", "rpc_interface",
                         "max_total_finished_tasks", "max_total_pending_tasks", "max_total_processing_tasks"})
     flags.Ignore(n);
+  // High availability (master_ha.h): Mooncake's flag names.
+  bool enable_ha = false;
+  std::string ha_backend_type = "etcd", ha_backend_connstring, etcd_endpoints;
+  const char* env_cluster = getenv("MC_STORE_CLUSTER_ID");
+  std::string cluster_id = env_cluster && *env_cluster ? env_cluster : "mooncake";
+  int64_t ha_lease_ttl_sec = 2;
+  int64_t ha_standby_rescan_ms = 3000;
+  flags.Add("enable_ha", &enable_ha, "elect one master of several through etcd; the others stand by");
+  flags.Add("ha_backend_type", &ha_backend_type, "election backend (etcd only)");
+  flags.Add("ha_backend_connstring", &ha_backend_connstring, "etcd endpoints, \"h1:2379;h2:2379\" (or ,)");
+  flags.Add("etcd_endpoints", &etcd_endpoints, "etcd endpoints when --ha_backend_connstring is empty");
+  flags.Add("cluster_id", &cluster_id, "election namespace in etcd (clients: MC_STORE_CLUSTER_ID)");
+  flags.Add("ha_lease_ttl_sec", &ha_lease_ttl_sec,
+            "election lease TTL in seconds: a leader that cannot renew it for this long steps down; a "
+            "standby takes over about this long after a leader on another host stops");
+  flags.Add("ha_standby_rescan_ms", &ha_standby_rescan_ms,
+            "a standby rescans the pool's index and headers this often, so that its takeover re-reads only "
+            "what changed since (a rescan reads the whole index); 0: scan once, at start");
   std::string error;
   bool help = false;
   if (!flags.Parse(argc, argv, &error, &help)) {
@@ -230,7 +262,58 @@ int main(int argc, char** argv) {
   // SIGBUS in the mapping before Tick notices logs the offset and exits so.
   cfg.exit_on_pool_loss = true;
   mcxl::InstallPoolFaultHandler(mcxl::PoolFaultAction::kExit);
-  auto master = mcxl::Master::Create(cfg);
+  signal(SIGINT, OnSignal);
+  signal(SIGTERM, OnSignal);
+  signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<mcxl::HaElector> elector;
+  std::unique_ptr<mcxl::Pool> premapped;
+  std::unique_ptr<mcxl::WarmScan> warm;
+  if (enable_ha) {
+    mcxl::HaOptions ha;
+    ha.endpoints = mcxl::EtcdClient::SplitEndpoints(ha_backend_connstring.empty() ? etcd_endpoints
+                                                                                   : ha_backend_connstring);
+    ha.cluster_id = cluster_id;
+    ha.ttl_s = ha_lease_ttl_sec;
+    if (ha_backend_type != "etcd" || ha.endpoints.empty() || ha_lease_ttl_sec < 1 || cluster_id.empty() ||
+        cluster_id.find('/') != std::string::npos) {
+      fprintf(stderr, "mooncake_cxl_master: --enable_ha needs --ha_backend_type=etcd, etcd endpoints "
+              "(--ha_backend_connstring or --etcd_endpoints), --ha_lease_ttl_sec >= 1 and a --cluster_id without '/'\n");
+      return 2;
+    }
+    // A standby maps the pool (and its pages) while it waits: a takeover
+    // then recovers with no page faults.
+    if (access(cfg.cxl_path.c_str(), F_OK) == 0) {  // a missing pool is created once elected
+      auto pool = mcxl::Pool::Open(cfg.cxl_path, cfg.cxl_size, false);
+      if (pool) {
+        if (cfg.prefault_pool) (void)mcxl::PopulateRange(**pool, 0, (*pool)->size());
+        premapped = std::move(pool.value());
+      }
+    }
+    // The standby keeps its recovery warm: the headers of COMPLETE objects,
+    // scanned now and again every --ha_standby_rescan_ms.
+    if (premapped && premapped->IsFormatted() && premapped->Verify(nullptr).ok()) {
+      warm = std::make_unique<mcxl::WarmScan>();
+      (void)warm->Scan(*premapped);
+      MCXL_LOG(kInfo, "ha", "standby: %zu objects scanned ahead of a takeover", warm->size());
+      if (ha_standby_rescan_ms > 0) warm->Start(premapped.get(), uint32_t(ha_standby_rescan_ms));
+    }
+    if (premapped && warm) {
+      const mcxl::Superblock* sb = premapped->superblock();
+      ha.leader_heartbeat = [sb] {
+        mcxl::ObserveRange(&sb->master_heartbeat_ns, sizeof(uint64_t));  // written on another host, maybe
+        // Relaxed: compared with its previous value only.
+        return sb->master_heartbeat_ns.load(std::memory_order_relaxed);
+      };
+    }
+    elector = std::make_unique<mcxl::HaElector>(ha);
+    printf("mooncake_cxl_master standby cluster=%s pid=%d\n", cluster_id.c_str(), int(getpid()));
+    fflush(stdout);
+    int64_t term = 0;
+    if (!elector->Campaign(g_stop, &term)) return 0;
+    cfg.ha_term = uint64_t(term);
+    cfg.ha_lease_deadline = elector->lease_deadline();
+  }
+  auto master = mcxl::Master::Create(cfg, std::move(premapped), std::move(warm));
   if (!master) {
     fprintf(stderr, "mooncake_cxl_master: cannot start: %s (see the log above)\n",
             mcxl::ErrorCodeName(master.error()));
@@ -244,17 +327,30 @@ int main(int argc, char** argv) {
   http.Start([m = master->get()](const mcxl::HttpRequest& req) { return MonitoringPage(*m, req); });
   mcxl::RingServer rings(master->get(), 50000, ring_max_spin_us * 1000);
   rings.Start();
-  signal(SIGINT, OnSignal);
-  signal(SIGTERM, OnSignal);
-  signal(SIGPIPE, SIG_IGN);
+  if (elector) {
+    // Clients find the leader by this record; a wildcard address names this host.
+    std::string rpc_host = cfg.rpc_address, metrics_host = cfg.metrics_host;
+    char self[256] = {};
+    gethostname(self, sizeof(self) - 1);
+    if (rpc_host == "0.0.0.0" || rpc_host.empty()) rpc_host = self;
+    if (metrics_host == "0.0.0.0" || metrics_host.empty()) metrics_host = self;
+    mcxl::Status a = elector->Announce(rpc_host + ":" + std::to_string(server.port()),
+                                       metrics_host + ":" + std::to_string(http.port()));
+    if (!a.ok()) {
+      MCXL_LOG(kError, "ha", "cannot announce this leader in etcd (%s): stepping down", mcxl::ErrorCodeName(a.error()));
+      return mcxl::kDeposedExitCode;
+    }
+  }
   // One machine-readable line for scripts and tests.
-  printf("mooncake_cxl_master ready rpc=%s:%d pool=%s uuid=%s metrics=%s:%d\n", cfg.rpc_address.c_str(),
+  printf("mooncake_cxl_master ready rpc=%s:%d pool=%s uuid=%s metrics=%s:%d term=%llu\n", cfg.rpc_address.c_str(),
          server.port(), (*master)->pool().path().c_str(), (*master)->pool().UuidString().c_str(),
-         cfg.metrics_host.c_str(), http.port());
+         cfg.metrics_host.c_str(), http.port(),
+         (unsigned long long)(*master)->pool().superblock()->master_term.load(std::memory_order_relaxed));
   fflush(stdout);
   server.Run(g_stop);
   rings.Stop();
   http.Stop();
+  if (elector) elector->Resign();  // a standby takes over at once
   MCXL_LOG(kInfo, "master", "stopped");
   return 0;
 }

@@ -13,6 +13,7 @@ line over them:
     data        put/get/zero-copy latency beside an interleaved memcpy baseline
     control     master requests over CXL RPC rings against TCP; idle master CPU (with paced)
     eviction    put throughput at the high watermark; master memory per object
+    index_fill  small values: put batches from empty to 3x the index (--only index); probe lengths
     tiering     the SSD tier (with tiering_ref: Mooncake's offload in the same run)
     pd_handoff  prefill/decode: the KV hand-off; pd_ttft: TTFT in vLLM
     compare     the same workloads on Mooncake's own store (--compare mooncake)

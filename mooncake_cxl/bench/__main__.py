@@ -1,14 +1,19 @@
 """The benchmark's command line.
 
 Sections: data (put/get/zero-copy latency beside a memcpy of the same size,
-writer and reader in separate processes), control (CXL RPC rings against
+writer and reader in separate processes), cold (first puts into a fresh pool,
+master start and client setup, prefault on and off), control (CXL RPC rings against
 TCP), eviction (throughput at the watermark, master memory per object),
-tiering (the SSD tier, only with --only tiering). Each
+index (small values: put batches from empty to 3x the index, probe lengths),
+tiering (the SSD tier, only with --only tiering), ha (elected masters' takeover
+time and HA's put cost, only with --only ha; needs etcd). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
 (pd_handoff.py) and TTFT in vLLM (pd_ttft.py); it runs under `unshare -n` (re-executing
 itself) so that Mooncake's rows can bind 0.0.0.0 in a loopback-only namespace.
+--only engines (needs SGLang and LMCache, MCXL_ENGINES_PYTHON) times their Mooncake
+backends on ours and on Mooncake's store (engines.py), under `unshare -n` likewise.
 
 --report [PATH] rewrites the sections that ran in the performance document
 (default docs/performance.md of the source checkout, see report.py); without
@@ -24,8 +29,8 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "control", "eviction", "tiering", "pd", "remote")
-DEFAULT_SECTIONS = ("data", "control", "eviction")  # tiering (needs a disk directory) and pd: --only
+SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha", "remote")
+DEFAULT_SECTIONS = ("data", "cold", "control", "eviction", "index")  # tiering (needs a disk directory), pd, engines, ha (etcd), remote: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -35,8 +40,8 @@ def _parser():
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="few iterations: a smoke run, not a measurement")
     ap.add_argument("--no-prefault", action="store_true",
-                    help="data/eviction: let pool pages fault in on first touch (default: master "
-                         "--prefault_pool and clients MC_CXL_PREFAULT=1)")
+                    help="data/eviction: let pool pages fault in on first touch (master "
+                         "--prefault_pool=false, clients MC_CXL_PREFAULT=0; default: prefault on)")
     ap.add_argument("--json", metavar="FILE", help="also write the results as JSON")
     ap.add_argument("--report", nargs="?", const="", metavar="PATH",
                     help="rewrite this run's sections of the performance document at PATH (default: "
@@ -45,9 +50,13 @@ def _parser():
     ap.add_argument("--only", default=",".join(DEFAULT_SECTIONS),
                     help="comma-separated sections: data (put/get/zero-copy), control (rings vs TCP), "
                          "eviction (throughput at the watermark, master memory per object), "
+                         "index (small values filling the index: time per put batch, probe lengths), "
                          "tiering (SSD tier: pool vs tier reads, staged reads, demotion under puts; "
                          "tier directory: MC_CXL_BENCH_TIER_DIR, default /var/tmp); "
                          "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
+                         "engines (SGLang's and LMCache's Mooncake backends, ours vs Mooncake; "
+                         "their interpreter: MCXL_ENGINES_PYTHON); "
+                         "ha (takeover time of elected masters, HA's put cost; needs etcd); "
                          "remote (a client outside the pod over TE-TCP against Mooncake's store, raw TE "
                          "and a local client; needs the oracle extra and `unshare -n`)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
@@ -94,7 +103,7 @@ def main(argv=None):
         out = args.out or report.output_dir()
         return compare.main(out=out, quick=args.quick, progress=not args.no_progress,
                             reexec=not args.no_reexec, argv=argv, report_path=report_path)
-    if "pd" in sections:
+    if "pd" in sections or "engines" in sections:
         if not reference.loopback_only() and os.environ.get(_PD_NETNS_ENV) != "1" \
                 and reference.netns_unavailable() is None:
             return reference.rerun_in_netns(argv, _PD_NETNS_ENV)
@@ -144,6 +153,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import data
         results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "data", data.markdown(results["data"]))
+    if "cold" in sections:
+        from . import cold
+        results["cold"] = cold.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "cold", cold.markdown(results["cold"]))
     if "control" in sections:
         from . import control
         results["control"] = control.run(quick=args.quick, pool_dir=pool_dir)
@@ -152,6 +165,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import eviction
         results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
         _show(bodies, "eviction", eviction.markdown(results["eviction"]))
+    if "index" in sections:
+        from . import index_fill
+        results["index"] = index_fill.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "index", index_fill.markdown(results["index"]))
     if "pd" in sections:
         import importlib
         results["pd"] = {}
@@ -167,6 +184,14 @@ def _run_sections(args, sections, pd_parts, pool_dir):
                     kw["parallel"] = False
             results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
             _show(bodies, name, mod.markdown(results["pd"][name]))
+    if "engines" in sections:
+        from . import engines
+        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
+        _show(bodies, "engines", engines.markdown(results["engines"]))
+    if "ha" in sections:
+        from . import ha
+        results["ha"] = ha.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "ha", ha.markdown(results["ha"]))
     if "remote" in sections:
         from . import remote
         results["remote"] = remote.run(quick=args.quick, pool_dir=pool_dir)

@@ -83,8 +83,8 @@ def read_set_len(size):
 
 def _connect(store_kind, role, address):
     if store_kind == "mooncake_cxl":
-        # The pool's pages are mapped at setup (Pool::Prefault), as the data
-        # bench and a deployment over /dev/shm do: otherwise the first put into
+        # The pool's pages are mapped after setup (prefault, the default), as
+        # the data bench and a deployment over /dev/shm do: otherwise the first put into
         # each fresh page pays a first-touch fault (~4 µs/page here: ~16 ms
         # for the first 16 MiB), which in 24-96 samples per row is the p99.
         os.environ["MC_CXL_PREFAULT"] = "1"

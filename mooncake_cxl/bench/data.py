@@ -6,13 +6,19 @@ process, as on a decode node) that gets them and probes them with is_exist.
 Every latency is printed beside a plain memcpy of the same size measured in
 the reader process in the same run, so the ratio is meaningful on a noisy
 machine. Latencies are per call through the Python API, median and p99.
+Puts are timed twice: put/remove cycles (each put reuses the extent and index
+entry just freed, hot in cache) and new keys as a KV cache writes them (no
+removes while the keys fit in NEW_KEY_WINDOW_BYTES; beyond, the key that many
+bytes back is removed, untimed). The configuration is the default one
+(prefault on), and the timed calls start once the background population
+has mapped the whole pool; every row names the pool's page size.
 """
 import multiprocessing as mp
 import os
 import statistics
 import time
 
-from . import common
+from . import common, pages
 from .common import KIB, MIB
 
 # size, keys kept for the reader, timed puts, timed gets / is_exist
@@ -31,6 +37,10 @@ PLAN = [
 # core from a long sleep (150-300 µs on this VM; the paced-put table in the
 # control section shows what a put after a pause costs) and cold caches.
 WARMUP_ROUNDS = 3
+# Timed puts of new keys per size (at least 200 from 1 MiB up: the p99 is
+# then not one of the few slowest samples), and the live bytes they keep.
+NEW_KEY_PUTS = {4 * KIB: 4000, 64 * KIB: 2000, 1 * MIB: 400, 4 * MIB: 300, 16 * MIB: 200}
+NEW_KEY_WINDOW_BYTES = 64 * MIB
 BATCH = 32  # batch_get_into row: BATCH values of 64 KiB per call
 
 
@@ -53,12 +63,13 @@ def _baseline(size, working_set, dst_working_set=0, anonymous=False):
     return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)
 
 
-def _connect(address, prefault):
-    if prefault:
-        os.environ["MC_CXL_PREFAULT"] = "1"  # map the pool's pages at attach (Pool::Prefault)
+def _connect(address, prefault, pool):
+    os.environ["MC_CXL_PREFAULT"] = "1" if prefault else "0"  # the default is on
     t0 = time.perf_counter()
     s = common.connect(address)
     setup_s = time.perf_counter() - t0
+    if prefault:  # setup does not wait for the background population; the timed calls do
+        pages.wait_resident(os.getpid(), pool[0], pool[1])
     common.settle_placement(s)
     return s, setup_s
 
@@ -86,10 +97,10 @@ def _interleaved(op, baseline, n, chunk):
     return op_ns, base_ns
 
 
-def writer(address, plan, out, prefault=True, cpu=None):
+def writer(address, plan, out, prefault=True, cpu=None, pool=None, new_keys=None):
     if cpu is not None:
         os.sched_setaffinity(0, {cpu})
-    s, setup_s = _connect(address, prefault)
+    s, setup_s = _connect(address, prefault, pool)
     results = {"setup_s": setup_s}
     for size, nkeys, nputs, _ in plan:
         for i in range(nkeys):
@@ -120,12 +131,36 @@ def writer(address, plan, out, prefault=True, cpu=None):
                 s.remove(tmp_key(i), force=True)  # makes room; not timed
             mc += base.run(min(chunk, nputs - start))
         results[size] = {"put": (lat, mc)}
+        if new_keys and size in new_keys:
+            results[size]["put (new keys)"] = _new_key_puts(s, size, value, base, new_keys[size])
     s.close()
     out.put(("put", results))
 
 
-def reader(address, plan, out, prefault=True):
-    s, setup_s = _connect(address, prefault)
+def _new_key_puts(s, size, value, base, n):
+    """Puts of keys never used before, interleaved with the memcpy baseline
+    as the put/remove row is."""
+    window = max(1, NEW_KEY_WINDOW_BYTES // size)
+    lat, mc = [], []
+    chunk = _chunk(size, n)
+    for start in range(0, n, chunk):
+        for i in range(start, min(n, start + chunk)):
+            key = f"bench/new/{size}/{i}"
+            t0 = time.perf_counter_ns()
+            rc = s.put(key, value)
+            lat.append(time.perf_counter_ns() - t0)
+            if rc != 0:
+                raise RuntimeError(f"put of new key {key} failed: {rc}")
+            if i >= window:
+                s.remove(f"bench/new/{size}/{i - window}", force=True)  # room; not timed
+        mc += base.run(min(chunk, n - start))
+    for i in range(max(0, n - window), n):
+        s.remove(f"bench/new/{size}/{i}", force=True)
+    return lat, mc
+
+
+def reader(address, plan, out, prefault=True, pool=None):
+    s, setup_s = _connect(address, prefault, pool)
     results = {"setup_s": setup_s}
     for size, nkeys, _, ngets in plan:
         for i in range(nkeys):  # check the data once, and warm the mapping
@@ -194,6 +229,7 @@ def reader(address, plan, out, prefault=True):
             name = f"batch_get_into {BATCH}x{common.size_name(size)}"
             results[size * BATCH] = {name: (lat, mc), name + " vs anonymous memcpy": (lat, mc_whole),
                                      name + " vs 32 anonymous memcpys": (lat, mc_anon)}
+    results["page"] = pages.page_size(os.getpid(), pool[0])
     s.close()
     out.put(("read", results))
 
@@ -201,30 +237,35 @@ def reader(address, plan, out, prefault=True):
 def run(quick=False, pool_dir="/dev/shm", prefault=True):
     from ..launch import MasterProcess
     plan = [(s, max(2, k // 4), max(10, p // 10), max(20, g // 10)) for s, k, p, g in PLAN] if quick else PLAN
-    pool_bytes = sum(size * (nkeys + 2) for size, nkeys, _, _ in plan) * 2 + 64 * MIB
+    pool_bytes = sum(size * (nkeys + 2) for size, nkeys, _, _ in plan) * 2 + 64 * MIB + 2 * NEW_KEY_WINDOW_BYTES
     ctx = mp.get_context("spawn")
-    flags = ["--prefault_pool"] if prefault else []
+    new_keys = {s: max(10, n // 10) for s, n in NEW_KEY_PUTS.items()} if quick else NEW_KEY_PUTS
+    flags = [] if prefault else ["--prefault_pool=false"]
     t0 = time.perf_counter()
     with common.temp_pool("mcxl_bench", pool_dir) as pool, \
             MasterProcess(pool, pool_bytes, format=True, extra_flags=flags) as m:
         master_start_s = time.perf_counter() - t0
+        populated_s = pages.wait_allocated(pool, m.pool_size) if prefault else None
         q = ctx.Queue()
         rows = {}
         for target in (writer, reader):
-            p = ctx.Process(target=target, args=(m.address, plan, q, prefault))
+            p = ctx.Process(target=target, args=(m.address, plan, q, prefault),
+                            kwargs={"pool": (pool, m.pool_size)} if target is reader else
+                            {"pool": (pool, m.pool_size), "new_keys": new_keys})
             p.start()
             kind, data = q.get(timeout=600)
             p.join()
             rows[kind] = data
-        placed = None if quick else _put_on_separate_cores(ctx, m, prefault)
+        placed = None if quick else _put_on_separate_cores(ctx, m, prefault, (pool, m.pool_size))
     setup = {"master_start_s": master_start_s, "writer_setup_s": rows["put"].pop("setup_s"),
-             "reader_setup_s": rows["read"].pop("setup_s")}
+             "reader_setup_s": rows["read"].pop("setup_s"), "master_populated_s": populated_s}
+    page = rows["read"].pop("page")
     table = []
     merged = {}
     for part in ("put", "read"):
         for size, ops in rows[part].items():
             merged.setdefault(size, {}).update(ops)
-    order = ["put", "get", "get_into", "get_buffer", "is_exist"]
+    order = ["put", "put (new keys)", "get", "get_into", "get_buffer", "is_exist"]
     for size in sorted(merged):
         for op in sorted(merged[size], key=lambda o: order.index(o) if o in order else len(order)):
             lat, base = merged[size][op]
@@ -238,13 +279,13 @@ def run(quick=False, pool_dir="/dev/shm", prefault=True):
                 "op": op, "size": size, "median_us": med, "p99_us": p99,
                 "gbps": size / (med * 1e3), "memcpy_median_us": mc_med, "memcpy_p99_us": mc_p99,
                 "memcpy_gbps": size / (mc_med * 1e3), "vs_memcpy": ratio, "samples": len(lat),
-                "p99_over_median": p99 / med,
+                "p99_over_median": p99 / med, "page": page,
             })
     return {"machine": common.machine(), "quick": quick, "prefault": prefault, "setup": setup,
             "pool_bytes": pool_bytes, "rows": table, "put_4k_separate_cores": placed}
 
 
-def _put_on_separate_cores(ctx, master, prefault):
+def _put_on_separate_cores(ctx, master, prefault, pool):
     """4 KiB puts as the writer times them, with the writer on CPU 0 and every
     master thread on the last CPU. Unpinned, the kernel at first often runs a new
     client on the core of the ring thread it wakes (a ring ping: 4.2 µs on one
@@ -258,7 +299,8 @@ def _put_on_separate_cores(ctx, master, prefault):
     common.set_process_affinity(master.proc.pid, {cpus[-1]})
     try:
         q = ctx.Queue()
-        p = ctx.Process(target=writer, args=(master.address, [(4 * KIB, 16, 4000, 0)], q, prefault, cpus[0]))
+        p = ctx.Process(target=writer, args=(master.address, [(4 * KIB, 16, 4000, 0)], q, prefault, cpus[0]),
+                        kwargs={"pool": pool})
         p.start()
         _, data = q.get(timeout=600)
         p.join()
@@ -275,19 +317,22 @@ def markdown(result):
              "mapping (the pool's medium), timed in the same process, interleaved with that row's "
              "calls so that both see the same drift; from 1 MiB up they alternate one by one and "
              "the ratio is the median of the per-pair ratios.", "",
-             "| op | size | median µs | p99 µs | p99 ÷ median | GB/s (median) | memcpy median µs | memcpy GB/s | store ÷ memcpy bandwidth |",
-             "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+             "| op | size | pool page | median µs | p99 µs | p99 ÷ median | GB/s (median) | memcpy median µs | memcpy GB/s | store ÷ memcpy bandwidth |",
+             "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:
         moves_data = r["op"] not in ("is_exist", "get_buffer")  # they copy nothing
         gbps = f"{r['gbps']:.2f}" if moves_data else "—"
         ratio = f"{r['vs_memcpy'] * 100:.0f}%" if moves_data else "—"
         tail = r.get("p99_over_median", r["p99_us"] / r["median_us"])
-        lines.append(f"| {r['op']} | {common.size_name(r['size'])} | {r['median_us']:.2f} | {r['p99_us']:.2f} | "
+        page = r.get("page", "?") if moves_data else "—"
+        lines.append(f"| {r['op']} | {common.size_name(r['size'])} | {page} | {r['median_us']:.2f} | {r['p99_us']:.2f} | "
                      f"{tail:.1f}× | {gbps} | {r['memcpy_median_us']:.2f} | {r['memcpy_gbps']:.2f} | {ratio} |")
     st = result.get("setup")
     if st:
+        pop = st.get("master_populated_s")
         lines += ["", f"Pool of {result['pool_bytes'] / MIB:.0f} MiB, prefault "
-                  f"{'on (master --prefault_pool, clients MC_CXL_PREFAULT=1)' if result.get('prefault') else 'off'}: "
-                  f"master start {st['master_start_s'] * 1e3:.0f} ms, writer setup {st['writer_setup_s'] * 1e3:.0f} ms, "
-                  f"reader setup {st['reader_setup_s'] * 1e3:.0f} ms."]
+                  f"{'on (the default; timed calls start once the pool is populated)' if result.get('prefault') else 'off (--prefault_pool=false, MC_CXL_PREFAULT=0)'}: "
+                  f"master start {st['master_start_s'] * 1e3:.0f} ms"
+                  f"{f' (its background population done {pop * 1e3:.0f} ms later)' if pop is not None else ''}, "
+                  f"writer setup {st['writer_setup_s'] * 1e3:.0f} ms, reader setup {st['reader_setup_s'] * 1e3:.0f} ms."]
     return "\n".join(lines)

@@ -16,8 +16,7 @@ from .common import KIB, MIB
 
 
 def _throughput(address, pool_bytes, n, rounds, q, prefault=True):
-    if prefault:
-        os.environ["MC_CXL_PREFAULT"] = "1"  # no first-touch faults in either phase
+    os.environ["MC_CXL_PREFAULT"] = "1" if prefault else "0"  # on (the default): no first-touch faults
     s = common.connect(address)
     value = b"e" * (64 * KIB)
     per_fill = int(pool_bytes * 0.25 // len(value))
@@ -64,7 +63,7 @@ def run(quick=False, pool_dir="/dev/shm", prefault=True):
     result = {}
     pool_bytes = 256 * MIB
     with common.temp_pool("mcxl_bench_evict", pool_dir) as path, MasterProcess(path, pool_bytes, format=True,
-                                                                             extra_flags=["--prefault_pool"] if prefault else []) as m:
+                                                                             extra_flags=[] if prefault else ["--prefault_pool=false"]) as m:
         q = ctx.Queue()
         # Each timed batch is short (1000 x 64 KiB, ~10 ms), so one scheduler tick moves
         # it by 10-70%: many alternating rounds, and the loss is the median of the

@@ -32,11 +32,15 @@ DOCUMENT = os.path.join("docs", "performance.md")
 ORDER = (
     ("summary", "Headline figures beside their same-run baselines"),
     ("data", "Data path"),
+    ("cold", "A fresh pool: first puts, start and setup"),
     ("control", "Control path: CXL RPC rings vs TCP"),
     ("eviction", "Eviction and master memory"),
+    ("index", "Small values: the index as a capacity"),
     ("tiering", "SSD tier"),
+    ("ha", "High availability: takeover and put cost"),
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
+    ("engines", "SGLang and LMCache backends: ours vs Mooncake 0.3.13"),
     ("remote", "Hosts outside the pod: over the Transfer Engine"),
     ("compare", "Against Mooncake 0.3.13"),
 )

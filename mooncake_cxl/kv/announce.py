@@ -22,6 +22,14 @@ arrived and why) as soon as the producer is gone (its pid exited, it closed
 or lost the channel) or aborted the request, or nothing came for
 idle_timeout seconds, or timeout passed: the consumer recomputes the rest.
 
+Channel names are the tenant's, as keys are: two tenants' "prefill-0" are
+two channels. Each Announcer and Listener holds its channel open until
+close() (or its store's close, or its process's end); a channel nobody
+holds and whose producer is gone is freed for other names. A client holds
+at most the master's --announce_channels_per_client channels at once; past
+it, or when every channel is held, opening raises KVCacheError with code
+NO_AVAILABLE_HANDLE (-200).
+
 An announcement is a hint; the store's objects are the truth. A listener that
 fell more than a channel's worth of records behind is told how many it lost
 (`lost`), and a consumer that misses one (or times out) falls back to
@@ -73,6 +81,13 @@ class RequestIncomplete(KVCacheError):
         self.request, self.blocks, self.reason, self.loaded = request_id, blocks, reason, loaded
 
 
+def _open_error(channel, side, code):
+    why = {int(ErrorCode.NO_AVAILABLE_HANDLE): ": no announcement channel free (this client holds "
+           "--announce_channels_per_client channels, or every channel of the pool is held)",
+           int(ErrorCode.OBJECT_ALREADY_EXISTS): ": another live process produces on it"}.get(code, "")
+    return KVCacheError(f"announce channel {channel!r} ({side}){why}", code)
+
+
 class Announcer:
     """The producer side of channel `channel` (claimed; -705 while another live
     process holds it)."""
@@ -80,8 +95,9 @@ class Announcer:
     def __init__(self, store, channel, tag=0):
         obj = store._announce_open(channel, True)
         if isinstance(obj, int):
-            raise KVCacheError(f"announce channel {channel!r} (producer)", obj)
+            raise _open_error(channel, "producer", obj)
         self._p = obj
+        self._store = store
         self.channel = channel
         self.tag = int(tag) & _MASK
 
@@ -89,6 +105,14 @@ class Announcer:
         words = [request_key(request_id), (kind | (int(layer) << 32)) & _MASK, int(first) & _MASK,
                  int(end) & _MASK, self.tag, int(user[0]) & _MASK, int(user[1]) & _MASK]
         n = self._p.publish(words)
+        if n == int(ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS):
+            # The channel is no longer ours (its hold ended with a lost slot):
+            # claim it again, once; its listeners see the new epoch.
+            self._p.close()  # first: a claim is by pid, and closing after would drop the new one
+            obj = self._store._announce_open(self.channel, True)
+            if not isinstance(obj, int):
+                self._p = obj
+                n = self._p.publish(words)
         if n < 0:
             raise KVCacheError("announce publish", n)
         return n
@@ -122,11 +146,22 @@ class Listener:
     def __init__(self, store, channel, from_start=True):
         obj = store._announce_open(channel, False, from_start)
         if isinstance(obj, int):
-            raise KVCacheError(f"announce channel {channel!r} (listener)", obj)
+            raise _open_error(channel, "listener", obj)
         self._r = obj
         self.channel = channel
         self.lost = 0
+        self.channel_lost = False  # the channel was freed (its holds ended): nothing more comes
         self._stash = {}  # request key -> records follow() took for another request
+
+    def close(self):
+        """Drops this listener's hold of the channel."""
+        self._r.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
     @property
     def producer_pid(self):
@@ -143,6 +178,9 @@ class Listener:
             if got[0] == "lapped":
                 self.lost += got[1]
                 continue
+            if got[0] == "lost":
+                self.channel_lost = True
+                return out
             n, w = got
             out.append(Announcement(n, w[0], w[1] & 0xFFFFFFFF, w[1] >> 32, w[2], w[3], w[4], (w[5], w[6])))
 
@@ -218,7 +256,9 @@ class Listener:
                 last = now
             pid = self._r.producer_pid
             gone = None
-            if self._r.producer_dead:
+            if self.channel_lost:
+                gone = "its channel was freed (this client's hold ended)"
+            elif self._r.producer_dead:
                 gone = f"its producer (pid {pid}) exited"
             elif owner is None and pid != 0:
                 owner = pid

@@ -4,13 +4,14 @@ Decoders check lengths and raise WireError on a short or malformed reply."""
 import struct
 
 FRAME_MAGIC = 0x4D43584C
-PROTOCOL_VERSION = 6
+PROTOCOL_VERSION = 7
 _HEADER = struct.Struct("<IHHIIQ")
 HEADER_BYTES = _HEADER.size
 MAX_PAYLOAD = 64 << 20
 
 PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE = 1, 2, 3, 4, 5, 6
-REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT, PROMOTE, SETTLE, LOCATE, PUBLISH = 7, 8, 9, 10, 11, 12, 13
+REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT, PROMOTE, SETTLE = 7, 8, 9, 10, 11
+ANNOUNCE_OPEN, ANNOUNCE_CLOSE, LOCATE, PUBLISH = 12, 13, 14, 15  # announce: not used remotely
 
 MAX_REQUEST_KEYS = 4096
 LOCATE_TO_VALIDATE = 1  # kLocateToValidate: a re-check, not a second read

@@ -203,3 +203,87 @@ def test_numpy_everywhere(store):
     assert np.array_equal(out, arr)
     h = store.get_buffer("np")
     assert np.array_equal(np.frombuffer(h, dtype=np.float32), arr)
+
+
+def test_get_into_ranges_stay_inside_the_registered_buffer_of_their_base(store):
+    """A destination offset that leaves the registered buffer holding the base
+    pointer is refused (-600) and writes nothing, even where the memory
+    beyond is the caller's (here: the unregistered rest of the array)."""
+    value = _buf(4096, 7)
+    assert store.put("r", value.tobytes()) == OK
+    arena = np.full(16384, 0xEE, dtype=np.uint8)
+    base = arena.ctypes.data
+    assert store.register_buffer(base, 4096) == OK
+    one = lambda dst, src, n: store.get_into_ranges([base], [["r"]], [[[dst]]], [[[src]]], [[[n]]])[0][0]
+    assert one(4000, 0, 200) == [INVALID]          # runs past the end
+    assert one(6000, 0, 100) == [INVALID]          # starts past the end
+    assert one(1 << 63, 0, 1) == [INVALID]         # an offset far away
+    assert one((1 << 64) - 8, 0, 16) == [INVALID]  # an offset that wraps the pointer
+    assert (arena == 0xEE).all()
+    assert one(96, 0, 4000) == [4000]  # exactly to the end
+    assert np.array_equal(arena[96:4096], value[:4000]) and (arena[4096:] == 0xEE).all()
+    # One bad range fails its key; the key's other ranges are not copied either.
+    arena[:] = 0xEE
+    r = store.get_into_ranges([base], [["r"]], [[[0, 4090]]], [[[0, 0]]], [[[10, 10]]])
+    assert r == [[[INVALID, INVALID]]] and (arena == 0xEE).all()
+    # A base inside the buffer (not at its start) is bounded by the same end.
+    assert store.get_into_ranges([base + 4000], [["r"]], [[[0]]], [[[0]]], [[[97]]]) == [[[INVALID]]]
+    assert store.get_into_ranges([base + 4000], [["r"]], [[[0]]], [[[0]]], [[[96]]]) == [[[96]]]
+    assert store.unregister_buffer(base) == OK
+
+
+def test_get_into_larger_than_its_registered_buffer_writes_nothing(store):
+    value = _buf(8192, 8)
+    assert store.put("big", value.tobytes()) == OK
+    arena = np.full(16384, 0xEE, dtype=np.uint8)
+    p = arena.ctypes.data
+    assert store.register_buffer(p, 2048) == OK
+    assert store.get_into("big", p, 8192) == INVALID
+    assert store.get_into("big", p + 1024, 4096) == INVALID
+    assert store.batch_get_into(["big"], [p], [8192]) == [INVALID]
+    assert store.batch_get_into_multi_buffers(["big"], [[p, p + 1024]], [[1024, 7168]]) == [INVALID]
+    assert (arena == 0xEE).all()
+    assert store.unregister_buffer(p) == OK
+
+
+def _strict_store(master, how, monkeypatch):
+    from conftest import MooncakeDistributedStore
+    s = MooncakeDistributedStore()
+    if how == "env":
+        monkeypatch.setenv("MC_CXL_STRICT_BUFFERS", "1")
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", master.address)
+    elif how == "option":
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", master.address, strict_buffers=True)
+    else:
+        rc = s.setup({"local_hostname": "127.0.0.1:0", "metadata_server": "P2PHANDSHAKE", "protocol": "cxl",
+                      "master_server_addr": master.address, "strict_buffers": True})
+    assert rc == OK
+    return s
+
+
+@pytest.mark.parametrize("how", ["env", "option", "dict"])
+def test_strict_buffers_refuse_unregistered_memory(master, how, monkeypatch):
+    s = _strict_store(master, how, monkeypatch)
+    try:
+        value = _buf(1000, 9)
+        assert s.put("v", value.tobytes()) == OK
+        loose = np.full(2000, 0xEE, dtype=np.uint8)
+        assert s.get_into("v", loose.ctypes.data, 2000) == INVALID
+        assert s.put_from("w", loose.ctypes.data, 100) == INVALID
+        assert s.batch_get_into(["v"], [loose.ctypes.data], [2000]) == [INVALID]
+        assert s.get_into_ranges([loose.ctypes.data], [["v"]], [[[0]]], [[[0]]], [[[10]]]) == [[[INVALID]]]
+        assert (loose == 0xEE).all() and s.is_exist("w") == 0
+        reg = np.zeros(2000, dtype=np.uint8)
+        assert s.register_buffer(reg.ctypes.data, reg.nbytes) == OK
+        assert s.get_into("v", reg.ctypes.data, 2000) == 1000 and np.array_equal(reg[:1000], value)
+        assert s.put_from("w", reg.ctypes.data, 100) == OK
+        assert s.get_into_ranges([reg.ctypes.data], [["v"]], [[[1500]]], [[[0]]], [[[10]]]) == [[[10]]]
+    finally:
+        s.close()
+
+
+def test_unregistered_memory_is_accepted_by_default(store, monkeypatch):
+    monkeypatch.delenv("MC_CXL_STRICT_BUFFERS", raising=False)
+    assert store.put("u", b"abc") == OK
+    loose = np.zeros(16, dtype=np.uint8)
+    assert store.get_into("u", loose.ctypes.data, 16) == 3 and bytes(loose[:3]) == b"abc"

@@ -38,10 +38,16 @@ MAGIC = b"MCXF"
 HEAD = struct.Struct("<4sHHIQI")  # magic, slot, life, key index, seq, total length
 DIGEST = 16
 MIN_VALUE, MAX_VALUE = 4 << 10, 256 << 10
+# Tiny values (keys nkeys .. nkeys + ntiny - 1 of a slot), put in batches:
+# thousands of them fill the index long before the data region, so eviction
+# for index slots (its watermark, full probe windows) runs under the faults.
+TINY_MIN, TINY_MAX = 40, 160  # the header and digest, up to a few lines
 SEQ_PER_LIFE = 1 << 32  # seq = life * SEQ_PER_LIFE + n: increasing across lives of a slot
 
 OBJECT_NOT_FOUND = -704
+OBJECT_ALREADY_EXISTS = -705
 OBJECT_HAS_LEASE = -706
+NO_AVAILABLE_HANDLE = -200
 
 
 NT = 1  # tenants (args "ntenants"), set at start
@@ -182,6 +188,66 @@ class Violations:
         self.f.flush()
 
 
+class Channel:
+    """An announcement channel the worker produces on and follows itself:
+    "fc/<g>/<life>", the same name in every tenant (slots of different
+    tenants share g), a new one per life so that channels of killed lives
+    must be reclaimed, and "fc/<g>/<life>/idle" it only listens on (nobody
+    produces there: any record read is foreign). Every record read must be this slot's (its tag names
+    tenant and name, user words slot and life): announce_foreign; an open
+    refused for want of a free channel is announce_exhausted (the master
+    runs with few channels). Opens and publishes fail while the master is
+    down or the slot was reclaimed: retried later, never a violation."""
+
+    def __init__(self, store, slot, life, viol, stats):
+        import zlib
+        self.store, self.slot, self.life, self.viol, self.stats = store, slot, life, viol, stats
+        self.name = f"fc/{slot // NT}/{life}"
+        self.tag = zlib.crc32(f"{tenant_of(slot)}/{self.name}".encode())
+        self.ann = self.lis = self.idle = None
+        self.next_try = 0.0
+
+    def _open(self):
+        from mooncake_cxl.kv.announce import Announcer, Listener
+        from mooncake_cxl.kv.cache import KVCacheError
+        if time.monotonic() < self.next_try:
+            return False
+        try:
+            if self.lis is None or self.lis.channel_lost:
+                self.lis = Listener(self.store, self.name, from_start=True)
+            if self.ann is None:
+                self.ann = Announcer(self.store, self.name, tag=self.tag)
+            if self.idle is None or self.idle.channel_lost:
+                self.idle = Listener(self.store, self.name + "/idle", from_start=True)
+            return True
+        except KVCacheError as e:
+            self.next_try = time.monotonic() + 0.2
+            if e.code == NO_AVAILABLE_HANDLE:
+                self.viol.add("announce_exhausted", self.name, f"{e} (held channels are not reclaimed?)")
+            elif e.code == OBJECT_ALREADY_EXISTS:  # our own name: only another tenant's producer could hold it
+                self.viol.add("announce_foreign", self.name, f"{e}: a producer of another tenant holds it")
+            return False
+
+    def announce(self, idx, seq):
+        from mooncake_cxl.kv.cache import KVCacheError
+        if not self._open():
+            return
+        try:
+            self.ann.blocks_ready(idx, seq & 0xFFFFFFFF, seq >> 32, user=(self.slot, self.life))
+            self.stats["announced"] += 1
+        except KVCacheError:
+            self.ann.close()
+            self.ann = None  # lost (reclaimed while stopped): claim it again
+        for a in self.idle.poll():
+            self.viol.add("announce_foreign", self.name + "/idle", f"record {a.number} on a channel nobody "
+                          f"of this tenant produces on: tag {a.tag:#x}, user words {a.user}")
+        for a in self.lis.poll():
+            self.stats["announce_read"] += 1
+            if a.tag != self.tag or a.user[0] != self.slot or a.user[1] > self.life:
+                self.viol.add("announce_foreign", self.name, f"record {a.number} of another channel, tenant or "
+                              f"slot: tag {a.tag:#x} (ours {self.tag:#x}), user words {a.user}")
+
+
 def open_store(address, deadline, stop, tenant="default"):
     from mooncake_cxl import MooncakeDistributedStore
     while True:
@@ -209,15 +275,20 @@ def worker(a):
     viol = Violations(os.path.join(a["dir"], f"violations.{slot}.{life}"), f"worker {slot} life {life}")
     stop_path = os.path.join(a["dir"], "stop")
     stop = lambda: os.path.exists(stop_path)
-    stats = {k: 0 for k in ("put", "upsert", "group_write", "remove", "remove_by_regex", "hold", "release_hold", "get",
+    stats = {k: 0 for k in ("put", "upsert", "group_write", "tiny_batch", "remove", "remove_by_regex", "hold",
+                            "release_hold", "get",
                             "get_buffer", "ok", "failed",
-                            "hit", "miss", "foreign_read", "view_checked", "view_refused")}
+                            "hit", "miss", "foreign_read", "view_checked", "view_refused", "announced",
+                            "announce_read")}
     rcs = {}
     s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
     print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
           flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
+    # A remote client has no announcement channels (they live in the pool).
+    channel = None if getattr(s, "_remote", None) is not None else Channel(s, slot, life, viol, stats)
     own = [key_name(slot, i) for i in range(nkeys)]
+    tiny = [key_name(slot, nkeys + i) for i in range(a.get("ntiny", 0))]
     recent = []  # own keys written lately
 
     own_set = set(own)
@@ -295,6 +366,30 @@ def worker(a):
         stats["group_write"] += 1
         return rc
 
+    def write_tiny_batch():
+        # 50-200 own tiny keys in one call; one rc for the call, as write_group.
+        nonlocal seq
+        op = "upsert" if rnd.random() < 0.3 else "put"
+        keys = rnd.sample(tiny, min(len(tiny), rnd.randint(50, 200)))
+        vals, seqs = [], []
+        for key in keys:
+            seq += 1
+            idx = int(key.rsplit("/", 1)[1])
+            vals.append(make_value(slot, life, idx, seq, rnd.randint(TINY_MIN, TINY_MAX), block, rnd))
+            seqs.append(seq)
+            journal.write(f"A {key} {seq} {op}\n")
+            model.attempt(key, seq, op)
+        rc = (s.upsert_batch if op == "upsert" else s.put_batch)(keys, vals)
+        for key, q in zip(keys, seqs):
+            journal.write(f"R {key} {q} {op} {rc}\n")
+            model.result(key, q, op, rc)
+        stats["tiny_batch"] += 1
+        if rc == 0 and rnd.random() < 0.3:  # read some back at once
+            for key in keys[:5]:
+                stats["get"] += 1
+                read_check(key, s.get(key), "get right after a tiny batch")
+        return rc
+
     def remove_by_regex():
         # Own keys whose index starts with a digit: the master confines the
         # pattern to our tenant, so the other tenants' same names stay.
@@ -350,7 +445,9 @@ def worker(a):
                 key = rnd.choice(own)
             r = rnd.random()
             rc = 0
-            if r < 0.45:
+            if tiny and rnd.random() < 0.05:
+                rc = write_tiny_batch()
+            elif r < 0.45:
                 if rnd.random() < 0.4:  # read first: the old value is leased when replaced
                     stats["get"] += 1
                     read_check(key, s.get(key), "get before a write")
@@ -363,6 +460,8 @@ def worker(a):
                 if rc == 0:
                     recent.append(key)
                     del recent[:-8]
+                    if channel is not None:
+                        channel.announce(int(key.rsplit("/", 1)[1]), seq)
                     if rnd.random() < 0.1:
                         stats["get"] += 1
                         read_check(key, s.get(key), "get right after the write")
@@ -447,7 +546,7 @@ def check(a):
         model = KeyModel()  # the slot's keys are its own (tenant, name)s
         replay(os.path.join(a["dir"], f"journal.{slot}"), model)
         s = open_store(a["address"], time.monotonic() + 60, lambda: False, tenant_of(slot))
-        for idx in range(a["nkeys"]):
+        for idx in range(a["nkeys"] + a.get("ntiny", 0)):
             key = key_name(slot, idx)
             v = s.get(key)
             if v:

@@ -112,7 +112,7 @@ def read_pool(path, offset, n):
 
 
 def pool_token(path):
-    assert struct.unpack("<I", read_pool(path, SB_LAYOUT_VERSION, 4))[0] == 5
+    assert struct.unpack("<I", read_pool(path, SB_LAYOUT_VERSION, 4))[0] == _core._layout()["layout_version"]
     return read_pool(path, SB_AUTH_TOKEN, 16)
 
 

@@ -183,6 +183,7 @@ def test_eviction_round_is_logged(master_factory):
         for i in range(int(1.5 * POOL // VALUE)):
             assert s.put(f"o{i}", b"o" * VALUE) == 0
         line = [l for l in m.log_tail(100000).splitlines() if "[evict] round" in l][-1]
-        assert re.search(r"used [\d.]+% -> [\d.]+%, evicted \d+ objects, \d+ bytes in [\d.]+ ms", line), line
+        assert re.search(r"used [\d.]+% -> [\d.]+%, index [\d.]+% in use, evicted \d+ objects, \d+ bytes in "
+                         r"[\d.]+ ms", line), line
     finally:
         s.close()

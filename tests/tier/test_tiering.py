@@ -261,7 +261,7 @@ def test_full_tier_by_capacity_flag(master_factory, tier_dir):
 
 def test_full_tier_on_a_small_tmpfs(master_factory, tier_dir):
     os.makedirs(tier_dir)
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m", "tmpfs", tier_dir], capture_output=True)
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=3m,mode=0700", "tmpfs", tier_dir], capture_output=True)
     if r.returncode != 0:
         pytest.skip("a tmpfs cannot be mounted here (needs root): the capacity-flag test covers a full tier")
     try:

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import oracle
-from mooncake_cxl.bench import compare, control, data, eviction, paced
+from mooncake_cxl.bench import compare, control, data, eviction, index_fill, paced
 
 
 # ---------------------------------------------------------------- our sections
@@ -38,6 +38,20 @@ def test_bench_control_and_eviction_quick_runs():
     assert ev["put_64k_half_empty_gbps"] > 0 and ev["put_64k_at_watermark_gbps"] > 0
     assert ev["master_anon_bytes_per_object"] > 0
     assert "bytes/object" in eviction.markdown(ev)
+
+
+def test_bench_index_quick_run_fills_to_3x_and_reports_probes():
+    r = index_fill.run(quick=True, pool_dir="/dev/shm")
+    assert [f["value_bytes"] for f in r["fills"]] == [64, 4096]
+    for f in r["fills"]:
+        assert len(f["batch_s"]) == -(-3 * f["index_capacity"] // index_fill.BATCH)
+        assert f["index_evicted"] > 0 and f["empty_batch_s"] > 0
+    loads = [p["load"] for p in r["probes"]]
+    # A put into a full probe window evicts one object of it: the last levels lag a little.
+    assert loads == sorted(loads) and loads[0] == pytest.approx(0.5, abs=0.01) and loads[-1] > 0.9
+    assert all(p["put_lookup"] and p["hit"] for p in r["probes"])
+    text = index_fill.markdown(r)
+    assert "| 64 B |" in text and "| 4096 B |" in text and "at the watermark after 3x" in text
 
 
 # ---------------------------------------------------------------- against Mooncake (--compare mooncake)

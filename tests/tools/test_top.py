@@ -37,6 +37,16 @@ master_evicted_size_bytes {MIB}
 master_successful_evictions_total 2
 # TYPE master_eviction_rounds_total counter
 master_eviction_rounds_total 9
+# TYPE master_index_capacity gauge
+master_index_capacity 4096
+# TYPE mooncake_cxl_index_entries_in_use gauge
+mooncake_cxl_index_entries_in_use 3276
+# TYPE mooncake_cxl_index_load_ratio gauge
+mooncake_cxl_index_load_ratio 0.7998046875
+# TYPE mooncake_cxl_index_high_watermark_ratio gauge
+mooncake_cxl_index_high_watermark_ratio 0.8
+# TYPE mooncake_cxl_index_evicted_keys_total counter
+mooncake_cxl_index_evicted_keys_total 40
 # TYPE master_get_hits_total counter
 master_get_hits_total 900
 # TYPE master_get_misses_total counter
@@ -52,6 +62,7 @@ master_ping_requests_total 10
 # Two seconds later (as far as test_snapshot_math is concerned): 50 more keys
 # and 2 MiB evicted, 80 hits and 20 misses, 1000 more put_starts.
 SECOND = (FIRST.replace("master_evicted_key_count 100", "master_evicted_key_count 150")
+          .replace("mooncake_cxl_index_evicted_keys_total 40", "mooncake_cxl_index_evicted_keys_total 60")
           .replace(f"master_evicted_size_bytes {MIB}", f"master_evicted_size_bytes {3 * MIB}")
           .replace("master_get_hits_total 900", "master_get_hits_total 980")
           .replace("master_get_misses_total 100", "master_get_misses_total 120")
@@ -193,6 +204,8 @@ def test_text_view():
     assert "1,234" in text and "80.0% of 50.0 gets/s" in text and "89.1% overall" in text
     assert "25.0 keys/s" in text and "1.0 MiB/s" in text
     assert "complete 1,200  writing 30  leased 4" in text
+    # The index's load beside the pool's: small objects fill it first.
+    assert "80.0%  3,276 of 4,096 entries (evicts past 80.0%)  evicted for it 10.0 keys/s (total 60)" in text
     assert "a summary" in text and "rates over 2.0 s" in text
     assert "put_start" in text and "500.0" in text
     # Missing metrics show as n/a rather than failing.
@@ -273,3 +286,12 @@ def test_help_needs_neither_rich_nor_prometheus_client(tmp_path):
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "--once" in out.stdout and "--interval" in out.stdout
+
+
+def test_announcement_channels_row():
+    text = ("mooncake_cxl_announce_channels 128\nmooncake_cxl_announce_channels_in_use 3\n"
+            "# TYPE mooncake_cxl_announce_refusals counter\nmooncake_cxl_announce_refusals_total 2\n")
+    snap = top.snapshot(None, top.parse_metrics(text), None)
+    assert snap["announce"] == {"channels": 128, "in_use": 3, "refusals_total": 2}
+    assert "channels  : 3 in use of 128  (opens refused 2)" in top.format_text(snap)
+    assert top.snapshot(None, top.parse_metrics("master_key_count 1\n"), None)["announce"] is None

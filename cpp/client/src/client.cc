@@ -21,6 +21,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <thread>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/key_hash.h"
@@ -30,6 +31,7 @@
 #include "mooncake_cxl/common/tenant.h"
 #include "client_internal.h"
 #include "mooncake_cxl/pool/pool_copy.h"
+#include "mooncake_cxl/tier/disk_tier.h"
 
 namespace mcxl {
 namespace {
@@ -91,7 +93,20 @@ Client::~Client() { (void)Close(); }
 Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   std::string host;
   int port = 0;
-  if (!SplitHostPort(options.master_addr, &host, &port)) {
+  std::unique_ptr<EtcdClient> etcd;
+  std::string leader_key;
+  if (options.master_addr.rfind("etcd://", 0) == 0) {
+    auto endpoints = EtcdClient::SplitEndpoints(options.master_addr);
+    if (endpoints.empty()) {
+      MCXL_LOG(kError, "client", "master_server_addr '%s' names no etcd endpoint", options.master_addr.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
+    std::string cluster = options.cluster_id;
+    const char* env = getenv("MC_STORE_CLUSTER_ID");
+    if (cluster.empty()) cluster = env && *env ? env : "mooncake";
+    leader_key = "mooncake-cxl/" + cluster + "/leader";  // master_ha.h's key
+    etcd = std::make_unique<EtcdClient>(endpoints, options.connect_timeout_ms);
+  } else if (!SplitHostPort(options.master_addr, &host, &port)) {
     MCXL_LOG(kError, "client", "master_server_addr '%s' is not host:port", options.master_addr.c_str());
     return ErrorCode::INVALID_PARAMS;
   }
@@ -104,8 +119,14 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   InstallPoolFaultHandler(PoolFaultAction::kRemap);
   std::shared_ptr<Client> c(new Client(options));
+  Status s = ErrorCode::OK;
+  if (etcd) {
+    c->etcd_ = std::move(etcd);
+    c->leader_key_ = leader_key;
+    s = c->FindLeader(MonoNs() + uint64_t(options.connect_timeout_ms) * 1000000ull, &host, &port);
+  }
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
-  Status s = c->MapPool();
+  if (s.ok()) s = c->MapPool();
   if (s.ok()) s = c->Attach(true);
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
@@ -141,12 +162,10 @@ Status Client::MapPool() {
   Status v = (*pool)->Verify(boot.uuid);
   if (!v.ok()) return v;
   if (!(*pool)->CheckSize()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  if (options_.prefault_pool) {
-    auto t = (*pool)->Prefault();
-    if (t) MCXL_LOG(kInfo, "client", "prefaulted the pool (%llu MiB) in %.3f s",
-                    (unsigned long long)(size >> 20), *t);
-  }
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
+  // Off the setup path: a put or read reaching a page first maps it itself.
+  if (options_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap);
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -170,7 +189,24 @@ Status Client::Attach(bool initial) {
   req.tenant = options_.tenant;
   Encoder e;
   Encode(req, &e);
-  auto r = rpc_->Call(MessageType::kAttach, e.data());
+  Result<std::string> r = ErrorCode::RPC_FAIL;
+  if (etcd_ && !initial) {
+    // The leader may be changing: ask etcd which master serves before each
+    // try (the previous one may be stopped, its socket still accepting),
+    // for up to put_wait_ms.
+    uint64_t deadline = MonoNs() + uint64_t(options_.put_wait_ms) * 1000000ull;
+    for (;;) {
+      std::string host;
+      int port = 0;
+      if (FindLeader(deadline, &host, &port).ok()) (void)rpc_->SetTarget(host, port);
+      r = rpc_->Call(MessageType::kAttach, e.data());
+      if (r || (r.error() != ErrorCode::RPC_FAIL && r.error() != ErrorCode::RPC_TIMEOUT) || MonoNs() >= deadline)
+        break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));  // the takeover is under way
+    }
+  } else {
+    r = rpc_->Call(MessageType::kAttach, e.data());
+  }
   if (!r) return r.error();
   Decoder d(*r);
   AttachReply reply;
@@ -194,6 +230,9 @@ Status Client::Attach(bool initial) {
   // Relaxed: ordered by attach_mu_ for writers; see the member comment.
   slot_.store(reply.slot, std::memory_order_relaxed);
   slot_generation_.store(reply.slot_generation, std::memory_order_relaxed);
+  // The master that attached us raised the term before it served anyone.
+  ObserveRange(&pool_->superblock()->master_term, sizeof(uint64_t));
+  term_.store(pool_->superblock()->master_term.load(std::memory_order_acquire), std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> ring_lock(ring_mu_);
@@ -263,6 +302,7 @@ Status Client::CallOnceInto(MessageType type, const std::string& payload, std::s
   }
   auto r = rpc_->Call(type, payload);
   if (!r) return r.error();
+  if (TermSuperseded()) return ErrorCode::RPC_FAIL;  // a deposed master's answer: ask the new one
   *reply = std::move(*r);
   return ErrorCode::OK;
 }
@@ -288,7 +328,10 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);
   // Pushed as header + payload: no joined copy of the frame.
   FrameHeader fh{kFrameMagic, kProtocolVersion, uint16_t(type), uint32_t(payload.size()), 0, id};
-  if (sizeof(fh) + payload.size() > ring_requests_.max_frame()) return ErrorCode::NOT_SUPPORTED;
+  // Both the request and its reply must fit one ring record; else TCP.
+  if (sizeof(fh) + payload.size() > ring_requests_.max_frame() ||
+      sizeof(fh) + ReplyBytesBound(uint16_t(type), payload) > ring_replies_.max_frame())
+    return ErrorCode::NOT_SUPPORTED;
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   Superblock* sb = pool_->superblock();
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
@@ -296,6 +339,7 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
     // Restarted (a new incarnation), silent for longer than any Tick gap,
     // or exited (its pid, when on this machine).
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) return true;
+    if (TermSuperseded()) return true;
     // The heartbeat and pid checks cost a clock read (~25 ns) and a syscall
     // (~0.5 µs) against a ~2 µs small put: before a push they are made at
     // most every 10 ms; a master that died since is caught by the wait below
@@ -337,8 +381,10 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
     if (stale()) return ErrorCode::ILLEGAL_CLIENT;
     if (now >= deadline) return ErrorCode::RPC_TIMEOUT;
     // Spin (the master answers in a few µs), then sleep in short slices so
-    // that a dead master is noticed.
-    if (!ring_replies_.WaitForData(reply_spin_ns, std::min<uint64_t>(deadline - now, 200000000ull), &ring_spin_)) {
+    // that a dead master is noticed; shorter with elected masters, where a
+    // standby takes over within tens of ms.
+    const uint64_t slice_ns = etcd_ ? 20000000ull : 200000000ull;
+    if (!ring_replies_.WaitForData(reply_spin_ns, std::min<uint64_t>(deadline - now, slice_ns), &ring_spin_)) {
       if (master_gone(true, MonoNs())) return ErrorCode::RPC_FAIL;
       continue;
     }
@@ -397,6 +443,7 @@ void Client::HeartbeatLoop() {
       PublishRange(&cs->heartbeat_ns, kCacheLine);
     }
     lock.unlock();
+    tier::CloseDeletedReaderFds();  // compacted segments' space goes back even while we do not read
     if (lost) {
       // The master restarted or reclaimed us: take a slot again so that the
       // master can see us alive (readers never talk to it otherwise).
@@ -418,6 +465,7 @@ Status Client::Close() {
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
+  populator_.Stop();
   Encoder e;
   Encode(Ref(), &e);
   bool reconnected = false;

@@ -216,7 +216,7 @@ Status Client::CheckRange(uintptr_t ptr, uint64_t size, const char* op) const {
     return ErrorCode::INVALID_PARAMS;
   }
   std::shared_lock<std::shared_mutex> lock(registry_mu_);
-  if (registered_.empty()) return ErrorCode::OK;
+  if (registered_.empty() && !options_.strict_buffers) return ErrorCode::OK;
   // Registered buffers are disjoint: only the one starting at or before ptr
   // and the one after it can be crossed.
   auto next = registered_.upper_bound(ptr);
@@ -226,6 +226,7 @@ Status Client::CheckRange(uintptr_t ptr, uint64_t size, const char* op) const {
              (unsigned long)next->first, (unsigned long long)next->second);
     return ErrorCode::INVALID_PARAMS;
   }
+  bool inside = false;
   if (next != registered_.begin()) {
     auto prev = std::prev(next);
     uint64_t end = prev->first + prev->second;
@@ -236,8 +237,40 @@ Status Client::CheckRange(uintptr_t ptr, uint64_t size, const char* op) const {
                (unsigned long long)prev->second);
       return ErrorCode::INVALID_PARAMS;
     }
+    inside = ptr < end;
+  }
+  if (options_.strict_buffers && !inside) {
+    MCXL_LOG(kWarn, "client", "%s: buffer [0x%lx, +%llu) lies in no registered buffer (strict buffers: "
+             "MC_CXL_STRICT_BUFFERS / setup(strict_buffers=True))", op, (unsigned long)ptr,
+             (unsigned long long)size);
+    return ErrorCode::INVALID_PARAMS;
   }
   return ErrorCode::OK;
+}
+
+Status Client::CheckRangeFrom(uintptr_t base, uint64_t offset, uint64_t size, const char* op) const {
+  if (base + offset < base) {
+    MCXL_LOG(kWarn, "client", "%s: offset %llu from buffer 0x%lx wraps", op, (unsigned long long)offset,
+             (unsigned long)base);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  {
+    std::shared_lock<std::shared_mutex> lock(registry_mu_);
+    auto next = registered_.upper_bound(base);
+    if (next != registered_.begin()) {
+      auto holder = std::prev(next);
+      uint64_t end = holder->first + holder->second;
+      // base lies in this buffer: the range must too (offset and size
+      // compared against what is left, so nothing overflows).
+      if (base < end && (offset > end - base || size > end - base - offset)) {
+        MCXL_LOG(kWarn, "client", "%s: range [+%llu, +%llu) of buffer 0x%lx runs past the end of its registered "
+                 "buffer [0x%lx, +%llu)", op, (unsigned long long)offset, (unsigned long long)size,
+                 (unsigned long)base, (unsigned long)holder->first, (unsigned long long)holder->second);
+        return ErrorCode::INVALID_PARAMS;
+      }
+    }
+  }
+  return CheckRange(base + offset, size, op);
 }
 
 }  // namespace mcxl

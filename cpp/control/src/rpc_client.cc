@@ -40,6 +40,15 @@ bool RpcClient::PeerClosed() const {
   return n <= 0;
 }
 
+bool RpcClient::SetTarget(const std::string& host, int port) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (host == host_ && port == port_) return false;
+  if (fd_ >= 0) close(fd_);
+  fd_ = -1;
+  host_ = host, port_ = port;
+  return true;
+}
+
 void RpcClient::Disconnect() {
   if (fd_ >= 0) close(fd_);
   fd_ = -1;
@@ -69,7 +78,12 @@ Status RpcClient::ConnectLocked() {
     }
   }
   if (rc != 0) {
-    MCXL_LOG(kWarn, "rpc", "cannot reach the master at %s:%d: %s", host_.c_str(), port_, strerror(errno));
+    // At most one line a second: a client following a takeover retries every few ms.
+    uint64_t now = MonoNs();
+    if (last_unreachable_log_ns_ == 0 || now - last_unreachable_log_ns_ > 1000000000ull) {
+      last_unreachable_log_ns_ = now;
+      MCXL_LOG(kWarn, "rpc", "cannot reach the master at %s:%d: %s", host_.c_str(), port_, strerror(errno));
+    }
     close(fd);
     return ErrorCode::RPC_FAIL;
   }

@@ -7,7 +7,25 @@ bool RunsInSlices(uint16_t type) {
 }
 namespace {
 ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
+constexpr uint64_t kPutStartReplyHead = 4 + 4;           // status, item count
+constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply)
 }  // namespace
+
+uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
+  if (type != uint16_t(MessageType::kPutStart)) return 0;
+  // The key count, read past the head as Decode(PutStartRequest) does; an
+  // undecodable request gets a status-only reply.
+  Decoder d(payload);
+  ClientRef c;
+  Decode(&d, &c);
+  (void)d.U64();  // put_id
+  for (uint32_t i = 0, n = d.Count(8); i < n; ++i) (void)d.U64();
+  (void)d.U8();
+  (void)d.U32();
+  (void)d.U64();
+  uint32_t keys = d.Count(4 + 8 + 4);
+  return d.failed() ? 0 : kPutStartReplyHead + kPutStartReplyItem * uint64_t(keys);
+}
 
 const char* MessageTypeName(uint16_t type) {
   switch (MessageType(type)) {
@@ -23,6 +41,8 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kHeartbeat: return "Heartbeat";
     case MessageType::kPromote: return "Promote";
     case MessageType::kSettle: return "Settle";
+    case MessageType::kAnnounceOpen: return "AnnounceOpen";
+    case MessageType::kAnnounceClose: return "AnnounceClose";
     case MessageType::kLocate: return "Locate";
     case MessageType::kPublish: return "Publish";
   }
@@ -276,6 +296,40 @@ bool Decode(Decoder* d, PromoteRequest* m) {
   m->key = std::string(d->Str());
   m->generation = d->U64();
   m->stage = d->U8() != 0;
+  return !d->failed() && d->done();
+}
+
+void Encode(const AnnounceOpenRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->Str(m.name);
+}
+bool Decode(Decoder* d, AnnounceOpenRequest* m) {
+  Decode(d, &m->client);
+  m->name = d->Str();
+  return !d->failed() && d->done();
+}
+
+void Encode(const AnnounceOpenReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U32(m.channel);
+  e->U64(m.name_hash);
+}
+bool Decode(Decoder* d, AnnounceOpenReply* m) {
+  m->status = ReadStatus(d);
+  m->channel = d->U32();
+  m->name_hash = d->U64();
+  return !d->failed();
+}
+
+void Encode(const AnnounceCloseRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U32(m.channel);
+  e->U64(m.name_hash);
+}
+bool Decode(Decoder* d, AnnounceCloseRequest* m) {
+  Decode(d, &m->client);
+  m->channel = d->U32();
+  m->name_hash = d->U64();
   return !d->failed() && d->done();
 }
 

@@ -31,25 +31,38 @@ std::string StatusReply(ErrorCode status) {
   return e.data();
 }
 
-Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config) {
+Result<std::unique_ptr<Master>> Master::Create(const MasterConfig& config, std::unique_ptr<Pool> premapped,
+                                               std::unique_ptr<WarmScan> warm) {
   auto m = std::make_unique<MasterImpl>(config);
-  Status s = m->Open();
+  Status s = m->Open(std::move(premapped), std::move(warm));
   if (!s.ok()) return s.error();
   return std::unique_ptr<Master>(std::move(m));
 }
 
 MasterImpl::~MasterImpl() {
+  populator_.Stop();  // before the pools it reads go
   if (tier_) tier_->Stop();  // its thread calls back into us
 }
 
-Status MasterImpl::Open() {
+Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmScan> warm) {
+  if (premapped) warm_ = std::move(warm);  // describes that pool only
   machine_ = ThisMachine();
   if (!config_.enable_cxl)
     MCXL_LOG(kWarn, "master", "--enable_cxl=false: this master always serves a CXL pool; using %s",
              config_.cxl_path.c_str());
+  if (config_.announce_channels > kMaxAnnounceChannels) {
+    MCXL_LOG(kError, "master", "--announce_channels must be 0..%u, got %llu", kMaxAnnounceChannels,
+             (unsigned long long)config_.announce_channels);
+    return ErrorCode::INVALID_PARAMS;
+  }
   if (config_.client_slots == 0 || config_.client_slots > 4096) {
     MCXL_LOG(kError, "master", "--client_slots must be 1..4096, got %llu",
              (unsigned long long)config_.client_slots);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  if (!(config_.index_high_watermark_ratio >= 0.1 && config_.index_high_watermark_ratio <= 0.95)) {
+    MCXL_LOG(kError, "master", "--index_high_watermark_ratio must be 0.1..0.95, got %g",
+             config_.index_high_watermark_ratio);
     return ErrorCode::INVALID_PARAMS;
   }
   PoolFileOptions file;
@@ -66,14 +79,27 @@ Status MasterImpl::Open() {
              "that appears there later replaces it", config_.cxl_path.c_str(), (unsigned long long)config_.cxl_size);
     create = true;
   }
-  auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, create, file);
-  if (!pool) return pool.error();
-  pool_ = std::move(pool.value());
+  if (premapped) {
+    pool_ = std::move(premapped);
+  } else {
+    auto pool = Pool::Open(config_.cxl_path, config_.cxl_size, create, file);
+    if (!pool) return pool.error();
+    pool_ = std::move(pool.value());
+  }
   bool fresh = config_.format || !pool_->IsFormatted();
+  if (fresh && config_.ha_term != 0 && pool_->IsFormatted() && pool_->Verify(nullptr).ok() &&
+      pool_->superblock()->master_term.load(std::memory_order_relaxed) != 0) {
+    // An elected master that takes over must not erase what its predecessor served.
+    MCXL_LOG(kWarn, "ha", "--format ignored: pool %s was already served by an elected master; recovering it",
+             config_.cxl_path.c_str());
+    fresh = false;
+  }
+  if (fresh) warm_.reset();  // stops its scan before Format rewrites what it reads
   if (fresh) {
     FormatOptions fo;
     fo.index_capacity = config_.index_capacity;
     fo.client_slots = uint32_t(config_.client_slots);
+    fo.announce_channels = uint32_t(config_.announce_channels);
     if (config_.coherence != "coherent" && config_.coherence != "noncoherent") {
       MCXL_LOG(kError, "master", "--coherence must be coherent or noncoherent, not '%s'", config_.coherence.c_str());
       return ErrorCode::INVALID_PARAMS;
@@ -85,11 +111,6 @@ Status MasterImpl::Open() {
   } else {
     Status s = pool_->Verify(nullptr);
     if (!s.ok()) return s;
-  }
-  if (config_.prefault_pool) {
-    auto t = pool_->Prefault();
-    if (t) MCXL_LOG(kInfo, "master", "prefaulted the pool (%llu MiB) in %.3f s",
-                    (unsigned long long)(pool_->size() >> 20), *t);
   }
   std::string huge = pool_->TmpfsHugePolicy();
   if (huge == "never" || huge == "deny")
@@ -103,13 +124,16 @@ Status MasterImpl::Open() {
   // under the RingServer (which reads it without mu_).
   attached_bits_.reset(new std::atomic<uint64_t>[(kMaxClientSlots + 63) / 64]());
   if (config_.enable_offload) {  // before AdoptPool: the superblock publishes it
-    auto tier = TierManager::Open(config_, this);
+    auto tier = TierManager::Open(config_, this, UuidToString(pool_->superblock()->uuid));
     if (!tier) return tier.error();
     tier_ = std::move(tier.value());
   }
   AdoptPool(std::move(pool_), fresh);
+  // Off the start path: a put reaching a page first faults it in itself.
+  if (config_.prefault_pool)
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate);
   if (tier_) {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     tier_->Recover(fresh);
     tier_->Start();
   }
@@ -156,6 +180,20 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
     stats_.pool_replacements = keep.pool_replacements + 1;
     ++pool_epoch_;
   }
+  Superblock* adopted = pool->superblock();
+  if (config_.ha_term != 0 && mu_.term() == 0) {
+    // Elected: fence off the previous leader before the first structural write.
+    uint64_t prev_pid = adopted->master_pid.load(std::memory_order_relaxed);
+    bool prev_local = adopted->master_machine_hash.load(std::memory_order_relaxed) == KeyHash(machine_);
+    uint64_t term = FencedMutex::TakeTerm(adopted, config_.ha_term, prev_pid, prev_local, kHaRemoteBatchWaitNs);
+    mu_.Arm(adopted, term, config_.ha_lease_deadline);
+    MCXL_LOG(kInfo, "ha", "term %llu written into pool %s", (unsigned long long)term, pool->path().c_str());
+  } else if (mu_.term() != 0) {
+    // A replaced device, formatted under mu_ (held): it carries our term from now on.
+    adopted->master_term.store(mu_.term(), std::memory_order_seq_cst);
+    PublishRange(&adopted->master_term, sizeof(uint64_t));
+    mu_.Arm(adopted, mu_.term(), config_.ha_lease_deadline);
+  }
   pool_ = std::move(pool);
   struct stat st {};
   if (fstat(pool_->fd(), &st) == 0) pool_dev_ = uint64_t(st.st_dev), pool_ino_ = uint64_t(st.st_ino);
@@ -164,10 +202,16 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
+  index_->EnableShadow();  // before Recover: its tombstones keep it exact
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
   entry_meta_.assign(geo.index_capacity, EntryMeta{});
   clients_.assign(geo.client_slot_count, ClientInfo{});
   retired_.assign(geo.client_slot_count, RetiredPins{});
+  channels_.assign(geo.announce_channels, ChannelState{});
+  slot_holds_.assign(geo.client_slot_count, {});
+  recovered_holds_.clear();
+  channel_of_.clear();
+  pin_tables_.assign((geo.client_slot_count + 63) / 64, 0);
   stats_.capacity_bytes = alloc_->capacity();
   // Relaxed stores + one publish: readers only use these as hints.
   sb->lease_ttl_ns.store(config_.default_kv_lease_ttl_ms * 1000000ull, std::memory_order_relaxed);
@@ -217,7 +261,7 @@ void MasterImpl::CheckReplacedDevice() {
   uint64_t dev = uint64_t(st.st_dev), ino = uint64_t(st.st_ino);
   uint64_t cur_dev, cur_ino;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     if (pool_lost_) return;
     cur_dev = pool_dev_, cur_ino = pool_ino_;
   }
@@ -255,6 +299,7 @@ void MasterImpl::CheckReplacedDevice() {
   FormatOptions fo;
   fo.index_capacity = config_.index_capacity;
   fo.client_slots = uint32_t(config_.client_slots);
+  fo.announce_channels = uint32_t(config_.announce_channels);
   fo.coherence = config_.coherence == "noncoherent" ? CoherenceMode::kNonCoherent : CoherenceMode::kCoherent;
   fo.allow_world_readable = config_.allow_world_readable_pool;
   Status f = fresh->Format(fo);
@@ -263,11 +308,14 @@ void MasterImpl::CheckReplacedDevice() {
                        "serving the old pool", path.c_str(), ErrorCodeName(f.error()));
     return;
   }
-  if (config_.prefault_pool) (void)fresh->Prefault();
-  std::lock_guard<std::mutex> lock(mu_);
+  populator_.Stop();  // it names the old pool, which AdoptPool retires
+  const Pool* adopted = fresh.get();
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
+  if (config_.prefault_pool)
+    populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate);
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),
@@ -355,16 +403,14 @@ void MasterImpl::ReclaimCorrupt() {
 }
 
 void MasterImpl::FindLive(std::string_view key, uint64_t hash, std::vector<uint64_t>* out) const {
+  // The shadow names the slots the master filed under `hash`: no walk over
+  // the pool's tombstones. Each is checked in the pool as a probe would.
+  index_->ShadowSlots(hash, &find_candidates_);
   out->clear();
-  uint64_t cap = index_->capacity();
-  uint64_t max_probe = index_->max_probe();  // the master's own bound, not the shared word
-  uint64_t home = index_->HomeSlot(hash);
-  for (uint64_t i = 0; i <= max_probe; ++i) {
-    uint64_t slot = (home + i) & (cap - 1);
+  for (uint64_t slot : find_candidates_) {
     const IndexEntry& e = index_->entry(slot);
     // Acquire: a client's COMPLETE CAS published the value before it.
     EntryState st = StateOf(e.state_gen.load(std::memory_order_acquire));
-    if (st == EntryState::kEmpty) break;
     if (st != EntryState::kWriting && !Readable(st)) continue;
     if (e.key_hash.load(std::memory_order_relaxed) != hash) continue;
     if (CheckedLive(slot) && KeyOf(slot) == key) out->push_back(slot);
@@ -393,18 +439,18 @@ std::string MasterImpl::Handle(uint16_t type, std::string_view payload, uint32_t
   if (RunsInSlices(type)) {
     std::string refusal;
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (!Admit(type, payload, *conn_slot, &refusal)) {
         CountOp(type, refusal);
         return refusal;
       }
     }
     std::string reply = HandleRemoveMatching(payload, type == uint16_t(MessageType::kRemoveAll));
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     CountOp(type, reply);
     return reply;
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return StatusReply(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
   std::string reply = Dispatch(type, payload, conn_slot);
   CountOp(type, reply);
@@ -420,7 +466,7 @@ void MasterImpl::CountOp(uint16_t type, const std::string& reply) {
 }
 
 void MasterImpl::ServeRing(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_ || slot >= clients_.size() || !clients_[slot].attached) return;
   // Only the current attachment's requests are served (see shm_ring.h): a
   // reclaimed client that resumed may still push one into its old rings.
@@ -479,8 +525,21 @@ void MasterImpl::ServeRing(uint32_t slot) {
       replies.WakeConsumer();
       continue;
     }
+    std::string_view payload = std::string_view(frame).substr(sizeof(h));
+    if (sizeof(FrameHeader) + ReplyBytesBound(h.type, payload) > replies.max_frame()) {
+      // Its reply could not be pushed: refused before any work, and the
+      // client (which checks this before sending) retries over TCP.
+      MCXL_LOG(kWarn, "ring", "client slot %u sent a %s whose reply (up to %llu bytes) exceeds a ring record "
+               "(%llu bytes); refused with NOT_SUPPORTED (send it over TCP)", slot, MessageTypeName(h.type),
+               (unsigned long long)ReplyBytesBound(h.type, payload), (unsigned long long)replies.max_frame());
+      Encoder e;
+      EncodeStatus(ErrorCode::NOT_SUPPORTED, &e);
+      (void)replies.Push(MakeFrame(MessageType::kError, h.request_id, e.data()));
+      replies.WakeConsumer();
+      continue;
+    }
     uint32_t conn_slot = slot;
-    std::string reply = Dispatch(h.type, std::string_view(frame).substr(sizeof(h)), &conn_slot);
+    std::string reply = Dispatch(h.type, payload, &conn_slot);
     CountOp(h.type, reply);
     FrameHeader rh{kFrameMagic, kProtocolVersion, h.type, uint32_t(reply.size()), 0, h.request_id};
     if (!replies.Push(&rh, sizeof(rh), reply))  // header + body: no joined copy
@@ -513,6 +572,8 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kBatchRemove: return HandleRemove(&d, true);
     case MessageType::kPromote: return HandlePromote(&d);
     case MessageType::kSettle: return HandleSettle(&d);
+    case MessageType::kAnnounceOpen: return HandleAnnounceOpen(&d);
+    case MessageType::kAnnounceClose: return HandleAnnounceClose(&d);
     case MessageType::kLocate: return HandleLocate(&d);
     case MessageType::kPublish: return HandlePublish(&d);
     case MessageType::kRemoveByRegex:
@@ -532,7 +593,7 @@ uint64_t MasterImpl::Tick() {
       CheckReplacedDevice();
     }
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   uint64_t now = MonoNs();
   if (!replaced_.empty()) ReleaseReplacedPools(now);
   if (pool_lost_) return 100;
@@ -562,11 +623,12 @@ uint64_t MasterImpl::Tick() {
 }
 
 MasterStats MasterImpl::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   MasterStats s = stats_;
   s.corrupt_entries = corrupt_entries_;
   s.pending_puts = pending_.size();
   s.allocated_bytes = alloc_->used_bytes();
+  s.index_live_entries = live_entries_;
   s.attached_clients = 0;
   for (const auto& c : clients_) s.attached_clients += c.attached ? 1 : 0;
   if (tier_) tier_->FillStats(&s);

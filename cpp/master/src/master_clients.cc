@@ -95,6 +95,8 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kRemoveAll:
     case MessageType::kPromote:
     case MessageType::kSettle:
+    case MessageType::kAnnounceOpen:
+    case MessageType::kAnnounceClose:
     case MessageType::kLocate:
     case MessageType::kPublish:
       break;
@@ -129,6 +131,7 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: Encode(CountReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     case MessageType::kSettle: Encode(TicketReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
+    case MessageType::kAnnounceOpen: Encode(AnnounceOpenReply{ErrorCode::ILLEGAL_CLIENT, 0, 0}, &e); break;
     case MessageType::kLocate: Encode(LocateReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
     case MessageType::kPublish: Encode(PublishReply{ErrorCode::ILLEGAL_CLIENT, {}, 0}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
@@ -218,8 +221,10 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       ClientInfo& c = clients_[slot];
       ClientSlot* cs = pool_->client_slot(slot);
       if (!c.attached || c.generation != req.prev_generation) {
+        AttachAnnounceHolds(slot, req.pid, KeyHash(req.machine));
         c = ClientInfo{};
         c.attached = true;
+        MarkPinTable(slot);
         c.generation = (uint64_t(pool_->superblock()->master_incarnation.load(std::memory_order_relaxed)) << 32) +
                        next_generation_++;
         c.pid = req.pid;
@@ -327,11 +332,12 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   // Its pins die with it (docs/architecture.md §3), unless its process may still hold
   // views or be inside a ring call: then the slot is retired (master_pins.cc).
   RetireOrClearPins(slot, was, dead, in_ring_call);
+  DropAnnounceHolds(slot);
   MCXL_LOG(kInfo, "master", "client slot %u reclaimed: %s", slot, why);
 }
 
 void MasterImpl::OnDisconnect(uint32_t slot) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (slot >= clients_.size() || !clients_[slot].attached) return;
   clients_[slot].connected = false;
   if (clients_[slot].local && LocalPidDead(clients_[slot].pid)) ReclaimClient(slot, "process exited");
@@ -355,6 +361,7 @@ void MasterImpl::CheckClients() {
     if (now > last && now - last > ttl) ReclaimClient(i, "heartbeat expired");
   }
   CheckRetiredPins();
+  SweepAnnounceChannels();
 }
 
 }  // namespace mcxl

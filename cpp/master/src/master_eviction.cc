@@ -1,10 +1,14 @@
 // Eviction: approximate LRU by sampling, after Redis's evict.c.
 //
 // When a put would lift the pool above --eviction_high_watermark_ratio, or
-// an allocation fails (fragmentation, or the index is near full), the master
-// runs an eviction round that frees about --eviction_ratio of the capacity
-// (more if the put needs more). Which objects? The least recently used ones
-// that nothing protects.
+// an allocation fails (fragmentation), the master runs an eviction round that
+// frees about --eviction_ratio of the capacity (more if the put needs more).
+// The index is a capacity too: past --index_high_watermark_ratio of its
+// entries in use, a put's round frees index slots (at most
+// kInlineIndexEntries; the ahead slices bring it down to the watermark
+// minus --eviction_ratio), and a key whose probe window is full gets a slot
+// there (EvictInWindow). Which objects? The least recently used ones that
+// nothing protects.
 //
 // Recency. Reads never reach the master (they are one-sided), so there is no
 // global LRU list to maintain and none is wanted: a list touched by every
@@ -50,6 +54,10 @@
 namespace mcxl {
 namespace {
 constexpr uint64_t kSampleSize = 4096;
+// Index slots one inline round frees at most: the oldest quarter of a
+// sample, so a put over the index's watermark pays for one sample, not for
+// a whole --eviction_ratio (tens of thousands of objects on a large pool).
+constexpr uint64_t kInlineIndexEntries = kSampleSize / 4;
 
 }  // namespace
 
@@ -130,6 +138,18 @@ uint64_t MasterImpl::RandomSlot() {
   return eviction_rng_ & (index_->capacity() - 1);
 }
 
+uint64_t MasterImpl::SampleSlot(uint64_t start, uint64_t i) const {
+  // Runs of 8 slots (one 512-byte stretch, read sequentially) visited in an
+  // order that spreads over the whole index: an odd stride visits every run
+  // once per pass (the run count is a power of two). A contiguous sample
+  // would evict one region bare and leave the rest of the table as full,
+  // so probe windows there fill up.
+  constexpr uint64_t kRun = 8, kStride = 0x9E3779B97F4A7C15ull;  // odd
+  uint64_t cap = index_->capacity(), runs = cap / kRun;
+  uint64_t run = (start / kRun + (i / kRun) * kStride) & (runs - 1);
+  return run * kRun + i % kRun;
+}
+
 std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   auto gi = group_of_.find(slot);
   if (gi != group_of_.end()) {
@@ -200,7 +220,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
   // of up to 4096 headers and a sort, ~1-2 ms on the put path) only if that
   // is not enough. Puts faster than the idle slices can evict otherwise paid
   // a whole sample per inline round.
-  if (entries == 0) freed = EvictFromAheadWindow(bytes, now, pins, &freed_bytes);
+  freed = EvictFromAheadWindow(bytes, entries, now, pins, &freed_bytes);
   for (int pass = 0; pass < 2 && !met(); ++pass) {
     bool soft_pass = pass == 1;
     if (soft_pass && !config_.allow_evict_soft_pinned_objects) break;
@@ -208,7 +228,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
       window.clear();
       uint64_t complete = 0;
       for (; scanned < cap && complete < kSampleSize; ++scanned) {
-        uint64_t slot = (start + scanned) & (cap - 1);
+        uint64_t slot = SampleSlot(start, scanned);
         if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
           continue;
         // No header check here (a miss per sampled object, most of a round's
@@ -236,11 +256,13 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
   if (freed == 0) ++stats_.eviction_rounds_empty;
   stats_.evicted_keys += freed;
   stats_.evicted_bytes += freed_bytes;
+  if (bytes == 0) stats_.index_evicted_keys += freed;
   double cap_bytes = double(alloc_->capacity());
-  MCXL_LOG(kInfo, "evict", "round %llu (%s): used %.1f%% -> %.1f%%, evicted %llu objects, %llu bytes in %.2f ms",
-           (unsigned long long)stats_.eviction_rounds, why, 100.0 * double(used_before) / cap_bytes,
-           100.0 * double(alloc_->used_bytes()) / cap_bytes, (unsigned long long)freed,
-           (unsigned long long)freed_bytes, double(MonoNs() - t0) / 1e6);
+  MCXL_LOG(kInfo, "evict", "round %llu (%s): used %.1f%% -> %.1f%%, index %.1f%% in use, evicted %llu objects, "
+           "%llu bytes in %.2f ms", (unsigned long long)stats_.eviction_rounds, why,
+           100.0 * double(used_before) / cap_bytes, 100.0 * double(alloc_->used_bytes()) / cap_bytes,
+           100.0 * double(live_entries_) / double(cap), (unsigned long long)freed, (unsigned long long)freed_bytes,
+           double(MonoNs() - t0) / 1e6);
   return freed;
 }
 
@@ -250,10 +272,11 @@ bool MasterImpl::AheadWindowUsable(uint64_t mono_ns) const {
          mono_ns - ahead_sampled_mono_ns_ < std::min<uint64_t>(ttl, kNsPerSec);
 }
 
-uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes) {
+uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint64_t now, const PinSet& pins,
+                                           uint64_t* freed_bytes) {
   if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
-  while (*freed_bytes < bytes && ahead_next_ < ahead_window_.size()) {
+  while ((*freed_bytes < bytes || freed < entries) && ahead_next_ < ahead_window_.size()) {
     const SampledSlot& c = ahead_window_[ahead_next_++];
     // Still the object sampled; re-checked whole by EvictWithGroup.
     if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
@@ -269,7 +292,7 @@ uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t now, const Pi
 // window sampled a few milliseconds earlier. Soft-pinned objects are left to
 // the inline round (its second pass).
 void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& interrupted) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   uint64_t t_end = MonoNs() + budget_ns;
   auto out_of_time = [&] { return MonoNs() >= t_end || (interrupted && interrupted()); };
   uint64_t cap_bytes = alloc_->capacity();
@@ -284,9 +307,10 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
     }
     if (log && ahead_freed_ != 0)
       MCXL_LOG(kInfo, "evict", "round %llu (ahead of the watermark, in idle slices): used %.1f%% -> %.1f%%, "
-               "evicted %llu objects, %llu bytes in %.2f ms", (unsigned long long)stats_.eviction_rounds,
-               100.0 * double(ahead_used_before_) / double(cap_bytes),
-               100.0 * double(alloc_->used_bytes()) / double(cap_bytes), (unsigned long long)ahead_freed_,
+               "index %.1f%% in use, evicted %llu objects, %llu bytes in %.2f ms",
+               (unsigned long long)stats_.eviction_rounds, 100.0 * double(ahead_used_before_) / double(cap_bytes),
+               100.0 * double(alloc_->used_bytes()) / double(cap_bytes),
+               100.0 * double(live_entries_) / double(index_->capacity()), (unsigned long long)ahead_freed_,
                (unsigned long long)ahead_freed_bytes_, double(MonoNs() - ahead_t0_) / 1e6);
     if (!keep || ahead_next_ == SIZE_MAX || ahead_next_ >= ahead_window_.size()) {
       ahead_window_.clear();
@@ -302,8 +326,11 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   // Rounds off the put path matter most there: inline, a round costs the
   // put ~1-2 ms per 2000 objects (their header checks).
   auto used_now = [&] { return alloc_->used_bytes() - std::min(alloc_->used_bytes(), EvictPendingBytes()); };
+  // The index's load is a reason of its own (its slots, not bytes, wanted).
+  uint64_t index_low = IndexLow();
+  auto satisfied = [&] { return used_now() <= low && live_entries_ <= index_low; };
   if (pool_lost_ || pool_->failed()) return done(true);
-  if (used_now() <= low) return done(true, true);
+  if (satisfied()) return done(true, true);
   uint64_t cap = index_->capacity();
   uint64_t now = NowNs();
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
@@ -330,7 +357,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
     while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
       for (uint64_t n = 0, seen = 0; n < 4096 && seen < 128 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
-        uint64_t slot = (ahead_start_ + ahead_scanned_++) & (cap - 1);
+        uint64_t slot = SampleSlot(ahead_start_, ahead_scanned_++);
         uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
         if (StateOf(sg) != EntryState::kComplete) continue;
         ++seen;
@@ -348,8 +375,12 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   }
   PinSet pins;
   (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
-  evict_drop_ = false;  // bytes wanted, not index slots: an SSD tier demotes (the flag outlives EvictRound)
-  while (ahead_next_ < ahead_window_.size() && used_now() > low) {
+  // Bytes wanted: an SSD tier demotes (the flag outlives EvictRound); only
+  // index slots wanted: drop, as demoting frees none.
+  bool for_index = used_now() <= low;
+  evict_drop_ = for_index;
+  if (for_index) NoteIndexDrivesEviction("past its watermark");
+  while (ahead_next_ < ahead_window_.size() && !satisfied()) {
     const SampledSlot& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
     // Still the object sampled (not gone, nor its slot reused since); the
@@ -361,10 +392,11 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
       ahead_freed_bytes_ += b;
       stats_.evicted_keys += n;
       stats_.evicted_bytes += b;
+      if (for_index) stats_.index_evicted_keys += n;
     }
     if (out_of_time()) break;
   }
-  if (used_now() <= low) return done(true, true);
+  if (satisfied()) return done(true, true);
   if (ahead_next_ >= ahead_window_.size()) {  // window used up: sample another
     bool freed_any = ahead_freed_ != 0;
     done(true);
@@ -377,7 +409,9 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
   uint64_t cap = alloc_->capacity();
   uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(cap));
   uint64_t low = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio) * double(cap));
-  uint64_t round_entries = std::max<uint64_t>(1, uint64_t(config_.eviction_ratio * double(IndexLimit())));
+  // Past the index's watermark: a bounded round (the ahead slices do the rest).
+  uint64_t round_entries =
+      std::min(kInlineIndexEntries, std::max<uint64_t>(1, live_entries_ + 1 - std::min(live_entries_ + 1, IndexLow())));
   // Above the watermark after this put: make room down to watermark - ratio.
   // Bytes already queued for demotion (SSD tier) are on their way out: not
   // looked for again by a round per put while the tier writes them.
@@ -385,9 +419,10 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
   used -= std::min(used, EvictPendingBytes());
   bool over_bytes = used + extent_bytes > high;
   bool over_index = live_entries_ + 1 > IndexLimit();
+  if (over_index && !over_bytes) NoteIndexDrivesEviction("past its watermark");
   if (over_bytes || over_index)
     EvictRound(over_bytes ? used + extent_bytes - std::min(low, used + extent_bytes) : 0,
-               over_index ? round_entries : 0, over_bytes ? "high watermark" : "index full");
+               over_index ? round_entries : 0, over_bytes ? "high watermark" : "index high watermark");
   for (int attempt = 0; attempt < 8; ++attempt) {
     if (live_entries_ + 1 <= IndexLimit()) {
       auto ext = alloc_->Allocate(extent_bytes);
@@ -397,7 +432,8 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
         uint64_t ahead = uint64_t(std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2) *
                                   double(cap));
         uint64_t now_used = alloc_->used_bytes();
-        if (now_used - std::min(now_used, EvictPendingBytes()) > ahead)  // as EvictAhead counts it
+        if (now_used - std::min(now_used, EvictPendingBytes()) > ahead ||  // as EvictAhead counts it
+            live_entries_ + 1 > IndexAhead())
           evict_ahead_wanted_.store(true, std::memory_order_relaxed);
         // Pre-demotion: the tier thread copies the coldest objects once the
         // pool's bytes without a copy pass --offload_ahead_ratio.
@@ -418,6 +454,59 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
            (unsigned long long)alloc_->used_bytes(), (unsigned long long)cap, (unsigned long long)live_entries_,
            transient ? "right now (leased, viewed or unfinished objects)" : "(hard-pinned objects)");
   return transient ? ErrorCode::OBJECT_REPLICA_BUSY : ErrorCode::NO_AVAILABLE_HANDLE;
+}
+
+uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
+  uint64_t now = NowNs(), ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
+  uint64_t cap = index_->capacity(), home = index_->HomeSlot(hash);
+  PinSet pins;
+  (void)ScanPins([&pins](uint64_t g) { pins.gens.insert(g); return false; });  // every pin, once
+  round_blocked_transiently_ = false;
+  evict_drop_ = true;  // a slot is wanted: demoting would keep the entry
+  struct Candidate {
+    uint64_t last_access, slot;
+  };
+  std::vector<Candidate> window;
+  // Soft-pinned objects only when nothing else is, and when allowed.
+  for (int pass = 0; pass < 2 && window.empty(); ++pass) {
+    if (pass == 1 && !config_.allow_evict_soft_pinned_objects) break;
+    for (uint64_t i = 0; i < std::min(cap, ObjectIndex::kMaxProbeSlots); ++i) {
+      uint64_t slot = (home + i) & (cap - 1);
+      EntryState st = StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire));
+      if (st == EntryState::kWriting) round_blocked_transiently_ = true;  // its put may finish and go
+      if (st != EntryState::kComplete) continue;
+      if (SoftPinActive(slot, now) != (pass == 1)) continue;
+      Protection p = Protected(slot, now, pins);
+      if (p == Protection::kTransient) round_blocked_transiently_ = true;
+      if (p == Protection::kNone) window.push_back({LastAccessNs(slot, ttl), slot});
+    }
+  }
+  std::sort(window.begin(), window.end(),
+            [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
+  uint64_t freed = 0, bytes = 0;
+  // The oldest that goes (its group whole): its slot is in the window.
+  for (const Candidate& c : window)
+    if ((freed = EvictWithGroup(c.slot, now, pins, &bytes)) > 0) break;
+  stats_.evicted_keys += freed;
+  stats_.evicted_bytes += bytes;
+  stats_.index_evicted_keys += freed;
+  stats_.index_window_evictions += freed;
+  if (freed > 0) NoteIndexDrivesEviction("a new key's probe window was full");
+  return freed;
+}
+
+void MasterImpl::NoteIndexDrivesEviction(const char* why) {
+  if (index_drive_logged_) return;
+  index_drive_logged_ = true;
+  uint64_t cap = index_->capacity();
+  uint64_t mean = live_entries_ ? alloc_->used_bytes() / live_entries_ : 0;
+  MCXL_LOG(kWarn, "master", "the object index, not the data region, now drives eviction (%s): %llu of its %llu "
+           "entries in use (--index_high_watermark_ratio=%.2f) with %.1f%% of the data region used; objects average %llu "
+           "bytes of pool, and the index has one entry per %llu bytes. To keep more small objects, format the pool "
+           "with a larger --index_capacity (64 bytes of pool per entry)",
+           why, (unsigned long long)live_entries_, (unsigned long long)cap, config_.index_high_watermark_ratio,
+           100.0 * double(alloc_->used_bytes()) / double(std::max<uint64_t>(1, alloc_->capacity())),
+           (unsigned long long)mean, (unsigned long long)(pool_->size() / cap));
 }
 
 }  // namespace mcxl

@@ -88,7 +88,7 @@ std::string MasterImpl::MetricsText() {
   // The index scan runs in slices of mu_ (see master.h): the counts are of
   // moments a few milliseconds apart, which a gauge can afford.
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     if (pool_lost_) {  // the pool is not to be touched again
       PromWriter w;
       w.Metric("mooncake_cxl_pool_lost", "gauge", "1 when the pool device shrank: nothing is served", 1);
@@ -96,6 +96,7 @@ std::string MasterImpl::MetricsText() {
     }
   }
   uint64_t leased = 0, hard = 0, soft = 0;
+  ProbeHistogram hit;  // per live entry: the slots a lookup that finds it reads
   // Per tenant: keys and value bytes; at most kMaxTenantsShown tenants by
   // name (bounded label cardinality), the rest summed under "_other".
   struct TenantCount {
@@ -106,18 +107,19 @@ std::string MasterImpl::MetricsText() {
   TenantCount other{"_other"};
   uint64_t cap, epoch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
   }
   for (uint64_t s = 0; s < cap;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: counts below are the new pool's
       uint64_t now = NowNs();
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
         const IndexEntry& e = index_->entry(s);
         if (!Readable(StateOf(e.state_gen.load(std::memory_order_relaxed)))) continue;
         if (!CheckedLive(s)) continue;  // corrupt: counted below, reclaimed by Tick
+        hit.Add(index_->Distance(s, e.key_hash.load(std::memory_order_relaxed)) + 1);
         if (index_->LeaseUntil(s) > now) ++leased;
         if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) ++hard;
         if (SoftPinActive(s, now)) ++soft;
@@ -134,7 +136,7 @@ std::string MasterImpl::MetricsText() {
     }
     if (s < cap) SlicePause();
   }
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   CheckPending();  // count puts completed since the last Tick
   PromWriter w;
   auto [hits, misses, clients] = ReadCounts();
@@ -160,6 +162,7 @@ std::string MasterImpl::MetricsText() {
   for (const auto& t : tenants)
     w.Sample("master_tenant_value_bytes", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.bytes));
   w.Metric("master_index_capacity", "gauge", "Entries of the object index", index_->capacity());
+  WriteIndexMetrics(&w, hit);
   w.Metric("master_client_count", "gauge", "Attached clients", clients);
   w.Metric("master_active_clients", "gauge", "Attached clients (Mooncake's name)", clients);
   w.Metric("master_evicted_key_count", "counter", "Objects evicted", stats_.evicted_keys);
@@ -174,6 +177,17 @@ std::string MasterImpl::MetricsText() {
   w.Metric("master_refused_requests_total", "counter",
            "Requests refused for want of the pool's token or an attached client (ILLEGAL_CLIENT)",
            stats_.refused_requests);
+  uint64_t channels_in_use = 0;
+  for (const auto& c : channels_) channels_in_use += c.name_hash != 0 && !c.freed;
+  w.Metric("mooncake_cxl_announce_channels_in_use", "gauge",
+           "Announcement channels held open or with a live producer", channels_in_use);
+  w.Metric("mooncake_cxl_announce_channels", "gauge", "Announcement channels of the pool",
+           uint64_t(channels_.size()));
+  w.Metric("mooncake_cxl_announce_refusals_total", "counter",
+           "Announcement channel opens refused (the per-client cap, or every channel held)", stats_.announce_refusals);
+  w.Metric("mooncake_cxl_announce_channels_freed_total", "counter",
+           "Announcement channels freed once no client held them and their producer was gone",
+           stats_.announce_channels_freed);
   w.Metric("master_put_object_requests_total", "counter", "Objects asked for by PutStart", stats_.put_requests);
   w.Metric("master_put_object_failures_total", "counter", "Objects PutStart refused", stats_.put_failures);
   w.Metric("mooncake_cxl_pool_replaced_total", "counter",
@@ -193,18 +207,60 @@ std::string MasterImpl::MetricsText() {
   return std::move(w.text());
 }
 
+void MasterImpl::WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const {
+  uint64_t cap = index_->capacity();
+  w->Metric("mooncake_cxl_index_entries_in_use", "gauge", "Index entries in use (complete, unfinished, aborted)",
+            live_entries_);
+  w->Header("mooncake_cxl_index_load_ratio", "gauge", "Share of the index's entries in use");
+  w->Sample("mooncake_cxl_index_load_ratio", "", double(live_entries_) / double(cap));
+  w->Header("mooncake_cxl_index_high_watermark_ratio", "gauge", "Index load past which puts evict");
+  w->Sample("mooncake_cxl_index_high_watermark_ratio", "", config_.index_high_watermark_ratio);
+  w->Metric("mooncake_cxl_index_max_probe", "gauge", "Longest probe sequence (slots past an entry's home)",
+            index_->max_probe());
+  w->Metric("mooncake_cxl_index_evicted_keys_total", "counter",
+            "Objects evicted for index slots while the data region was below its watermark",
+            stats_.index_evicted_keys);
+  w->Metric("mooncake_cxl_index_window_evictions_total", "counter",
+            "Of those, objects evicted because a new key's probe window was full", stats_.index_window_evictions);
+  // Cumulative histograms of the puts' probes, and a snapshot of the entries'.
+  w->Header("mooncake_cxl_index_probe_length", "histogram",
+            "Index slots read by each put's lookup of its key (op=put_lookup) and to place its entry (op=insert)");
+  auto buckets = [&](const char* name, const char* op, const ProbeHistogram& h, bool sum) {
+    uint64_t acc = 0;
+    char labels[96];
+    for (int b = 0; b < ProbeHistogram::kBuckets; ++b) {
+      acc += h.counts[b];
+      if (b + 1 < ProbeHistogram::kBuckets)
+        snprintf(labels, sizeof(labels), "{op=\"%s\",le=\"%llu\"}", op, 1ull << b);
+      else
+        snprintf(labels, sizeof(labels), "{op=\"%s\",le=\"+Inf\"}", op);
+      w->Sample((std::string(name) + "_bucket").c_str(), labels, double(acc));
+    }
+    if (!sum) return;
+    snprintf(labels, sizeof(labels), "{op=\"%s\"}", op);
+    w->Sample((std::string(name) + "_sum").c_str(), labels, double(h.sum));
+    w->Sample((std::string(name) + "_count").c_str(), labels, double(h.n));
+  };
+  buckets("mooncake_cxl_index_probe_length", "put_lookup", put_lookup_probes_, true);
+  buckets("mooncake_cxl_index_probe_length", "insert", insert_probes_, true);
+  w->Header("mooncake_cxl_index_hit_probe_entries_bucket", "gauge",
+            "Readable entries a lookup reaches within le slots (a snapshot of the index now)");
+  buckets("mooncake_cxl_index_hit_probe_entries", "hit", hit, false);
+}
+
 std::string MasterImpl::SummaryLine() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_) return "CXL pool lost: the pool device shrank; nothing is served";
   CheckPending();  // count puts completed since the last Tick
   auto [hits, misses, clients] = ReadCounts();
   char buf[512];
   double cap = double(alloc_->capacity());
   snprintf(buf, sizeof(buf),
-           "CXL pool: %s / %s (%.1f%%) | Keys: %" PRIu64 " (writing: %zu) | Clients: %" PRIu64
+           "CXL pool: %s / %s (%.1f%%) | Index: %.1f%% | Keys: %" PRIu64 " (writing: %zu) | Clients: %" PRIu64
            " | Evicted: %" PRIu64 " keys, %s in %" PRIu64 " rounds | Hit rate: %.1f%% (%" PRIu64 "/%" PRIu64 ")",
            Human(double(alloc_->used_bytes())).c_str(), Human(cap).c_str(),
-           cap > 0 ? 100.0 * double(alloc_->used_bytes()) / cap : 0.0, stats_.complete_keys, pending_.size(),
+           cap > 0 ? 100.0 * double(alloc_->used_bytes()) / cap : 0.0,
+           100.0 * double(live_entries_) / double(index_->capacity()), stats_.complete_keys, pending_.size(),
            clients, stats_.evicted_keys, Human(double(stats_.evicted_bytes)).c_str(), stats_.eviction_rounds,
            hits + misses ? 100.0 * double(hits) / double(hits + misses) : 0.0, hits, hits + misses);
   return buf;
@@ -213,7 +269,7 @@ std::string MasterImpl::SummaryLine() {
 std::pair<int, std::string> MasterImpl::QueryKey(std::string_view user_key, std::string_view tenant) const {
   std::string key = TenantPrefix(tenant);
   key.append(user_key);
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   std::vector<uint64_t> live;
   if (pool_lost_)
     return {503, "{\"success\":false,\"error_code\":-1010,\"error_message\":\"UNAVAILABLE_IN_CURRENT_STATUS\"}"};
@@ -244,13 +300,13 @@ std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_vie
   std::string out;
   uint64_t n = 0, cap, epoch;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
   }
   *truncated = false;
   for (uint64_t s = 0; s < cap && !*truncated;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_lost_) return std::string();
       if (pool_epoch_ != epoch) break;
       for (uint64_t end = std::min(cap, s + kScanSliceSlots); s < end; ++s) {
@@ -281,7 +337,7 @@ std::string MasterImpl::AllKeys(uint64_t limit, bool* truncated, std::string_vie
 
 std::string MasterImpl::AllSegments() const {
   // One segment: the pool. SGLang polls this at start to see the store is up.
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FencedMutex> lock(mu_);
   return pool_->path();
 }
 

@@ -84,6 +84,7 @@
 // last_replace_check_mono_) and what replace_mu_ guards.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cstdint>
@@ -99,9 +100,11 @@
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/master/master.h"
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "mooncake_cxl/pool/populate.h"
 #include "master_internal.h"
 #include "tier_host.h"
 #include "tier_manager.h"
@@ -112,7 +115,7 @@ class MasterImpl final : public Master, private TierHost {
  public:
   explicit MasterImpl(const MasterConfig& config) : config_(config) {}
   ~MasterImpl() override;
-  Status Open();
+  Status Open(std::unique_ptr<Pool> premapped = nullptr, std::unique_ptr<WarmScan> warm = nullptr);  // Create's
 
   // ---- Master (master.h) ----
   std::string Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) override;
@@ -303,6 +306,12 @@ class MasterImpl final : public Master, private TierHost {
   // Pins of a live process survive its slot's reclaim, its close() and a
   // master restart: while a BufferHandle lives its bytes never change.
   bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
+  // A superset of the slots whose PinTableLive holds, for ScanPins: set
+  // wherever a table becomes live (attach, retire), cleared by ScanPins
+  // when it finds a table no longer live. A bit missing would lose pins;
+  // a stale one costs one check.
+  void MarkPinTable(uint32_t slot) { pin_tables_[slot / 64] |= 1ull << (slot % 64); }
+  mutable std::vector<uint64_t> pin_tables_;
   bool TableHasPins(uint32_t slot) const;
   // At reclaim (after the slot's generation was cleared): keeps the table as
   // retired when the owner may be alive and holds views, else clears it.
@@ -339,8 +348,10 @@ class MasterImpl final : public Master, private TierHost {
   // number of objects evicted. Logs one line per round.
   uint64_t EvictRound(uint64_t bytes, uint64_t entries, const char* why);
   // EvictRound's first step: evicts from the ahead rounds' sorted window
-  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`.
-  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t now, const PinSet& pins, uint64_t* freed_bytes);
+  // (ahead_window_) while it is fresh, until `*freed_bytes` reaches `bytes`
+  // and `entries` objects went.
+  uint64_t EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint64_t now, const PinSet& pins,
+                                uint64_t* freed_bytes);
   // The ahead rounds' sorted window still has candidates and, at `mono_ns`,
   // is younger than a lease (at most 1 s): a round may evict from it.
   bool AheadWindowUsable(uint64_t mono_ns) const;
@@ -355,7 +366,23 @@ class MasterImpl final : public Master, private TierHost {
   // header: `group` is the hash the master wrote or recovery checked.
   void AddToGroup(uint64_t slot, uint64_t group);
   void RemoveFromGroup(uint64_t slot);
-  uint64_t IndexLimit() const { return index_->capacity() / 8 * 7; }
+  // Entries in use the index may hold (--index_high_watermark_ratio), where
+  // eviction frees down to, and past which eviction ahead starts.
+  uint64_t IndexLimit() const { return IndexShare(config_.index_high_watermark_ratio); }
+  uint64_t IndexLow() const { return IndexShare(config_.index_high_watermark_ratio - config_.eviction_ratio); }
+  uint64_t IndexAhead() const { return IndexShare(config_.index_high_watermark_ratio - config_.eviction_ratio / 2); }
+  uint64_t IndexShare(double ratio) const {
+    return std::max<uint64_t>(1, uint64_t(std::max(0.0, ratio) * double(index_->capacity())));
+  }
+  // A put whose key's probe window (ObjectIndex::kMaxProbeSlots from its
+  // home) is full: evicts the least recently used evictable object of the
+  // window, by the rules of a round. The number of objects evicted.
+  uint64_t EvictInWindow(uint64_t hash);
+  // The i-th slot a sampled scan from `start` visits (every slot once in
+  // `capacity` steps, spread over the whole index).
+  uint64_t SampleSlot(uint64_t start, uint64_t i) const;
+  // Once per master: the index, not the data region, drives eviction (log).
+  void NoteIndexDrivesEviction(const char* why);
 
   // ---- the SSD tier's hooks ----
   // Eviction's hook (master_eviction.cc): to the SSD tier when there is one
@@ -366,11 +393,29 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t EvictPendingBytes() const { return tier_ ? tier_->evict_pending_bytes() : 0; }
   std::string HandlePromote(Decoder* d);  // master_disk_entries.cc
   std::string HandleSettle(Decoder* d);   // master_puts.cc
+
+  // ---- announcement channels (master_announce.cc) ----
+  std::string HandleAnnounceOpen(Decoder* d);
+  std::string HandleAnnounceClose(Decoder* d);
+  // One hold of `ch` by `slot` ended (already out of its list).
+  void ReleaseHold(uint32_t slot, uint32_t ch);
+  // Every hold of the slot ends (its attachment ended).
+  void DropAnnounceHolds(uint32_t slot);
+  // A new attachment of `slot` by `pid` of `machine_hash`: it takes over
+  // the holds a restart found for that process.
+  void AttachAnnounceHolds(uint32_t slot, uint64_t pid, uint64_t machine_hash);
+  // Mirrors in the header whether `slot` (or holds a restart found there) holds `ch`.
+  void SyncHolderBit(uint32_t slot, uint32_t ch);
+  void MaybeFreeChannel(uint32_t ch);
+  void SweepAnnounceChannels();    // CheckClients
+  // Refusal lines: at most kRefusalLinesPerSec a second, the rest counted.
+  bool AnnounceLogAllowed();
+  void RecoverAnnounceChannels();  // Recover, before the client slots are cleared
   void WriteStub(uint64_t stub_offset, uint64_t key_len, const tier::RecordLocation& loc);
 
   // ---- TierHost (tier_host.h): master_disk_entries.cc; DropGroup in
   // master_eviction.cc; the lookups above ----
-  std::mutex& mu() const override { return mu_; }
+  FencedMutex& mu() const override { return mu_; }
   const ObjectIndex& index() const override { return *index_; }
   const ExtentAllocator& alloc() const override { return *alloc_; }
   bool pool_lost() const override { return pool_lost_; }
@@ -395,6 +440,8 @@ class MasterImpl final : public Master, private TierHost {
     uint64_t hits, misses, clients;
   };
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
+  // The index's load, its evictions and probe lengths; `hit` from the scan.
+  void WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const;  // under mu_
   struct DiskReads {
     uint64_t hits, bad;
   };
@@ -420,8 +467,12 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<ReplacedPool> replaced_;
   // The tokens of pools replaced, for a clear refusal of their clients.
   std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  // Populates pool_'s pages after start (--prefault_pool); stopped before
+  // a replacement retires the pool it reads (under replace_mu_, not mu_).
+  BackgroundPopulator populator_;
   uint64_t pool_epoch_ = 0;  // bumped by AdoptPool of a replacement: scans in slices stop
   std::unique_ptr<ObjectIndex> index_;
+  std::unique_ptr<WarmScan> warm_;  // a standby's scan for the first Recover (then gone)
   std::unique_ptr<ExtentAllocator> alloc_;
   // Per index slot, for live entries: the allocator handle of its extent (its
   // offset and size come from the allocator), the key length, and whether the
@@ -449,11 +500,34 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t last_pin_scan_mono_ = 0;
   uint64_t last_quarantine_check_mono_ = 0;
   std::vector<ClientInfo> clients_;
+  struct ChannelState {
+    uint64_t name_hash = 0;  // the name in the pool; 0 = never named
+    uint32_t holds = 0;      // opens not yet closed, over all slots
+    bool freed = false;      // no holder, no live producer: another name may take it
+    uint64_t freed_seq = 0;  // when (channels_freed_): the longest freed goes first
+  };
+  // Holds a restart found in the channel headers: they follow their process
+  // (pid and machine) to whatever slot it re-attaches to.
+  struct RecoveredHolds {
+    uint64_t pid = 0, machine_hash = 0, since_mono = 0;
+    uint32_t old_slot = 0;
+    std::vector<uint32_t> channels;
+  };
+  std::vector<ChannelState> channels_;      // per announcement channel
+  std::vector<std::vector<uint32_t>> slot_holds_;  // per client slot: one channel per open
+  std::vector<RecoveredHolds> recovered_holds_;
+  std::unordered_map<uint64_t, uint32_t> channel_of_;  // name hash -> channel
+  uint64_t channels_freed_ = 0;
+  uint64_t announce_log_mono_ = 0, announce_logged_ = 0, announce_unlogged_ = 0;
   uint8_t token_[16] = {};  // the pool's credential, copied at Open
   uint64_t refusal_log_mono_ = 0, refusals_logged_ = 0, refusals_unlogged_ = 0;
   std::string machine_;
   uint64_t next_generation_ = 1;
   uint64_t live_entries_ = 0;  // WRITING + COMPLETE + ABORTED, for the load limit
+  mutable std::vector<uint64_t> find_candidates_;  // FindLive's scratch (the master's thread)
+  uint64_t lookup_samples_ = 0;  // puts since the last probe-length sample
+  ProbeHistogram put_lookup_probes_, insert_probes_;  // PutStart lookups (sampled) and inserts
+  bool index_drive_logged_ = false;
   uint64_t last_client_check_mono_ = 0;
   MasterStats stats_;
   std::unordered_map<uint64_t, std::vector<uint64_t>> groups_;  // group hash -> slots
@@ -477,7 +551,7 @@ class MasterImpl final : public Master, private TierHost {
   // One lock for all entry points: the TCP loop, the ring server, the HTTP
   // thread and the tier thread each call in; the work under it is short and
   // never blocks (see Thread safety above).
-  mutable std::mutex mu_;
+  mutable FencedMutex mu_;
   std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
 };
 

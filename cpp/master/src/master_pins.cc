@@ -75,6 +75,7 @@ void MasterImpl::RetireOrClearPins(uint32_t slot, const ClientInfo& was, bool ow
     return;
   }
   retired_[slot] = RetiredPins{true, was.generation, was.pid, was.local, MonoNs()};
+  MarkPinTable(slot);
   ClientSlot* cs = pool_->client_slot(slot);
   // Release: publishes the marker a recovering master reads (and the client
   // compares with its own generation).
@@ -118,6 +119,7 @@ void MasterImpl::RecoverPinTable(uint32_t slot) {
   if (!dead && (TableHasPins(slot) || RingCallerHolds(slot, g & ~kSlotRetired))) {
     uint64_t ended = g & ~kSlotRetired;
     retired_[slot] = RetiredPins{true, ended, pid, local, MonoNs()};
+    MarkPinTable(slot);
     cs->generation.store(ended | kSlotRetired, std::memory_order_relaxed);
     MCXL_LOG(kInfo, "master", "recovery: client slot %u (pid %llu) holds views or its rings: retired",
              slot, (unsigned long long)pid);

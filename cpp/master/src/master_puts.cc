@@ -45,6 +45,9 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   uint64_t hash = KeyHash(key);
   std::vector<uint64_t> live;
   FindLive(key, hash, &live);
+  // A sample (one put in 16) of what a reader's miss would walk: the walk
+  // is what the shadow saves the master.
+  if ((++lookup_samples_ & 15) == 0) put_lookup_probes_.Add(index_->MissProbeLength(hash));
   if (!live.empty() && !req.upsert) {
     item.status = ErrorCode::OBJECT_ALREADY_EXISTS;
     return item;
@@ -82,13 +85,20 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
                       : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
                                                    : config_.default_kv_soft_pin_ttl_ms;
   WriteObjectHeader(*pool_, ext->offset, f, key);
-  auto slot = index_->Insert({hash, ext->offset, size, gen, now, f.flags, req.client.slot});
+  ObjectIndex::InsertArgs args{hash, ext->offset, size, gen, now, f.flags, req.client.slot};
+  auto slot = index_->Insert(args);
+  // Every slot of the key's probe window is in use: make one free there.
+  if (!slot && EvictInWindow(hash) > 0) slot = index_->Insert(args);
   if (!slot) {
     (void)alloc_->Free(ext->handle);
-    MCXL_LOG(kWarn, "master", "put of '%s' refused: no index slot in its probe sequence", key.c_str());
-    item.status = ErrorCode::NO_AVAILABLE_HANDLE;
+    bool transient = round_blocked_transiently_;
+    MCXL_LOG(kWarn, "master", "put of '%s' refused: the %llu index slots of its probe window hold %s objects",
+             key.c_str(), (unsigned long long)ObjectIndex::kMaxProbeSlots,
+             transient ? "only leased, viewed or unfinished" : "only hard-pinned");
+    item.status = transient ? ErrorCode::OBJECT_REPLICA_BUSY : ErrorCode::NO_AVAILABLE_HANDLE;
     return item;
   }
+  insert_probes_.Add(index_->Distance(*slot, hash) + 1);
   // Recorded before anything looks the key up again: FindLive checks every
   // entry against these records (CheckedLive), the new one included.
   entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};

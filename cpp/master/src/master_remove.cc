@@ -34,18 +34,26 @@ bool MasterImpl::ScanPins(const std::function<bool(uint64_t generation)>& visit)
   // re-check: either we see its pin or it sees our version change.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t per = pool_->geometry().pins_per_client;  // ours: a shared word could stretch the scan
-  for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!PinTableLive(c)) continue;
-    ClientSlot* cs = pool_->client_slot(c);
-    ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
-    if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
-    uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
-    PinRecord* t = pool_->pin_table(c);
-    ObserveRange(t, hwm * sizeof(PinRecord));
-    for (uint64_t i = 0; i < hwm; ++i)
-      if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
-          visit(t[i].generation.load(std::memory_order_relaxed)))
-        return true;
+  // Only the slots MarkPinTable named: idle client slots cost nothing.
+  for (uint32_t w = 0; w < pin_tables_.size(); ++w) {
+    for (uint64_t bits = pin_tables_[w]; bits != 0; bits &= bits - 1) {
+      uint32_t c = w * 64 + uint32_t(__builtin_ctzll(bits));
+      if (c >= clients_.size()) break;
+      if (!PinTableLive(c)) {
+        pin_tables_[w] &= ~(1ull << (c % 64));
+        continue;
+      }
+      ClientSlot* cs = pool_->client_slot(c);
+      ObserveRange(&cs->pins_in_use, 2 * sizeof(uint64_t));
+      if (cs->pins_in_use.load(std::memory_order_relaxed) == 0) continue;
+      uint64_t hwm = std::min<uint64_t>(cs->pin_high_water.load(std::memory_order_relaxed), per);
+      PinRecord* t = pool_->pin_table(c);
+      ObserveRange(t, hwm * sizeof(PinRecord));
+      for (uint64_t i = 0; i < hwm; ++i)
+        if (t[i].object_offset.load(std::memory_order_relaxed) != 0 &&
+            visit(t[i].generation.load(std::memory_order_relaxed)))
+          return true;
+    }
   }
   return false;
 }
@@ -179,7 +187,7 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
   std::string tenant;  // the caller's, from its Attach (Admit checked the ref)
   uint64_t cap = 0, epoch = 0;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    std::lock_guard<FencedMutex> lock(mu_);
     cap = index_->capacity(), epoch = pool_epoch_;  // fixed until a replaced device is adopted
     if (req.client.slot < clients_.size() && clients_[req.client.slot].attached &&
         clients_[req.client.slot].generation == req.client.generation)
@@ -211,7 +219,7 @@ std::string MasterImpl::HandleRemoveMatching(std::string_view payload, bool all)
   uint64_t count = 0, ticket = 0;
   for (uint64_t s = 0; s < cap;) {
     {
-      std::lock_guard<std::mutex> lock(mu_);
+      std::lock_guard<FencedMutex> lock(mu_);
       if (pool_epoch_ != epoch) break;  // the device was replaced: nothing of the caller's is left
       const uint64_t tombs_before = tier_ ? tier_->tombs_queued() : 0;
       uint64_t now = NowNs();

@@ -42,7 +42,7 @@ bool TierManager::DemoteAhead() {
   std::vector<DemoteItem> batch;
   uint64_t batch_bytes = 0;
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     if (!AheadWanted() || full_) {
       pre_kicked_ = false;  // the next put past the threshold wakes us again
       return false;

@@ -108,7 +108,7 @@ bool TierManager::DemoteBatch() {
   uint64_t batch_bytes = 0;
   bool more = false;
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     if (demote_q_.empty() || host_.pool_lost()) return false;
     const ObjectIndex& index = host_.index();
     size_t taken = 0;
@@ -174,7 +174,7 @@ void TierManager::WriteDemoteBatch(std::vector<DemoteItem>* batch_in, bool ahead
   if (test_write_delay_ms_ != 0) std::this_thread::sleep_for(std::chrono::milliseconds(test_write_delay_ms_));
   auto locs = disk_->AppendBatch(items);
   tier::Stats ts = disk_->stats();
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   disk_stats_ = ts;
   for (size_t i = 0; i < batch.size(); ++i) {
     const DemoteItem& it = batch[i];

@@ -16,6 +16,7 @@
 #include <string_view>
 #include <vector>
 
+#include "mooncake_cxl/master/master_fence.h"
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/extent_allocator.h"
 #include "mooncake_cxl/pool/object_index.h"
@@ -40,7 +41,7 @@ class TierHost {
   };
 
   // ---- the lock ----
-  virtual std::mutex& mu() const = 0;  // the master's one lock
+  virtual FencedMutex& mu() const = 0;  // the master's one lock
 
   // ---- looking at entries ----
   virtual const ObjectIndex& index() const = 0;

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <vector>
+
+#include <grp.h>
 
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/pool/publish.h"
@@ -13,7 +16,8 @@
 
 namespace mcxl {
 
-Result<std::unique_ptr<TierManager>> TierManager::Open(const MasterConfig& config, TierHost* host) {
+Result<std::unique_ptr<TierManager>> TierManager::Open(const MasterConfig& config, TierHost* host,
+                                                        const std::string& owner) {
   if (config.root_fs_dir.empty()) {
     MCXL_LOG(kError, "master", "--enable_offload needs --root_fs_dir (the directory of the SSD tier)");
     return ErrorCode::INVALID_PARAMS;
@@ -45,6 +49,19 @@ Result<std::unique_ptr<TierManager>> TierManager::Open(const MasterConfig& confi
   // records (once full, every append would fail). Large tiers keep the
   // default size.
   o.segment_bytes = std::clamp<uint64_t>(config.offload_capacity_bytes / 8, 1ull << 20, o.segment_bytes);
+  // The pool's access rules (pool.h): owner only, or the pool's group.
+  o.file_mode = config.pool_group.empty() ? 0600 : 0660;
+  if (!config.pool_group.empty()) {
+    std::vector<char> buf(16384);
+    struct group gr, *found = nullptr;
+    if (getgrnam_r(config.pool_group.c_str(), &gr, buf.data(), buf.size(), &found) != 0 || found == nullptr) {
+      MCXL_LOG(kError, "master", "--pool_group '%s' is not a group on this host", config.pool_group.c_str());
+      return ErrorCode::INVALID_PARAMS;
+    }
+    o.group = int64_t(gr.gr_gid);
+  }
+  o.allow_world_readable = config.allow_world_readable_pool;
+  o.owner = owner;
   auto disk = tier::DiskTier::Open(o);
   if (!disk) {
     MCXL_LOG(kError, "master", "SSD tier at %s cannot be opened (%s)", config.root_fs_dir.c_str(),
@@ -52,6 +69,11 @@ Result<std::unique_ptr<TierManager>> TierManager::Open(const MasterConfig& confi
     return disk.error();
   }
   std::unique_ptr<TierManager> t(new TierManager(config, host, std::move(disk.value())));
+  if (t->disk_stats_.capacity_effective < config.offload_capacity_bytes)
+    MCXL_LOG(kWarn, "master", "SSD tier at %s: the filesystem leaves room for %llu bytes, below "
+             "--offload_capacity_bytes=%llu: the tier holds at most that (it follows the free space)",
+             config.root_fs_dir.c_str(), (unsigned long long)t->disk_stats_.capacity_effective,
+             (unsigned long long)config.offload_capacity_bytes);
   MCXL_LOG(kInfo, "master", "SSD tier at %s: %llu records, %llu of %llu bytes used; %s, promotion on hit %s "
            "(threshold %llu)", config.root_fs_dir.c_str(), (unsigned long long)t->disk_stats_.objects,
            (unsigned long long)t->disk_stats_.used_bytes, (unsigned long long)config.offload_capacity_bytes,
@@ -237,6 +259,23 @@ void TierManager::WriteMetrics(PromWriter* out, uint64_t disk_hits, uint64_t dis
   w.Metric("mooncake_cxl_tier_tombstones_durable", "gauge",
            "Sequence number of the last tombstone written (removes of disk-resident keys wait for theirs)",
            host_.TombsDurable());
+  w.Metric("mooncake_cxl_tier_capacity_effective_bytes", "gauge",
+           "Capacity the tier uses: --offload_capacity_bytes, or less when its filesystem has less room",
+           disk_stats_.capacity_effective);
+  w.Metric("mooncake_cxl_tier_fs_free_bytes", "gauge", "Free bytes of the tier's filesystem (statvfs)",
+           disk_stats_.fs_free_bytes);
+  w.Metric("mooncake_cxl_tier_degraded", "gauge",
+           "1 while tier writes meet a full filesystem (ENOSPC): demotions and tombstones wait or fail", degraded_);
+  w.Metric("mooncake_cxl_tier_enospc_total", "counter", "Tier writes that met a full filesystem (ENOSPC, EDQUOT)",
+           disk_stats_.enospc);
+  w.Metric("mooncake_cxl_tier_write_errors_total", "counter", "Tier writes that failed (the log shows 1 a second)",
+           disk_stats_.write_errors);
+  w.Metric("mooncake_cxl_tier_tombstone_retries_total", "counter",
+           "Tombstone writes that failed and wait for a retry (backoff up to 2 s; their removes wait)",
+           counters_.tomb_retries);
+  w.Metric("mooncake_cxl_tier_damage_dropped_records", "gauge",
+           "Records dropped when the tier was opened: written before a damaged block that may have been a tombstone",
+           disk_stats_.damage_dropped);
   w.Metric("mooncake_cxl_tier_queue", "gauge", "Demotions, promotions and tombstones waiting for the tier thread",
            QueueLength());
 }

@@ -54,10 +54,14 @@
 //     and answers with their ticket. Pool-only keys get no ticket and pay
 //     nothing. While a newer put of a key is WRITING, its older values are
 //     not demoted (the settle flag was decided at PutStart).
-//   * Capacity: above --offload_high_watermark_ratio of
-//     --offload_capacity_bytes the least recently used kOnDisk objects are
-//     dropped (entry and record); an append that still fails marks the
-//     object "no disk" and eviction drops it as without a tier.
+//   * Capacity: above --offload_high_watermark_ratio of the capacity in
+//     force (--offload_capacity_bytes, or less when the filesystem has less
+//     room: DiskTier::RefreshSpace, every 200 ms) the least recently used
+//     kOnDisk objects are dropped (entry and record); an append that still
+//     fails marks the object "no disk" and eviction drops it as without a
+//     tier, and the tier drops only what keeps 5% of room for live records.
+//     Writes meeting ENOSPC make the tier "degraded" (gauge, log line on
+//     each change); failed tombstones and compactions back off to 2 s.
 //   * Groups (ReplicateConfig.group_ids) move together: eviction demotes
 //     every member, the tier drops a group whole or not at all, and a
 //     promotion (threshold crossed, or a stage request) queues the group's
@@ -108,7 +112,10 @@ class TierManager {
   // ---- without the lock ----
   // Checks the tier flags of `config` and opens the segment files under
   // --root_fs_dir (before the master adopts its pool).
-  static Result<std::unique_ptr<TierManager>> Open(const MasterConfig& config, TierHost* host);
+  // `owner` (the pool's uuid) is recorded in the directory's lock. The
+  // files get the pool's mode and group (0600, or 0660 for --pool_group).
+  static Result<std::unique_ptr<TierManager>> Open(const MasterConfig& config, TierHost* host,
+                                                   const std::string& owner);
   // Writes the tier's part of the superblock (root dir, flags; zeros when
   // `tier` is null) for clients to read at attach.
   static void PublishConfig(const TierManager* tier, const MasterConfig& config, Superblock* sb);
@@ -190,6 +197,7 @@ class TierManager {
     uint64_t tier_writes = 0, tier_ahead_writes = 0, demotions_clean = 0, tier_stale_copies = 0;
     uint64_t tier_evictions = 0, offload_skipped = 0, tier_rebuilt = 0, group_promotions = 0;
     uint64_t tier_checksum_failures = 0, disk_hits_reported = 0;
+    uint64_t tomb_retries = 0;  // tombstone writes that failed (each retried, with backoff)
   };
 
   TierManager(const MasterConfig& config, TierHost* host, std::unique_ptr<tier::DiskTier> disk);
@@ -235,6 +243,8 @@ class TierManager {
   // Over its watermark the tier drops its least recently used objects; then
   // tombstones and compaction.
   bool Housekeeping();
+  // After a Housekeeping pass (under the lock): the degraded flag and its log lines.
+  void UpdateDegraded(bool tomb_failing, bool compact_failing);
   // Drops `slot` with its whole group, or nothing when a member is
   // protected (lease, hard pin, view, unfinished). Returns objects
   // unlinked; adds their value bytes to *bytes.
@@ -281,6 +291,15 @@ class TierManager {
   std::unordered_map<std::string, uint64_t> tomb_pending_;
   std::vector<TierRemoval> removals_;
   uint64_t tomb_fail_log_mono_ = 0;
+  // A full filesystem: failed tombstone writes and compactions are retried
+  // after a backoff (50 ms doubling to 2 s), not every round; the tier is
+  // "degraded" while writes meet ENOSPC (logged on each change, a gauge).
+  uint64_t tomb_retry_mono_ = 0, tomb_backoff_ns_ = 0;
+  uint64_t compact_retry_mono_ = 0, compact_backoff_ns_ = 0;
+  uint64_t space_mono_ = 0;   // the last RefreshSpace
+  uint64_t drop_log_mono_ = 0;  // the last "dropped N objects" line (one a second)
+  uint64_t enospc_seen_ = 0;  // disk_stats_.enospc at the last Housekeeping
+  bool degraded_ = false;
 
   // Pre-demotion: value bytes of COMPLETE objects with a record (a
   // heuristic for how much ahead work is left: drift only changes how much

@@ -60,7 +60,7 @@ bool TierManager::PromoteOne() {
   TierHost::PromotionTarget target;
   uint64_t value_size = 0;
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
+    std::lock_guard<FencedMutex> lock(host_.mu());
     if (promote_q_.empty() || host_.pool_lost()) return false;
     job = promote_q_.front();
     promote_q_.erase(promote_q_.begin());
@@ -90,7 +90,7 @@ bool TierManager::PromoteOne() {
   }
   // The new extent is ours alone until linked.
   Status st = tier::ReadRecord(config_.root_fs_dir, loc, key, target.value, value_size);
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   auto it = disk_loc_.find(job.slot);
   bool same = host_.index().entry(job.slot).state_gen.load(std::memory_order_acquire) == job.state_gen &&
               it != disk_loc_.end() && it->second.segment_id == loc.segment_id &&

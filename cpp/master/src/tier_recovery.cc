@@ -75,7 +75,7 @@ void TierManager::Recover(bool fresh) {
 void TierManager::OnRelocated(std::string_view key, const tier::RecordLocation& from,
                               const tier::RecordLocation& to) {
   // The tier thread, inside Compact: without the lock (see Locking).
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   std::vector<uint64_t> live;
   host_.FindLive(key, KeyHash(key), &live);
   for (uint64_t s : live) {

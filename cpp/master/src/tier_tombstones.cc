@@ -51,8 +51,8 @@ bool TierManager::FlushTombstones() {
   std::vector<TierRemoval> batch;
   uint64_t upto = 0;  // every tombstone queued so far is in `batch` or written before
   {
-    std::lock_guard<std::mutex> lock(host_.mu());
-    if (removals_.empty()) return false;
+    std::lock_guard<FencedMutex> lock(host_.mu());
+    if (removals_.empty() || MonoNs() < tomb_retry_mono_) return false;  // backing off a full filesystem
     batch.swap(removals_);
     upto = tomb_queued_;
   }
@@ -67,7 +67,7 @@ bool TierManager::FlushTombstones() {
   items.reserve(batch.size());
   for (const TierRemoval& r : batch) items.emplace_back(r.key, r.generation);
   std::vector<Status> st = disk_->RemoveBatch(items);  // group commit: one pwrite per ~4 MiB
-  std::lock_guard<std::mutex> lock(host_.mu());
+  std::lock_guard<FencedMutex> lock(host_.mu());
   // Durable up to just before the first failure; failures are retried next
   // round (in front: older tickets first).
   std::vector<TierRemoval> again;
@@ -82,6 +82,9 @@ bool TierManager::FlushTombstones() {
     }
     again.push_back(batch[i]);
   }
+  counters_.tomb_retries += again.size();
+  tomb_backoff_ns_ = again.empty() ? 0 : std::clamp<uint64_t>(2 * tomb_backoff_ns_, 50000000ull, 2 * kNsPerSec);
+  tomb_retry_mono_ = again.empty() ? 0 : MonoNs() + tomb_backoff_ns_;
   for (const TierRemoval& r : batch) {
     auto p = tomb_pending_.find(r.key);
     if (p != tomb_pending_.end() && p->second <= upto) tomb_pending_.erase(p);

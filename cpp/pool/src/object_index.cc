@@ -240,7 +240,7 @@ void ObjectIndex::EndWrite(IndexEntry& e) {
 
 Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   uint64_t home = HomeSlot(a.key_hash);
-  for (uint64_t i = 0; i < capacity_; ++i) {
+  for (uint64_t i = 0; i < std::min(capacity_, kMaxProbeSlots); ++i) {
     uint64_t slot = (home + i) & (capacity_ - 1);
     IndexEntry& e = entries_[slot];
     EntryState st = StateOf(e.state_gen.load(std::memory_order_relaxed));
@@ -255,6 +255,7 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
     e.put_time_ns.store(a.put_time_ns, std::memory_order_relaxed);
     e.state_gen.store(PackStateGen(a.generation, EntryState::kWriting), std::memory_order_relaxed);
     EndWrite(e);
+    if (shadowed()) ShadowAdd(slot, a.key_hash);
     if (i > max_probe_) {
       max_probe_ = i;
       // Release: readers that load the larger bound also see the entry.
@@ -266,25 +267,58 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   return ErrorCode::NO_AVAILABLE_HANDLE;
 }
 
+bool ObjectIndex::NoProbePasses(uint64_t t) const {
+  // Master-side loads are relaxed: only the master changes states and hashes
+  // legitimately, under its lock. A key hash another process rewrote can
+  // only cost that entry its reachability: a miss, never a wrong value.
+  for (uint64_t k = 1; k <= max_probe_; ++k) {
+    uint64_t j = (t + k) & (capacity_ - 1);
+    EntryState st = StateOf(entries_[j].state_gen.load(std::memory_order_relaxed));
+    if (st == EntryState::kEmpty) return true;
+    if (st == EntryState::kTombstone) continue;
+    if (Distance(j, entries_[j].key_hash.load(std::memory_order_relaxed)) >= k) return false;
+  }
+  return true;
+}
+
+void ObjectIndex::MakeEmpty(uint64_t slot) {
+  IndexEntry& e = entries_[slot];
+  // Relaxed: a tombstone's state is the master's alone (no client CASes it).
+  uint64_t sg = e.state_gen.load(std::memory_order_relaxed);
+  BeginWrite(e);
+  e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
+  EndWrite(e);
+}
+
 void ObjectIndex::Tombstone(uint64_t slot) {
   IndexEntry& e = entries_[slot];
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
+  // Tombstones between the entry's home and it may have stayed for its sake.
+  // Relaxed: the key hash is the master's own store (a rewrite by another
+  // process costs at most a reachable entry: a miss).
+  uint64_t back = std::min(Distance(slot, e.key_hash.load(std::memory_order_relaxed)), max_probe_);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
   e.flags.store(0, std::memory_order_relaxed);
   EndWrite(e);
-  // A run of tombstones that ends in EMPTY can become EMPTY: no key's probe
-  // sequence passes through it to a live entry (sequences have no EMPTY gap).
-  uint64_t next = (slot + 1) & (capacity_ - 1);
-  if (StateOf(entries_[next].state_gen.load(std::memory_order_relaxed)) != EntryState::kEmpty)
-    return;
-  for (uint64_t i = 0, s = slot; i < capacity_; ++i, s = (s - 1) & (capacity_ - 1)) {
-    IndexEntry& t = entries_[s];
-    uint64_t sg = t.state_gen.load(std::memory_order_relaxed);
-    if (StateOf(sg) != EntryState::kTombstone) break;
-    BeginWrite(t);
-    t.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
-    EndWrite(t);
+  if (shadowed()) ShadowRemove(slot);
+  // An EMPTY where a tombstone was ends only probes that no live entry lies
+  // beyond (NoProbePasses), so sequences keep no EMPTY gap; readers that
+  // stop there miss only keys that are not there. Walks back over the
+  // entry's own stretch, then over the run of tombstones that ends in an
+  // EMPTY (which no probe passes through any more).
+  for (uint64_t i = 0; i < capacity_; ++i) {
+    uint64_t t = (slot - i) & (capacity_ - 1);
+    bool mine = i <= back;
+    EntryState st = StateOf(entries_[t].state_gen.load(std::memory_order_relaxed));
+    if (st != EntryState::kTombstone) {
+      if (mine) continue;
+      break;
+    }
+    bool next_empty =
+        StateOf(entries_[(t + 1) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) == EntryState::kEmpty;
+    if (!mine && !next_empty) break;
+    if (next_empty || NoProbePasses(t)) MakeEmpty(t);
   }
 }
 
@@ -308,6 +342,59 @@ bool ObjectIndex::RestoreMaxProbe() {
   if (sb_->max_probe.load(std::memory_order_relaxed) == max_probe_) return false;
   SetMaxProbe(max_probe_);
   return true;
+}
+
+void ObjectIndex::EnableShadow() {
+  shadow_hash_.assign(capacity_, 0);
+  shadow_filed_.assign(capacity_, false);
+  shadow_.clear();
+  shadow_.reserve(capacity_);  // never rehashed while puts wait
+  for (uint64_t slot = 0; slot < capacity_; ++slot) {
+    // Relaxed: the master's start-up scan; it alone changes states from now on.
+    EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
+    if (st != EntryState::kEmpty && st != EntryState::kTombstone)
+      ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
+  }
+}
+
+void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
+  // A slot still filed (someone else turned a live entry into a free one
+  // and the master reused it) leaves its old list first: one list a slot.
+  if (shadow_filed_[slot]) ShadowRemove(slot);
+  shadow_hash_[slot] = hash;
+  shadow_filed_[slot] = true;
+  shadow_.emplace(hash, slot);
+}
+
+void ObjectIndex::ShadowRemove(uint64_t slot) {
+  if (!shadow_filed_[slot]) return;
+  shadow_filed_[slot] = false;
+  uint64_t hash = shadow_hash_[slot];
+  auto [it, end] = shadow_.equal_range(hash);
+  for (; it != end; ++it)
+    if (it->second == slot) {
+      shadow_.erase(it);
+      return;
+    }
+}
+
+void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
+  out->clear();
+  auto [it, end] = shadow_.equal_range(hash);
+  for (; it != end; ++it) out->push_back(it->second);
+  if (out->size() > 1)
+    std::sort(out->begin(), out->end(),
+              [&](uint64_t a, uint64_t b) { return Distance(a, hash) < Distance(b, hash); });
+}
+
+uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {
+  uint64_t home = HomeSlot(hash);
+  for (uint64_t i = 0; i <= max_probe_; ++i)
+    // Relaxed: a statistic.
+    if (StateOf(entries_[(home + i) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) ==
+        EntryState::kEmpty)
+      return i + 1;
+  return max_probe_ + 1;
 }
 
 void ObjectIndex::RepairVersion(uint64_t slot) {

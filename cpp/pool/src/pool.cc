@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -167,6 +168,12 @@ uint64_t DaxDeviceSize(const struct stat& st) {
 
 }  // namespace
 
+uint32_t DefaultAnnounceChannels(uint32_t client_slots, uint64_t pool_size, uint32_t announce_slots) {
+  uint64_t fit = pool_size / 16 / AnnounceChannelBytes(announce_slots ? announce_slots : 1);
+  uint64_t n = std::min<uint64_t>(uint64_t(client_slots) * 2, std::max<uint64_t>(fit, 8));
+  return uint32_t(std::clamp<uint64_t>(n, 1, kMaxAnnounceChannels));
+}
+
 uint64_t DefaultIndexCapacity(uint64_t pool_size) {
   uint64_t want = pool_size / 4096;
   return NextPow2(want < 1024 ? 1024 : want);
@@ -295,19 +302,6 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
   return pool;
 }
 
-Result<double> Pool::Prefault() {
-#ifndef MADV_POPULATE_WRITE
-  constexpr int MADV_POPULATE_WRITE = 23;  // Linux 5.14 uapi value
-#endif
-  uint64_t t0 = MonoNs();
-  if (madvise(base_, size_, MADV_POPULATE_WRITE) != 0) {
-    MCXL_LOG(kWarn, "pool", "cannot prefault pool %s (%llu bytes): %s; pages fault in on first touch",
-             path_.c_str(), (unsigned long long)size_, strerror(errno));
-    return ErrorCode::INTERNAL_ERROR;
-  }
-  return double(MonoNs() - t0) / 1e9;
-}
-
 std::string Pool::TmpfsHugePolicy() const {
   constexpr long kTmpfsMagic = 0x01021994;
   struct statfs fs {};
@@ -357,11 +351,14 @@ Status Pool::Format(const FormatOptions& options) {
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(0, std::memory_order_release);
   PublishRange(sb, sizeof(uint64_t));
 
+  FormatOptions o = options;
+  if (o.announce_channels == 0) o.announce_channels = DefaultAnnounceChannels(o.client_slots, size_, o.announce_slots);
+  const FormatOptions& opts = o;
   if (options.client_slots == 0 || options.client_slots > kMaxClientSlots ||
       options.pins_per_client == 0 || options.pins_per_client > kMaxPinsPerClient ||
       options.ring_bytes_per_client < 4096 || options.ring_bytes_per_client > kMaxRingBytes ||
       options.ring_bytes_per_client % kCacheLine != 0 || options.index_capacity > size_ / sizeof(IndexEntry) ||
-      options.announce_channels == 0 || options.announce_channels > kMaxAnnounceChannels ||
+      opts.announce_channels == 0 || opts.announce_channels > kMaxAnnounceChannels ||
       options.announce_slots == 0 || options.announce_slots > kMaxAnnounceSlots ||
       (options.announce_slots & (options.announce_slots - 1)) != 0) {
     MCXL_LOG(kError, "pool", "cannot format %s: client slots %u (1..%u), pins per client %u (1..%u), ring "
@@ -369,7 +366,7 @@ Status Pool::Format(const FormatOptions& options) {
              "%u (1..%u) x slots %u (a power of two, 1..%u) out of range",
              path_.c_str(), options.client_slots, kMaxClientSlots, options.pins_per_client, kMaxPinsPerClient,
              (unsigned long long)options.ring_bytes_per_client, (unsigned long long)kMaxRingBytes,
-             (unsigned long long)options.index_capacity, (unsigned long long)size_, options.announce_channels,
+             (unsigned long long)options.index_capacity, (unsigned long long)size_, opts.announce_channels,
              kMaxAnnounceChannels, options.announce_slots, kMaxAnnounceSlots);
     return ErrorCode::INVALID_PARAMS;
   }
@@ -384,7 +381,7 @@ Status Pool::Format(const FormatOptions& options) {
   uint64_t ring_size = uint64_t(options.client_slots) * 2 * options.ring_bytes_per_client;
   off = RoundUp(off + ring_size, kPage);
   uint64_t announce = off;
-  off = RoundUp(off + uint64_t(options.announce_channels) * AnnounceChannelBytes(options.announce_slots), kPage);
+  off = RoundUp(off + uint64_t(opts.announce_channels) * AnnounceChannelBytes(options.announce_slots), kPage);
   uint64_t index = off;
   off = RoundUp(off + capacity * sizeof(IndexEntry), kPage);
   if (off + kPage > size_) {
@@ -417,7 +414,7 @@ Status Pool::Format(const FormatOptions& options) {
   sb->ring_region_offset = rings;
   sb->ring_region_size = ring_size;
   sb->announce_offset = announce;
-  sb->announce_channels = options.announce_channels;
+  sb->announce_channels = opts.announce_channels;
   sb->announce_slots = options.announce_slots;
   sb->index_offset = index;
   sb->index_capacity = capacity;
@@ -429,7 +426,7 @@ Status Pool::Format(const FormatOptions& options) {
                       options.coherence, {}};
   memcpy(geo_.uuid, sb->uuid, 16);
   geo_.announce_offset = announce;
-  geo_.announce_channels = options.announce_channels;
+  geo_.announce_channels = opts.announce_channels;
   geo_.announce_slots = options.announce_slots;
   geo_set_ = true;
   // Release: every field above is visible before the magic that validates them.

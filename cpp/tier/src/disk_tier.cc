@@ -110,9 +110,8 @@ Result<RecordLocation> DiskTier::Append(std::string_view key, const void* value,
   }
   int e = WriteImage(t.active_fd, stage, blk0, t.opt.sync_each_append, &h, key, static_cast<const uint8_t*>(value));
   if (e != 0) {
-    MCXL_LOG(kError, "disk_tier", "append to segment %u at %llu: %s", seg,
-             (unsigned long long)off, strerror(e));
     t.Unreserve(seg, off, bytes);
+    t.WriteFailed(e, "append", seg, off);
     return WriteErrorCode(e);
   }
   RecordLocation loc{seg, 0, off, len, h.value_crc, uint32_t(key.size()), generation};
@@ -167,9 +166,8 @@ std::vector<Result<RecordLocation>> DiskTier::AppendBatch(const std::vector<Batc
       int e = PwriteFull(t.active_fd, buf, group_bytes, off);
       if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
       if (e != 0) {
-        MCXL_LOG(kError, "disk_tier", "batch of %zu records to segment %u at %llu: %s", group.size(), seg,
-                 (unsigned long long)off, strerror(e));
         t.Unreserve(seg, off, group_bytes);
+        t.WriteFailed(e, "batch of records", seg, off);
         for (size_t i : group) out[i] = WriteErrorCode(e);
       } else {
         std::lock_guard<std::mutex> lock(t.mu);
@@ -233,9 +231,8 @@ Status DiskTier::Remove(std::string_view key, uint64_t generation) {
     }
     int e = WriteImage(t.active_fd, stage, blk0, t.opt.sync_each_append, &h, key, nullptr);
     if (e != 0) {
-      MCXL_LOG(kError, "disk_tier", "tombstone to segment %u at %llu: %s", seg,
-               (unsigned long long)off, strerror(e));
       t.Unreserve(seg, off, bytes);
+      t.WriteFailed(e, "tombstone", seg, off);
       if (retry(WriteErrorCode(e))) continue;
       return WriteErrorCode(e);
     }
@@ -274,9 +271,8 @@ std::vector<Status> DiskTier::RemoveBatch(const std::vector<std::pair<std::strin
         e = PwriteFull(t.active_fd, buf, group_bytes, off);
         if (e == 0 && t.opt.sync_each_append && fdatasync(t.active_fd) != 0) e = errno;
         if (e != 0) {
-          MCXL_LOG(kError, "disk_tier", "batch of %zu tombstones to segment %u at %llu: %s", group.size(), seg,
-                   (unsigned long long)off, strerror(e));
           t.Unreserve(seg, off, group_bytes);
+          t.WriteFailed(e, "batch of tombstones", seg, off);
         }
       }
       if (!s.ok() || e != 0) {
@@ -365,7 +361,18 @@ Stats DiskTier::stats() const {
   s.compactions = t.compactions;
   s.relocations = t.relocations;
   s.direct_io = t.active_id != 0 ? t.active_direct : false;
+  s.capacity_effective = t.cap_eff;
+  s.fs_free_bytes = t.fs_avail;
+  s.fs_full = t.fs_full;
+  s.enospc = t.enospc;
+  s.damage_dropped = t.damage_dropped;
+  s.write_errors = t.write_errors;
   return s;
+}
+
+void DiskTier::RefreshSpace() {
+  std::lock_guard<std::mutex> wlock(impl_->wmu);
+  impl_->RefreshSpace();
 }
 
 }  // namespace mcxl::tier

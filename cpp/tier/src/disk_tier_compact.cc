@@ -148,6 +148,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       if (!s.ok() && w.err != 0) s = WriteErrorCode(w.err);  // the copy's write failed
       if (s.ok()) {
         RecordHeader nh = src;
+        nh.reserved |= kRecordCopy;  // its seq is the original's: rebuild's damage bound skips it
         nh.segment_id = dseg;
         nh.offset = doff;
         SealRecordHeader(&nh);
@@ -155,6 +156,7 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
       }
       if (!s.ok()) {
         t.Unreserve(dseg, doff, bytes);
+        if (w.err != 0) t.WriteFailed(w.err, "compaction copy", dseg, doff);
         if (s.error() == ErrorCode::CHECKSUM_MISMATCH && h.kind == kKindValue) {
           // A corrupt live record: dropped (reported with new segment 0), never copied.
           CountChecksumFailure();
@@ -169,8 +171,11 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
           continue;
         }
         if (s.error() == ErrorCode::NO_AVAILABLE_HANDLE && t.ReleaseReserve()) continue;
-        MCXL_LOG(kError, "disk_tier", "compact: copy of segment %u offset %llu: %s (%s)",
-                 cc.victim, (unsigned long long)off, ErrorCodeName(s.error()), why);
+        uint64_t suppressed = 0;
+        if (t.write_log.Allow(&suppressed))
+          MCXL_LOG(kError, "disk_tier", "compact: copy of segment %u offset %llu: %s (%s; %llu more failed writes "
+                   "in the last second not logged)", cc.victim, (unsigned long long)off, ErrorCodeName(s.error()),
+                   why, (unsigned long long)suppressed);
         result = s;
         break;
       }
@@ -217,35 +222,40 @@ Status DiskTier::Compact(uint64_t budget_bytes) {
   if (e != 0) MCXL_LOG(kWarn, "disk_tier", "compact: fsync of %s: %s", t.opt.root_dir.c_str(), strerror(e));
   ForgetReaderFd(path);
   t.Hook("compact.unlinked");
-  std::lock_guard<std::mutex> lock(t.mu);
-  for (const std::string& k : cc.dead_values) {
-    auto it = t.keys.find(k);
-    if (it == t.keys.end()) continue;
-    if (it->second.dead_values > 0) it->second.dead_values--;
-    t.Reaccount(it->second, k.size());
-    t.MaybeErase(it);
-  }
-  for (const auto& [k, off] : cc.dropped) {
-    auto it = t.keys.find(k);
-    if (it == t.keys.end()) continue;
-    KeyState& st = it->second;
-    if (st.tombs > 0) st.tombs--;
-    if (st.tomb_seg == cc.victim && st.tomb_off == off) {
-      st.tomb_seg = 0;  // gone with the victim (its bytes were not counted live)
-      st.tomb_live = false;
+  {
+    std::lock_guard<std::mutex> lock(t.mu);
+    for (const std::string& k : cc.dead_values) {
+      auto it = t.keys.find(k);
+      if (it == t.keys.end()) continue;
+      if (it->second.dead_values > 0) it->second.dead_values--;
+      t.Reaccount(it->second, k.size());
+      t.MaybeErase(it);
     }
-    if (st.tombs == 0) st.tomb_gen = 0;
-    t.MaybeErase(it);
+    for (const auto& [k, off] : cc.dropped) {
+      auto it = t.keys.find(k);
+      if (it == t.keys.end()) continue;
+      KeyState& st = it->second;
+      if (st.tombs > 0) st.tombs--;
+      if (st.tomb_seg == cc.victim && st.tomb_off == off) {
+        st.tomb_seg = 0;  // gone with the victim (its bytes were not counted live)
+        st.tomb_live = false;
+      }
+      if (st.tombs == 0) st.tomb_gen = 0;
+      t.MaybeErase(it);
+    }
+    auto sit = t.segs.find(cc.victim);
+    if (sit != t.segs.end()) {
+      t.used -= sit->second.end;
+      t.segs.erase(sit);
+    }
+    t.compactions++;
+    close(cc.fd);
+    cc = CompactCursor{};
   }
-  auto sit = t.segs.find(cc.victim);
-  if (sit != t.segs.end()) {
-    t.used -= sit->second.end;
-    t.segs.erase(sit);
-  }
-  t.compactions++;
-  close(cc.fd);
-  cc = CompactCursor{};
   t.HoldReserve();
+  // What the filesystem got back (a reader's open fd may still keep the
+  // victim's blocks): the capacity must not count on more.
+  t.RefreshSpace();
   return ErrorCode::OK;
 }
 

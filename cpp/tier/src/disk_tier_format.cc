@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <nmmintrin.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <array>
@@ -154,14 +155,14 @@ int PwriteFull(int fd, const void* buf, uint64_t len, uint64_t off) {
   return 0;
 }
 
-int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* direct_out) {
+int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* direct_out, uint32_t mode) {
   *direct_out = false;
   if (direct) {
     // MCXL_TIER_NO_ODIRECT=1 makes O_DIRECT look unsupported (tests of the
     // fallback: tmpfs supports O_DIRECT since Linux 6.6).
     const bool fake_einval = getenv("MCXL_TIER_NO_ODIRECT") != nullptr &&
                                     strcmp(getenv("MCXL_TIER_NO_ODIRECT"), "1") == 0;
-    int fd = fake_einval ? -1 : open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, 0644);
+    int fd = fake_einval ? -1 : open(path.c_str(), flags | O_DIRECT | O_CLOEXEC, mode_t(mode));
     if (fake_einval) errno = EINVAL;
     if (fd >= 0) {
       *direct_out = true;
@@ -175,7 +176,26 @@ int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* direc
                path.c_str());
     }
   }
-  return open(path.c_str(), flags | O_CLOEXEC, 0644);
+  return open(path.c_str(), flags | O_CLOEXEC, mode_t(mode));
+}
+
+int SetFileMode(int fd, uint32_t mode, int64_t group) {
+  if (group >= 0 && fchown(fd, uid_t(-1), gid_t(group)) != 0) return errno;
+  return fchmod(fd, mode_t(mode)) == 0 ? 0 : errno;
+}
+
+bool LogLimit::Allow(uint64_t* suppressed_out) {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  const uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  if (last_ns != 0 && now - last_ns < 1000000000ull) {
+    suppressed++;
+    return false;
+  }
+  last_ns = now;
+  *suppressed_out = suppressed;
+  suppressed = 0;
+  return true;
 }
 
 int FsyncDir(const std::string& dir) {

@@ -20,6 +20,7 @@ constexpr uint32_t kRecordMagic = 0x5258434d;             // "MCXR"
 constexpr uint16_t kFormatVersion = 1;
 constexpr uint16_t kKindValue = 1;
 constexpr uint16_t kKindTombstone = 2;
+constexpr uint32_t kRecordCopy = 1;  // RecordHeader::reserved: a compaction copy (its seq is the original's)
 
 struct SegmentHeader {
   uint64_t magic;
@@ -84,7 +85,16 @@ int PreadFull(int fd, void* buf, uint64_t len, uint64_t off);
 int PreadUpTo(int fd, void* buf, uint64_t len, uint64_t off, uint64_t* got);
 int PwriteFull(int fd, const void* buf, uint64_t len, uint64_t off);
 // Opens with O_DIRECT when `direct` and the fs accepts it; *direct_out says which.
-int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* direct_out);
+// `mode` applies when flags create the file (then also set exactly: SetFileMode).
+int OpenMaybeDirect(const std::string& path, int flags, bool direct, bool* direct_out, uint32_t mode = 0600);
+// fchmod to `mode` exactly (whatever the umask) and fchown to `group` (-1: unchanged). 0 or errno.
+int SetFileMode(int fd, uint32_t mode, int64_t group);
+// At most one log line a second per limiter; Allow() returns how many were
+// suppressed since the last one through *suppressed. Under the owner's lock.
+struct LogLimit {
+  uint64_t last_ns = 0, suppressed = 0;
+  bool Allow(uint64_t* suppressed_out);
+};
 int FsyncDir(const std::string& dir);
 // Whether name is "seg-XXXXXXXX.mcxl"; its id.
 bool ParseSegmentName(std::string_view name, uint32_t* id);
@@ -197,6 +207,12 @@ struct DiskTier::Impl {
   uint64_t objects = 0;
   uint64_t appends = 0, compactions = 0, relocations = 0;
   bool logged_full = false;
+  // Space (disk_tier_space.cc): the capacity the filesystem leaves (under mu).
+  uint64_t cap_eff = 0, fs_avail = 0;
+  bool fs_full = false;
+  uint64_t enospc = 0, damage_dropped = 0, write_errors = 0;
+  LogLimit write_log;  // write failures (under wmu)
+  int lock_fd = -1;    // <root_dir>/lock.mcxl, flock()ed while open
   uint64_t reserve_bytes = 0;  // <root_dir>/reserve.mcxl, fallocated
   bool reserve_held = false;
   RelocationCallback reloc_cb;
@@ -220,6 +236,12 @@ struct DiskTier::Impl {
   void Reaccount(KeyState& st, size_t key_len);
   void MaybeErase(std::unordered_map<std::string, KeyState>::iterator it);
   void AddLive(uint32_t seg, int64_t delta);
+  // statvfs into cap_eff/fs_avail. Under wmu; takes mu.
+  void RefreshSpace();
+  // A write failed with errno e (under wmu): counted; one log line a second
+  // at most; on ENOSPC the space is re-read and the active segment sealed.
+  void WriteFailed(int e, const char* what, uint32_t seg, uint64_t off);
+  void SealActive();  // under wmu: fdatasync + close; the next write starts a segment
 };
 
 // NO_AVAILABLE_HANDLE for a full filesystem (ENOSPC, EDQUOT), else WRITE_FAIL (disk_tier_space.cc).

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <liburing.h>
@@ -34,9 +35,32 @@ std::mutex g_fd_mu;
 std::unordered_map<std::string, std::shared_ptr<CachedFd>>* g_fds =
     new std::unordered_map<std::string, std::shared_ptr<CachedFd>>();  // leaked: outlives statics
 
+uint64_t g_swept_ns = 0;  // under g_fd_mu
+
+// Closes the cached fds of segments compaction deleted: an open fd keeps a
+// deleted file's space, which a small or full filesystem needs back. Under
+// g_fd_mu; on a cache miss (a new segment: compaction ran) or once a second.
+void SweepDeleted() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  g_swept_ns = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  for (auto it = g_fds->begin(); it != g_fds->end();) {
+    struct stat st;
+    if (fstat(it->second->fd, &st) != 0 || st.st_nlink == 0) it = g_fds->erase(it);
+    else ++it;
+  }
+}
+
 std::shared_ptr<CachedFd> GetFd(const std::string& path, bool fresh, int* err) {
   std::lock_guard<std::mutex> lock(g_fd_mu);
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const uint64_t now_ns = uint64_t(now.tv_sec) * 1000000000ull + uint64_t(now.tv_nsec);
   auto it = g_fds->find(path);
+  if (it == g_fds->end() || now_ns - g_swept_ns > 1000000000ull) {
+    SweepDeleted();
+    it = g_fds->find(path);
+  }
   if (it != g_fds->end() && !fresh) return it->second;
   if (it != g_fds->end()) g_fds->erase(it);
   auto c = std::make_shared<CachedFd>();
@@ -116,6 +140,11 @@ io_uring* GetThreadRing() {
 std::atomic<uint64_t> g_uring_reads{0};
 
 }  // namespace
+
+void CloseDeletedReaderFds() {
+  std::lock_guard<std::mutex> lock(g_fd_mu);
+  if (!g_fds->empty()) SweepDeleted();
+}
 
 ReaderCounters GetReaderCounters() {
   ReaderCounters c;

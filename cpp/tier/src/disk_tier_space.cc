@@ -26,6 +26,7 @@ DiskTier::Impl::~Impl() {
     close(active_fd);
   }
   if (cc.fd >= 0) close(cc.fd);
+  if (lock_fd >= 0) close(lock_fd);  // releases the directory's lock
 }
 
 void DiskTier::Impl::AddLive(uint32_t seg, int64_t delta) {
@@ -62,8 +63,9 @@ void DiskTier::Impl::HoldReserve() {
   struct statvfs sv;
   if (statvfs(opt.root_dir.c_str(), &sv) == 0)
     want = std::min<uint64_t>(want, uint64_t(sv.f_bavail) * sv.f_frsize / 8);
-  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, mode_t(opt.file_mode));
   if (fd < 0) return;
+  SetFileMode(fd, opt.file_mode, opt.group);
   for (want &= ~(kBlockSize - 1); want >= 16 * kBlockSize; want = (want / 2) & ~(kBlockSize - 1)) {
     if (fallocate(fd, 0, 0, off_t(want)) == 0) {
       reserve_held = true;
@@ -78,11 +80,17 @@ Status DiskTier::Impl::CreateSegment() {
   const uint32_t id = next_seg_id;
   const std::string path = SegmentPath(opt.root_dir, id);
   bool direct = false;
-  int fd = OpenMaybeDirect(path, O_RDWR | O_CREAT | O_EXCL, opt.direct_io, &direct);
+  int fd = OpenMaybeDirect(path, O_RDWR | O_CREAT | O_EXCL, opt.direct_io, &direct, opt.file_mode);
   if (fd < 0) {
     int e = errno;
-    MCXL_LOG(kError, "disk_tier", "create %s: %s", path.c_str(), strerror(e));
+    WriteFailed(e, "create segment", id, 0);
     return WriteErrorCode(e);
+  }
+  if (int e = SetFileMode(fd, opt.file_mode, opt.group); e != 0) {
+    MCXL_LOG(kError, "disk_tier", "set mode %04o of %s: %s", opt.file_mode, path.c_str(), strerror(e));
+    close(fd);
+    unlink(path.c_str());
+    return ErrorCode::WRITE_FAIL;
   }
   AlignedBuf blk = AllocAligned(kBlockSize);
   if (!blk) {
@@ -113,9 +121,9 @@ Status DiskTier::Impl::CreateSegment() {
   if (e == 0 && fdatasync(fd) != 0) e = errno;
   if (e == 0) e = FsyncDir(opt.root_dir);
   if (e != 0) {
-    MCXL_LOG(kError, "disk_tier", "initialize %s: %s", path.c_str(), strerror(e));
     if (fd >= 0) close(fd);
     unlink(path.c_str());
+    WriteFailed(e, "initialize segment", id, 0);
     return WriteErrorCode(e);
   }
   std::lock_guard<std::mutex> lock(mu);
@@ -132,11 +140,17 @@ Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, u
   bool roll = active_id == 0 || active_fd < 0 ||  // none yet, or the last creation failed
               (segs[active_id].end + bytes > opt.segment_bytes && segs[active_id].end > kBlockSize);
   uint64_t cost = bytes + (roll ? kBlockSize : 0);
-  if (!compaction && used + cost > opt.capacity_bytes) {
+  uint64_t cap = 0, avail = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    cap = cap_eff;
+    avail = fs_avail;
+  }
+  if (!compaction && used + cost > cap) {
     if (!logged_full)
-      MCXL_LOG(kWarn, "disk_tier", "tier full: %llu of %llu bytes used, a record needs %llu",
-               (unsigned long long)used, (unsigned long long)opt.capacity_bytes,
-               (unsigned long long)cost);
+      MCXL_LOG(kWarn, "disk_tier", "tier full: %llu of %llu bytes used (%llu configured, the filesystem "
+               "has %llu free), a record needs %llu", (unsigned long long)used, (unsigned long long)cap,
+               (unsigned long long)opt.capacity_bytes, (unsigned long long)avail, (unsigned long long)cost);
     logged_full = true;
     return ErrorCode::NO_AVAILABLE_HANDLE;
   }
@@ -158,6 +172,57 @@ Status DiskTier::Impl::Reserve(uint64_t bytes, bool compaction, uint32_t* seg, u
   used += bytes;
   logged_full = false;
   return ErrorCode::OK;
+}
+
+void DiskTier::Impl::RefreshSpace() {  // under wmu (reserve_held)
+  struct statvfs sv;
+  const bool got = statvfs(opt.root_dir.c_str(), &sv) == 0;
+  std::lock_guard<std::mutex> lock(mu);
+  if (!got) {
+    cap_eff = opt.capacity_bytes;
+    return;
+  }
+  fs_avail = uint64_t(sv.f_bavail) * sv.f_frsize;
+  // Headroom: 1/64 of the filesystem (other files, metadata) and half a
+  // segment (the most one compaction copies before it deletes its victim).
+  const uint64_t fs_bytes = uint64_t(sv.f_blocks) * sv.f_frsize;
+  const uint64_t slack = fs_bytes / 64 + opt.segment_bytes / 2;
+  // A reserve given up on ENOSPC is still set aside: it is for removes and
+  // compaction, and returns after the next compaction.
+  const uint64_t keep = slack + (reserve_held ? 0 : reserve_bytes);
+  const uint64_t room = used + fs_avail > keep ? used + fs_avail - keep : 0;
+  cap_eff = std::min(opt.capacity_bytes, room);
+  fs_full = fs_avail < fs_bytes / 128;  // the tier itself stops above this: another writer took it
+}
+
+void DiskTier::Impl::SealActive() {
+  if (active_fd < 0 || active_id == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (segs[active_id].end <= kBlockSize) return;  // nothing in it to compact
+  }
+  if (fdatasync(active_fd) != 0)
+    MCXL_LOG(kError, "disk_tier", "fdatasync of segment %u: %s", active_id, strerror(errno));
+  close(active_fd);
+  active_fd = -1;
+  std::lock_guard<std::mutex> lock(mu);
+  active_id = 0;
+}
+
+void DiskTier::Impl::WriteFailed(int e, const char* what, uint32_t seg, uint64_t off) {
+  const bool full = e == ENOSPC || e == EDQUOT;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    write_errors++;
+    if (full) enospc++;
+  }
+  uint64_t suppressed = 0;
+  if (write_log.Allow(&suppressed))
+    MCXL_LOG(kError, "disk_tier", "%s to segment %u at %llu: %s (%llu more failed writes in the last second not "
+             "logged)", what, seg, (unsigned long long)off, strerror(e), (unsigned long long)suppressed);
+  if (!full) return;
+  RefreshSpace();  // appends now stop at what the filesystem has
+  SealActive();    // so that compaction may take the segment
 }
 
 void DiskTier::Impl::Unreserve(uint32_t seg, uint64_t off, uint64_t bytes) {

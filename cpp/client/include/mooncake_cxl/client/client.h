@@ -16,6 +16,10 @@
 //     never seen, replaced or removed.
 //   * A lost master connection is re-established on the next call; if the
 //     master restarted, the client re-attaches and a put is retried once.
+//     With an etcd:// address the client looks the elected master up in
+//     etcd, at Connect and at each re-attach (which then retries for up to
+//     put_wait_ms while no leader serves); a reply is refused once the
+//     pool names a newer term than the master that attached us.
 //
 // Thread safety: every method may be called from any thread concurrently;
 // Close waits for calls in flight.
@@ -37,6 +41,8 @@
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
+#include "mooncake_cxl/pool/populate.h"
+#include "mooncake_cxl/control/etcd_client.h"
 #include "mooncake_cxl/control/rpc_client.h"
 #include "mooncake_cxl/control/shm_ring.h"
 
@@ -44,7 +50,10 @@ namespace mcxl {
 
 struct ClientOptions {
   std::string local_hostname;
-  std::string master_addr;          // "host:port"
+  // "host:port", or "etcd://h1:2379;h2:2379" (or ','): the master elected
+  // in etcd (--enable_ha), followed across takeovers.
+  std::string master_addr;
+  std::string cluster_id;           // with etcd://; "" = MC_STORE_CLUSTER_ID or "mooncake"
   std::string pool_path_override;   // MC_CXL_DEV_PATH: this host's name for the pool
   uint64_t pool_size_override = 0;  // MC_CXL_DEV_SIZE
   int connect_timeout_ms = 3000;
@@ -55,9 +64,10 @@ struct ClientOptions {
   int put_wait_ms = 2000;
   // Control path: the CXL RPC rings in the pool (default), or TCP only.
   bool use_rings = true;
-  // Map every pool page at attach (Pool::Prefault; env MC_CXL_PREFAULT=1):
-  // puts and reads then never fault on a first touch; costs start-up time.
-  bool prefault_pool = false;
+  // Map the pool's pages after setup on a background thread (populate.h;
+  // env MC_CXL_PREFAULT=0 turns it off): puts and reads then do not fault on
+  // a first touch. Setup does not wait for it.
+  bool prefault_pool = true;
   // Key namespace (tenant.h): "" or "default" = keys stored unchanged.
   std::string tenant = "default";
   // SSD tier. The client reads records of disk-resident objects
@@ -68,6 +78,10 @@ struct ClientOptions {
   std::string offload_path_override;
   bool tier_direct_read = true;
   bool enable_ssd_offload = false;  // accepted as in the reference; reads of the tier work either way
+  // Zero-copy calls accept only ranges inside a registered buffer
+  // (MC_CXL_STRICT_BUFFERS=1, setup(strict_buffers=True)): Mooncake's
+  // contract. Off: unregistered memory is accepted too.
+  bool strict_buffers = false;
 };
 
 struct PutOptions {
@@ -215,8 +229,23 @@ class Client {
   Status RegisterBuffer(uintptr_t ptr, uint64_t size);
   Status UnregisterBuffer(uintptr_t ptr);
   // INVALID_PARAMS (logged) when [ptr, ptr+size) is null, wraps, or overlaps a
-  // registered buffer without lying inside it.
+  // registered buffer without lying inside it (with strict_buffers: or lies
+  // inside none).
   Status CheckRange(uintptr_t ptr, uint64_t size, const char* op) const;
+  // CheckRange of [base+offset, +size), a range given relative to `base`
+  // (get_into_ranges): when base lies inside a registered buffer, the range
+  // must lie inside that same buffer; an offset that wraps is refused.
+  Status CheckRangeFrom(uintptr_t base, uint64_t offset, uint64_t size, const char* op) const;
+
+  // Announcement channels (announce.h): the tenant's channel `name`, held
+  // open by this attachment until AnnounceClose (or the attachment's end).
+  // NO_AVAILABLE_HANDLE: this client holds its cap, or every channel is held.
+  struct AnnounceChannel {
+    uint32_t channel = 0;
+    uint64_t name_hash = 0;
+  };
+  Result<AnnounceChannel> AnnounceOpen(std::string_view name);
+  void AnnounceClose(const AnnounceChannel& ch);
 
   ErrorCode Remove(std::string_view key, bool force);
   std::vector<int32_t> BatchRemove(const std::vector<std::string_view>& keys, bool force);
@@ -333,6 +362,17 @@ class Client {
   // not reclaimed it): a stale client must not touch that slot's rings.
   bool SlotCurrent(uint32_t slot, uint64_t gen) const;
 
+  // etcd:// (--enable_ha): the leader's "host:port" from its record in
+  // etcd, waiting until `deadline_mono_ns` for one that serves.
+  Status FindLeader(uint64_t deadline_mono_ns, std::string* host, int* port);
+  std::unique_ptr<EtcdClient> etcd_;  // null: a fixed master address
+  std::string leader_key_;
+  // The pool's term when we attached (0 without HA). Relaxed: written under
+  // attach_mu_, compared with the superblock's on each reply; a stale value
+  // only costs a re-attach.
+  std::atomic<uint64_t> term_{0};
+  bool TermSuperseded() const;
+
   ClientOptions options_;
   std::shared_ptr<Pool> pool_;
   std::unique_ptr<ObjectIndex> index_;
@@ -388,6 +428,7 @@ class Client {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::thread hb_thread_;
+  BackgroundPopulator populator_;  // reads pool_; stopped by Close
 };
 
 }  // namespace mcxl

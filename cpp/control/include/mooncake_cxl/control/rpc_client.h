@@ -33,6 +33,9 @@ class RpcClient {
   // connection (the caller may need to re-attach).
   Result<std::string> Call(MessageType type, const std::string& payload, bool* reconnected = nullptr);
   void Disconnect();
+  // Points later calls at another master (an elected one): the connection
+  // closes when the address changed. False when it did not change.
+  bool SetTarget(const std::string& host, int port);
 
  private:
   Status ConnectLocked();
@@ -46,6 +49,7 @@ class RpcClient {
   int connect_timeout_ms_, reply_timeout_ms_;
   int fd_ = -1;
   uint64_t next_id_ = 1;
+  uint64_t last_unreachable_log_ns_ = 0;  // MonoNs of the last "cannot reach" line (under mu_)
 };
 
 // Splits "host:port"; false when malformed.

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -33,8 +34,10 @@ enum class MessageType : uint16_t {
   kHeartbeat = 9,
   kPromote = 10,  // SSD tier: a disk read (promotion on hit) or a stage request
   kSettle = 11,   // SSD tier: an upsert is published; its older values go now (durably)
-  kLocate = 12,   // remote clients: where keys' values lie (no pool mapping to probe)
-  kPublish = 13,  // remote clients: the publishing CAS, done by the master
+  kAnnounceOpen = 12,   // announce.h: the tenant's channel of a name, named if need be, held open
+  kAnnounceClose = 13,  // announce.h: one hold of a channel dropped
+  kLocate = 14,   // remote clients: where keys' values lie (no pool mapping to probe)
+  kPublish = 15,  // remote clients: the publishing CAS, done by the master
 };
 const char* MessageTypeName(uint16_t type);
 // Requests whose handling scans the whole index in slices (RemoveByRegex,
@@ -43,6 +46,13 @@ const char* MessageTypeName(uint16_t type);
 // Over a ring they are refused with NOT_SUPPORTED: the client sends them
 // over TCP.
 bool RunsInSlices(uint16_t type);
+// An upper bound of the reply payload's bytes to the request `payload` of
+// `type`, for the one request whose reply can outgrow it (PutStart: 29 bytes
+// per key, more than a short key costs in the request); 0 for the others
+// (a fixed small reply, or one no larger than the request). A transport
+// with a frame limit checks it before sending (client) and before serving
+// (master): a reply that could not be pushed is never produced.
+uint64_t ReplyBytesBound(uint16_t type, std::string_view payload);
 
 // Per-request limits, so that one request's time under the master's lock is
 // bounded; over a limit the master answers INVALID_PARAMS with a log line.
@@ -177,6 +187,26 @@ struct PromoteRequest {
   bool stage = false;
 };
 
+// kAnnounceOpen: the channel `name` of the client's tenant (named now if no
+// channel carries it), held open by the client until kAnnounceClose or the
+// end of its attachment. The reply's name_hash is what the channel header
+// carries while the name is the channel's.
+constexpr uint32_t kMaxChannelNameBytes = 4096;
+struct AnnounceOpenRequest {
+  ClientRef client;
+  std::string name;  // as the client gave it (the master scopes it by tenant)
+};
+struct AnnounceOpenReply {
+  ErrorCode status = ErrorCode::OK;
+  uint32_t channel = 0;
+  uint64_t name_hash = 0;
+};
+struct AnnounceCloseRequest {
+  ClientRef client;
+  uint32_t channel = 0;
+  uint64_t name_hash = 0;
+};
+
 // kLocate: the newest readable entry of each (stored) key, as a local
 // reader's FindComplete would find it, with a read's lease (until
 // lease_until_ns when later: a hold). An object in the SSD tier is staged
@@ -248,6 +278,12 @@ void Encode(const TicketReply& m, Encoder* e);
 bool Decode(Decoder* d, TicketReply* m);
 void Encode(const PromoteRequest& m, Encoder* e);
 bool Decode(Decoder* d, PromoteRequest* m);
+void Encode(const AnnounceOpenRequest& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceOpenRequest* m);
+void Encode(const AnnounceOpenReply& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceOpenReply* m);
+void Encode(const AnnounceCloseRequest& m, Encoder* e);
+bool Decode(Decoder* d, AnnounceCloseRequest* m);
 void Encode(const PingReply& m, Encoder* e);
 bool Decode(Decoder* d, PingReply* m);
 void Encode(const LocateRequest& m, Encoder* e);

@@ -22,12 +22,14 @@
 // library (a virtual call per request, as through Service already).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "mooncake_cxl/master/warm_scan.h"
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/control/service.h"
 #include "mooncake_cxl/pool/pool.h"  // pool() is part of the interface
@@ -45,6 +47,10 @@ struct MasterConfig {
   bool format = false;
   uint64_t index_capacity = 0;  // 0 = DefaultIndexCapacity(pool size)
   uint64_t client_slots = 64;
+  // Announcement channels at format (0 = DefaultAnnounceChannels), and how
+  // many one client may hold open at once (announce.h).
+  uint64_t announce_channels = 0;
+  uint64_t announce_channels_per_client = 16;
   // At format: "coherent" (one host, CXL 3.x) or "noncoherent" (CXL 2.0
   // multi-host: every publish flushes, see publish.h).
   std::string coherence = "coherent";
@@ -53,6 +59,11 @@ struct MasterConfig {
   uint64_t max_kv_soft_pin_ttl_ms = 24 * 3600 * 1000;
   double eviction_high_watermark_ratio = 0.90;
   double eviction_ratio = 0.05;
+  // The index is a capacity too: above this share of its entries live, puts
+  // evict (down to it minus eviction_ratio) by the same rules. Up to 0.8,
+  // linear probing's probes stay short (ObjectIndex::kMaxProbeSlots bounds
+  // them anyway). 0.1 .. 0.95.
+  double index_high_watermark_ratio = 0.80;
   bool allow_evict_soft_pinned_objects = true;
   uint64_t client_ttl_s = 10;
   uint64_t put_start_discard_timeout_sec = 30;
@@ -62,10 +73,11 @@ struct MasterConfig {
   // be formatted.
   std::string pool_group;
   bool allow_world_readable_pool = false;
-  // Map (and allocate) every pool page at start (Pool::Prefault): no page
-  // faults on the put path later, at a start-up cost of about 0.1-0.2 s/GiB
-  // (and the whole file resident from the start).
-  bool prefault_pool = false;
+  // Populate the pool's pages after start, on a background thread
+  // (populate.h): the metadata always, the data region on tmpfs/hugetlbfs
+  // (allocated, so the whole file is resident), so that puts do not pay
+  // first-touch faults. Start does not wait for it.
+  bool prefault_pool = true;
   // When Tick finds the pool device smaller than the mapping: log and
   // _exit(kPoolLostExitCode) (the master binary), or, false (in-process
   // users, tests), refuse every request with UNAVAILABLE_IN_CURRENT_STATUS.
@@ -108,6 +120,13 @@ struct MasterConfig {
   std::string te_protocol;
   std::string te_session_file;
   std::string remote_secret;
+  // --enable_ha (master_ha.h, master_fence.h): the term this master was
+  // elected with (0 = no HA: single-master mode) and the MonoNs() before
+  // which its etcd lease is surely valid. The master raises the pool's term
+  // to it before its first structural write and checks both before each
+  // write batch, exiting (kDeposedExitCode) when either says it no longer leads.
+  uint64_t ha_term = 0;
+  const std::atomic<uint64_t>* ha_lease_deadline = nullptr;
 };
 
 struct MasterStats {
@@ -122,8 +141,13 @@ struct MasterStats {
   uint64_t revoked_puts = 0;
   uint64_t eviction_rounds = 0, eviction_rounds_empty = 0;  // empty: freed nothing
   uint64_t evicted_keys = 0, evicted_bytes = 0;
+  uint64_t index_live_entries = 0;  // entries in use (complete, unfinished, aborted)
+  uint64_t index_evicted_keys = 0;  // of evicted_keys, while the index, not the data region, was over its watermark
+  uint64_t index_window_evictions = 0;  // of those, to free a slot of a key's full probe window
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
+  uint64_t announce_refusals = 0;        // channel opens refused: per-client cap, or every channel held
+  uint64_t announce_channels_freed = 0;  // channels whose last holder went
   uint64_t corrupt_entries = 0;  // entries found disagreeing with the master's records
   bool pool_lost = false;        // the device shrank: nothing is served
   uint64_t pool_replacements = 0;  // devices found replaced and formatted (CheckReplacedDevice)
@@ -151,7 +175,12 @@ class Master : public Service {
  public:
   // Opens (formats or recovers) the pool and, with --enable_offload, the
   // SSD tier; INVALID_PARAMS for a bad flag, the pool's error otherwise.
-  static Result<std::unique_ptr<Master>> Create(const MasterConfig& config);
+  // `premapped`: the pool at --cxl_path already mapped (a standby's, so
+  // that a takeover takes no page faults); else Create maps it. `warm`: a
+  // standby's scan of that pool (warm_scan.h), used by its recovery only.
+  static Result<std::unique_ptr<Master>> Create(const MasterConfig& config,
+                                                std::unique_ptr<Pool> premapped = nullptr,
+                                                std::unique_ptr<WarmScan> warm = nullptr);
   ~Master() override = default;
 
   // Service, as the master answers it:

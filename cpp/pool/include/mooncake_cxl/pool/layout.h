@@ -29,7 +29,9 @@ namespace mcxl {
 constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 // 2: Superblock::auth_token; 3: pin records name the object's offset; 4: announce channels;
 // 5: RingHeader::caller, and the SSD tier (EntryState::kOnDisk, DiskStub, Superblock::tier_*)
-constexpr uint32_t kLayoutVersion = 5;
+// 6: Superblock::master_term and master_writing (the fence of --enable_ha)
+// 7: announcement channels named by the master, with their holders
+constexpr uint32_t kLayoutVersion = 7;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -82,6 +84,14 @@ struct Superblock {
   std::atomic<uint64_t> max_probe;
   std::atomic<uint64_t> master_pid;
   std::atomic<uint64_t> master_machine_hash;  // KeyHash(gethostname()): pid checks are local
+
+  // The fence of elected masters (master_fence.h). master_term: the
+  // leader's term (0 without HA), raised by a new leader before its first
+  // structural write; clients compare it on every reply. master_writing: a
+  // leader's term while it is inside a write batch, else 0; its own line,
+  // written at every batch, so that clients' reads of the term stay hits.
+  alignas(kCacheLine) std::atomic<uint64_t> master_term;
+  alignas(kCacheLine) std::atomic<uint64_t> master_writing;
 
   // The ring server's doorbell (CXL RPC). After each request a client reads
   // ring_server_sleeping; only when the server is not polling (asleep, or in
@@ -145,17 +155,21 @@ static_assert(sizeof(RingHeader) == 4 * kCacheLine);
 
 // One announcement channel (announce.h): one producer at a time, any number
 // of readers, each with its own cursor (not in the pool). Line 0 is the
-// claim (written with CASes by producers claiming it), line 1 the
-// producer's; announce_slots AnnounceRecords follow the header.
+// claim (name_hash written by the master, which names and frees channels;
+// owner_pid CASed by producers), line 1 the producer's, lines 2..9 the
+// master's record of which client slots hold it open (read back only by a
+// restarted master); announce_slots AnnounceRecords follow the header.
+constexpr uint32_t kAnnounceHolderWords = 64;  // one bit per client slot (kMaxClientSlots)
 struct AnnounceChannelHeader {
-  std::atomic<uint64_t> name_hash;      // producers: 0 = never named, else KeyHash(name) | 1
+  std::atomic<uint64_t> name_hash;      // master: 0 = free, else KeyHash(tenant-scoped name) | 1
   std::atomic<uint64_t> owner_pid;      // producers: 0 = no producer; CAS to claim
   std::atomic<uint64_t> owner_machine;  // producer: KeyHash(hostname), for pid liveness checks
   std::atomic<uint64_t> epoch;          // producers: +1 per claim
   alignas(kCacheLine) std::atomic<uint64_t> head;  // producer: records ever published; low 32 bits: futex word
   std::atomic<uint32_t> readers_waiting;           // readers: how many sleep on head (atomic add/sub)
+  alignas(kCacheLine) std::atomic<uint64_t> holders[kAnnounceHolderWords];  // master: bit s = slot s holds it
 };
-static_assert(sizeof(AnnounceChannelHeader) == 2 * kCacheLine);
+static_assert(sizeof(AnnounceChannelHeader) == 10 * kCacheLine);
 
 // One record, seqlocked: seq is 2n+1 while record n is written, 2n+2 once it
 // is complete; record n lives in slot n % announce_slots.

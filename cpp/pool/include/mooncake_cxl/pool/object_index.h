@@ -2,13 +2,21 @@
 //
 // Contract: 64-byte entries, linear probing from KeyHash(key) & (capacity-1).
 // EMPTY ends a probe sequence, TOMBSTONE does not; no probe goes further than
-// Superblock::max_probe. Two sides use it:
+// Superblock::max_probe, and Insert places no entry kMaxProbeSlots or more
+// slots from its home, so every lookup reads at most kMaxProbeSlots entries
+// however full the table is (the master evicts in the window when it is
+// full). Tombstone turns every tombstone no probe needs any more back into
+// EMPTY, so misses stop early where they can. Two sides use it:
 //   * Readers (every client, one-sided, no master round trip): ReadEntry takes
 //     a consistent snapshot of an entry under its seqlock; FindComplete finds
 //     the newest COMPLETE entry of a key; a caller that copies the value
 //     re-checks StillValid afterwards and retries when it fails.
 //   * The master (the only structural writer): Insert, Tombstone, SetFlags,
 //     all of which bump the entry's version to odd before and to even after.
+//     Its own lookups use a DRAM shadow (EnableShadow): key hash -> the
+//     slots it inserted and has not tombstoned since, kept exact by Insert
+//     and Tombstone, so they never walk the pool's tombstones; what the
+//     shadow names is still checked against the pool entry.
 // The putting client's only write is PublishComplete/Abort: a CAS of
 // state_gen that names the generation it was given, so it cannot touch an
 // entry the master has since revoked or reused.
@@ -28,6 +36,8 @@
 #include <atomic>
 #include <cstdint>
 #include <string_view>
+#include <unordered_map>
+#include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
 #include "mooncake_cxl/pool/layout.h"
@@ -51,10 +61,17 @@ struct EntrySnapshot {
 
 class ObjectIndex {
  public:
+  // Longest probe sequence Insert builds (slots read by the longest lookup).
+  // 64 entries are one 4 KiB stretch of the pool: a miss in a full table
+  // costs a few sequential lines more than in an empty one.
+  static constexpr uint64_t kMaxProbeSlots = 64;
+
   explicit ObjectIndex(const Pool* pool);
 
   uint64_t capacity() const { return capacity_; }
   uint64_t HomeSlot(uint64_t hash) const { return hash & (capacity_ - 1); }
+  // Slots from the home of the key hash `hash` to `slot` (0: at its home).
+  uint64_t Distance(uint64_t slot, uint64_t hash) const { return (slot - hash) & (capacity_ - 1); }
 
   // ---- reader side ----
   // Consistent copy of entry `slot`; false when it stayed mid-rewrite for the
@@ -102,10 +119,12 @@ class ObjectIndex {
     uint64_t key_hash, object_offset, value_size, generation, put_time_ns;
     uint32_t flags, owner_slot;
   };
-  // Places a WRITING entry in the first free slot of the key's probe
-  // sequence: the slot, or NO_AVAILABLE_HANDLE when the sequence is full.
+  // Places a WRITING entry in the first free slot of the key's first
+  // kMaxProbeSlots: the slot, or NO_AVAILABLE_HANDLE when they are all live.
   Result<uint64_t> Insert(const InsertArgs& args);
-  // Unlinks the entry (TOMBSTONE, or EMPTY when that shortens no sequence).
+  // Unlinks the entry: TOMBSTONE, then every tombstone from the entry's home
+  // to it (and the run of tombstones before an EMPTY) that no live entry's
+  // probe passes through becomes EMPTY.
   void Tombstone(uint64_t slot);
   void SetFlags(uint64_t slot, uint32_t flags);
   // A rewrite of several fields of a live entry (the SSD tier moves an
@@ -119,6 +138,18 @@ class ObjectIndex {
   // says whether it had to.
   void SetMaxProbe(uint64_t v);
   bool RestoreMaxProbe();
+  // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
+  // (under the key hash it holds now); from then on Insert and Tombstone
+  // keep it. Costs about 17 bytes a slot plus a map node per live entry.
+  void EnableShadow();
+  bool shadowed() const { return !shadow_hash_.empty(); }
+  // The shadow's slots of key hash `hash`, in probe order from its home
+  // (REQUIRES shadowed()). A superset of the master's live entries of the
+  // hash: the caller checks state, hash and key in the pool entry.
+  void ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const;
+  // Slots a reader's lookup of an absent key of hash `hash` reads now (to
+  // the first EMPTY, at most max_probe + 1): the probe-length statistic.
+  uint64_t MissProbeLength(uint64_t hash) const;
   uint64_t max_probe() const { return max_probe_; }
   IndexEntry& entry(uint64_t slot) const { return entries_[slot]; }
   const Pool* pool() const { return pool_; }
@@ -127,12 +158,23 @@ class ObjectIndex {
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
+  // True when no live entry within max_probe after tombstone `t` has its
+  // home at or before `t` (its probe would pass t): t may become EMPTY.
+  bool NoProbePasses(uint64_t t) const;
+  void MakeEmpty(uint64_t slot);
+  void ShadowAdd(uint64_t slot, uint64_t hash);
+  void ShadowRemove(uint64_t slot);
 
   const Pool* pool_;
   IndexEntry* entries_;
   uint64_t capacity_;
   Superblock* sb_;
   uint64_t max_probe_ = 0;  // master side only
+  // The shadow (master side only): slot -> the hash it is filed under (when
+  // filed), and hash -> slots.
+  std::vector<uint64_t> shadow_hash_;
+  std::vector<bool> shadow_filed_;
+  std::unordered_multimap<uint64_t, uint64_t> shadow_;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};
   mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};

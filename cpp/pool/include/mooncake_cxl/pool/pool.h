@@ -48,7 +48,8 @@ struct FormatOptions {
   uint64_t ring_bytes_per_client = 32 * 1024;  // per direction, header included
   CoherenceMode coherence = CoherenceMode::kCoherent;
   bool allow_world_readable = false;  // --allow_world_readable_pool
-  uint32_t announce_channels = 32;    // announce.h
+  // announce.h; 0 = two per client slot, at most what 1/16 of the pool holds (>= 8)
+  uint32_t announce_channels = 0;
   uint32_t announce_slots = 512;      // records per channel, a power of two
 };
 
@@ -57,16 +58,22 @@ struct PoolFileOptions {
 };
 
 // Index capacity used when FormatOptions::index_capacity is 0: one entry per
-// 4 KiB of pool, at least 1024, rounded up to a power of two (the master
-// refuses inserts beyond 7/8 of it).
+// 4 KiB of pool, at least 1024, rounded up to a power of two. The master
+// evicts past --index_high_watermark_ratio (0.8) of it in use, so this suits
+// objects of 5 KiB or more on average (64 bytes of pool per entry, 1.6 %).
 uint64_t DefaultIndexCapacity(uint64_t pool_size);
+// Channels used when FormatOptions::announce_channels is 0: two per client
+// slot (a producer and a listener each), at most what 1/16 of the pool
+// holds, at least 8.
+uint32_t DefaultAnnounceChannels(uint32_t client_slots, uint64_t pool_size, uint32_t announce_slots);
 
 constexpr uint64_t kMinPoolSize = 4ull << 20;
 // Bounds Verify puts on the superblock's counts (Format never exceeds them).
 constexpr uint32_t kMaxClientSlots = 4096;
 constexpr uint32_t kMaxPinsPerClient = 1u << 20;
 constexpr uint64_t kMaxRingBytes = 1ull << 30;
-constexpr uint32_t kMaxAnnounceChannels = 4096;
+constexpr uint32_t kMaxAnnounceChannels = 8192;
+static_assert(kMaxClientSlots == kAnnounceHolderWords * 64);
 constexpr uint32_t kMaxAnnounceSlots = 1u << 20;
 // Bytes of one announcement channel (header + records).
 constexpr uint64_t AnnounceChannelBytes(uint32_t slots) {
@@ -121,13 +128,6 @@ class Pool {
                                             bool create, const PoolFileOptions& file = {});
 
   bool IsFormatted() const;
-  // Maps every page of the pool into this process now (MADV_POPULATE_WRITE,
-  // Linux 5.14+), allocating the file's pages that were never written. Safe
-  // while others use the pool (it changes no byte). Without it the first
-  // touch of each 4 KiB page costs a fault (and, on a never-written /dev/shm
-  // page, zeroing): a 16 MiB put into fresh pages took ~17x a warm one.
-  // Returns the seconds it took; an error when the kernel refuses (logged).
-  Result<double> Prefault();
   // The huge= policy of the tmpfs the pool file lives on ("never" when the
   // mount names none), or "" when it is not on tmpfs. Open() asks for 2 MiB
   // pages (MADV_HUGEPAGE), which tmpfs honours under huge=advise, always or

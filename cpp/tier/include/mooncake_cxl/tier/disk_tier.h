@@ -16,7 +16,12 @@
 //       stale or misplaced header never passes), value_len, generation, seq
 //       (append order, tie-break among equal generations), crc32c of the
 //       value, crc32c of the key, crc32c of the header's first 60 bytes;
-//     key bytes; value bytes; zero padding to the next block.
+//     key bytes; value bytes; zero padding to the next block. The header's
+//     `reserved` word has bit 0 set on compaction copies (kept seq).
+//   <root_dir>/lock.mcxl: flock()ed by the one DiskTier that has the
+//     directory open; holds its pid, host and Options::owner.
+//   Files are Options::file_mode exactly (directory: the same with x bits),
+//   in Options::group; a root_dir others may access is refused.
 //   Writes are serialized, so a crash can tear only the record being
 //   written: one pwrite for a record of up to 4 MiB, else body first and
 //   block 0 (the header) last. AppendBatch writes consecutive records of up
@@ -30,7 +35,17 @@
 // before it counts. Per key the newest (generation, seq) value record wins; a
 // tombstone of generation G hides every value record of the key with
 // generation <= G. Stale copies (compaction crashed before deleting its
-// victim) are ordinary dead records.
+// victim) are ordinary dead records. A damaged block where a record header
+// must be (not all zeros: a torn write leaves zeros or a short file; not a
+// readable value header) may have been a tombstone: every value record
+// appended before it (seq below the first fresh record after it; all of
+// them when none follows) is dropped and tombstoned (Stats::damage_dropped).
+// Full filesystem: the capacity used is min(capacity_bytes, what statvfs
+// leaves: used + free - 1/64 of the filesystem - half a segment - the
+// reserve file when released); an append that meets
+// ENOSPC anyway seals the active segment (compactable) and refreshes it.
+// Failed writes are counted (Stats::write_errors, enospc) and logged at most
+// once a second.
 //
 // Durability policy: Append/Remove return after the write completed (pwrite,
 // O_DIRECT where supported), which survives a SIGKILL of the writer process.
@@ -95,6 +110,10 @@ struct Options {
   // the next compaction. ~0 = min(segment_bytes, 64 MiB); 0 = none; never
   // more than 1/8 of the free space (halved until fallocate succeeds).
   uint64_t reserve_bytes = ~0ull;
+  uint32_t file_mode = 0600;          // segment, reserve and lock files (the directory adds x bits)
+  int64_t group = -1;                 // their group (--pool_group); -1 = the process's
+  bool allow_world_readable = false;  // else Open refuses a root_dir with any permission for others
+  std::string owner;                  // recorded in lock.mcxl (the master's pool uuid): named to a second opener
 };
 
 struct Stats {
@@ -102,6 +121,12 @@ struct Stats {
   uint64_t appends = 0, reads = 0, checksum_failures = 0, compactions = 0;
   uint64_t relocations = 0;   // records moved by compaction (extension)
   bool direct_io = false;     // the active segment is written with O_DIRECT (extension)
+  uint64_t capacity_effective = 0;  // min(capacity, the filesystem's room) as of the last RefreshSpace
+  uint64_t fs_free_bytes = 0;       // statvfs f_bavail of root_dir then
+  bool fs_full = false;             // ... below 1/128 of the filesystem: something else filled it
+  uint64_t enospc = 0;              // writes that met ENOSPC/EDQUOT
+  uint64_t damage_dropped = 0;      // records dropped at Open: appended before a damaged block
+  uint64_t write_errors = 0;        // failed writes (every one; the log is rate-limited)
 };
 
 // Process-wide counters of ReadRecord (relaxed atomics underneath: statistics).
@@ -169,6 +194,10 @@ class DiskTier {
   Status Compact(uint64_t budget_bytes);
   void SetRelocationCallback(RelocationCallback cb);
   Stats stats() const;
+  // Re-reads the filesystem's free space (statvfs) into the effective
+  // capacity: it shrinks when another program fills the filesystem and
+  // grows back when space returns. Cheap; the tier thread calls it often.
+  void RefreshSpace();
   const std::string& root_dir() const;
 
   // Test hook: called at named points ("compact.copied", "compact.synced",
@@ -179,6 +208,8 @@ class DiskTier {
 
  private:
   explicit DiskTier(std::unique_ptr<Impl> impl);
+  // Open's drop of the records a damaged block may have hidden (key, generation).
+  void DropDamaged(const std::vector<std::pair<std::string, uint64_t>>& drop, uint64_t blocks);
   std::unique_ptr<Impl> impl_;
 };
 
@@ -192,6 +223,11 @@ class DiskTier {
 // INVALID_PARAMS (location out of bounds), INVALID_READ (I/O error).
 Status ReadRecord(const std::string& root_dir, const RecordLocation& loc, std::string_view key,
                   void* dst, uint64_t dst_len);
+
+// Closes ReadRecord's cached fds of segments that were deleted (compacted):
+// an open fd keeps a deleted file's space. ReadRecord sweeps on a new
+// segment and once a second; a reader idle for long calls this (cheap).
+void CloseDeletedReaderFds();
 
 // The segment file name of `segment_id` under root_dir.
 std::string SegmentPath(const std::string& root_dir, uint32_t segment_id);

@@ -1,0 +1,124 @@
+// The background population of populate.h: what it allocates and maps,
+// that it never grows a file that shrank, and that Stop ends it.
+#include "mooncake_cxl/pool/populate.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "test_util/deadline.h"
+#include "test_util/shm_dir.h"
+
+namespace mcxl {
+namespace {
+
+constexpr uint64_t kMiB = 1024 * 1024;
+
+uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0 ? uint64_t(st.st_blocks) * 512 : 0;
+}
+
+// Bytes of `path`'s mapping resident in this process (smaps Rss).
+uint64_t ResidentBytes(const std::string& path) {
+  std::ifstream smaps("/proc/self/smaps");
+  std::string line;
+  bool inside = false;
+  uint64_t kb = 0;
+  while (std::getline(smaps, line)) {
+    std::istringstream in(line);
+    std::string first;
+    in >> first;
+    if (first.find('-') != std::string::npos && first.back() != ':') {
+      std::string perms, off, dev, inode, name;
+      in >> perms >> off >> dev >> inode >> name;
+      inside = name == path;
+    } else if (inside && first == "Rss:") {
+      uint64_t v = 0;
+      in >> v;
+      kb += v;
+    }
+  }
+  return kb * 1024;
+}
+
+std::unique_ptr<Pool> Formatted(const std::string& path, uint64_t size) {
+  auto p = Pool::Open(path, size, true);
+  EXPECT_TRUE(p.ok());
+  if (!p.ok()) return nullptr;
+  EXPECT_TRUE((*p)->Format(FormatOptions{}).ok());
+  return std::move(p.value());
+}
+
+void WaitDone(const BackgroundPopulator& pop) {
+  ASSERT_TRUE(testutil::WaitUntil([&] { return pop.done(); })) << "population not done";
+}
+
+TEST(Populate, PlanIsMetadataThenDataOnTmpfs) {
+  testutil::ShmDir dir("populate_plan");
+  auto pool = Formatted(dir.File("p"), 64 * kMiB);
+  ASSERT_TRUE(pool);
+  EXPECT_TRUE(PopulateDataPays(*pool));
+  auto plan = PopulatePlan(*pool, true);
+  ASSERT_EQ(plan.size(), 2u);
+  EXPECT_EQ(plan[0].offset, 0u);
+  EXPECT_EQ(plan[0].len, pool->geometry().data_offset);
+  EXPECT_EQ(plan[1].offset + plan[1].len, pool->size());
+  EXPECT_EQ(PopulatePlan(*pool, false).size(), 1u);
+}
+
+TEST(Populate, AllocateFillsTheFileAndMapMapsIt) {
+  testutil::ShmDir dir("populate_fill");
+  std::string path = dir.File("p");
+  auto pool = Formatted(path, 64 * kMiB);
+  ASSERT_TRUE(pool);
+  pool->base()[pool->size() - 1] = 7;  // a byte written before must survive
+  EXPECT_LT(AllocatedBytes(path), 32 * kMiB);
+  BackgroundPopulator master_side;
+  master_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kAllocate);
+  WaitDone(master_side);
+  EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
+  EXPECT_LT(ResidentBytes(path), 32 * kMiB);  // allocating maps nothing of ours
+  BackgroundPopulator client_side;
+  client_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
+  WaitDone(client_side);
+  EXPECT_GE(ResidentBytes(path), 64 * kMiB);
+  EXPECT_EQ(pool->base()[pool->size() - 1], 7);
+  EXPECT_TRUE(pool->Verify(nullptr).ok());
+}
+
+TEST(Populate, NeverGrowsAFileThatShrank) {
+  testutil::ShmDir dir("populate_shrunk");
+  std::string path = dir.File("p");
+  auto pool = Formatted(path, 64 * kMiB);
+  ASSERT_TRUE(pool);
+  ASSERT_EQ(truncate(path.c_str(), 8 * kMiB), 0);
+  EXPECT_EQ(AllocateRange(*pool, 16 * kMiB, 2 * kMiB).error(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+  BackgroundPopulator pop;
+  pop.Start(pool.get(), {{16 * kMiB, 48 * kMiB}}, "test", PopulateMode::kAllocate);
+  pop.Stop();
+  EXPECT_FALSE(pop.done());
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(uint64_t(st.st_size), 8 * kMiB);
+  EXPECT_EQ(pool->DeviceSize(), 8 * kMiB);
+}
+
+TEST(Populate, StopEndsARunAndCanRestart) {
+  testutil::ShmDir dir("populate_stop");
+  auto pool = Formatted(dir.File("p"), 64 * kMiB);
+  ASSERT_TRUE(pool);
+  BackgroundPopulator pop;
+  pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
+  pop.Stop();
+  pop.Stop();  // idempotent
+  pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
+  WaitDone(pop);
+}
+
+}  // namespace
+}  // namespace mcxl

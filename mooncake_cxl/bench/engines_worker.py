@@ -1,0 +1,153 @@
+"""The engines section's worker: SGLang's and LMCache's own Mooncake backends,
+timed in an interpreter that has them (engines.py starts one per store and
+alternates them). Reads commands from stdin, one JSON object a line, and
+answers each with one JSON line on stdout:
+
+    {"op": "sglang", "page_bytes": N, "batch": 32, "iters": I}
+        -> {"set_gbps": ..., "get_gbps": ..., "exact": bool}  (a batch's bytes / its median time)
+    {"op": "lmcache", "batch": B, "iters": I}
+        -> {"put_gbps": ..., "get_gbps": ..., "exact": bool}
+
+argv: master address, "ours"|"reference". Every batch writes fresh keys (both
+backends skip keys that exist) and reads them back into other host memory.
+"""
+import asyncio
+import json
+import statistics
+import sys
+import time
+
+import torch
+
+LAYERS, HEADS = 4, 2
+_sglang = {}
+
+
+def _sglang_store(master, page_bytes, batch):
+    """SGLang's MooncakeStore over its MHA page_first host pool whose pages
+    (K and V of every layer: two objects) are page_bytes long."""
+    from sglang.srt.mem_cache.hicache_storage import HiCacheStorageConfig
+    from sglang.srt.mem_cache.hybrid_cache.hybrid_pool_assembler import _mha_host_inputs
+    from sglang.srt.mem_cache.memory_pool import MHATokenToKVPool
+    from sglang.srt.mem_cache.storage.mooncake_store.mooncake_store import MooncakeStore
+    head_dim = 128
+    page = page_bytes // (2 * LAYERS * HEADS * head_dim * 2)
+    tokens = 2 * batch * page
+    dev = MHATokenToKVPool(tokens, page, torch.float16, HEADS, head_dim, LAYERS, "cpu", False,
+                           start_layer=0, end_layer=LAYERS - 1)
+    host_cls, host_input, host_kwargs = _mha_host_inputs(dev)
+    host = host_cls(host_input, **host_kwargs, host_to_device_ratio=1.0, host_size=0, page_size=page,
+                    layout="page_first", pin_memory=False, allocator_type="default", pool_label="kv")
+    raw = host.kv_buffer.view(torch.uint8)
+    raw.copy_(torch.randint(0, 256, raw.shape, dtype=torch.uint8))
+    cfg = HiCacheStorageConfig(tp_rank=0, tp_size=1, pp_rank=0, pp_size=1, attn_cp_rank=0,
+                               attn_cp_size=1, is_mla_model=False, enable_storage_metrics=False,
+                               is_page_first_layout=True, model_name="bench",
+                               extra_config={"master_server_address": master, "protocol": "tcp",
+                                             "metadata_server": "P2PHANDSHAKE", "device_name": "",
+                                             "global_segment_size": "1gb"})
+    store = MooncakeStore(cfg, host)
+    store.register_mem_pool_host(host)
+    return store, host, page
+
+
+def sglang(master, page_bytes, batch, iters, tag):
+    key = (page_bytes, batch)
+    if key not in _sglang:
+        _sglang[key] = _sglang_store(master, page_bytes, batch)
+    store, host, page = _sglang[key]
+    src = torch.arange(0, batch * page)
+    dst = torch.arange(batch * page, 2 * batch * page)
+    t_set, t_get = [], []
+    exact = True
+    for i in range(iters):
+        keys = [f"{tag}-{page_bytes}-{i}-{j}" for j in range(batch)]
+        t0 = time.perf_counter()
+        ok_set = store.batch_set_v1(keys, src)
+        t1 = time.perf_counter()
+        ok_get = store.batch_get_v1(keys, dst)
+        t2 = time.perf_counter()
+        t_set.append(t1 - t0)
+        t_get.append(t2 - t1)
+        exact &= all(ok_set) and all(ok_get)
+    a = host.kv_buffer[:, :batch * page].contiguous().view(torch.uint8)
+    b = host.kv_buffer[:, batch * page:2 * batch * page].contiguous().view(torch.uint8)
+    exact &= torch.equal(a, b)
+    moved = batch * page_bytes / 1e9
+    return {"set_gbps": moved / statistics.median(t_set), "get_gbps": moved / statistics.median(t_get),
+            "exact": bool(exact)}
+
+
+_lm = {}
+
+
+def lmcache(master, batch, iters, tag):
+    from lmcache.utils import CacheEngineKey
+    from lmcache.v1.config import LMCacheEngineConfig
+    from lmcache.v1.memory_management import MemoryFormat
+    from lmcache.v1.metadata import LMCacheMetadata
+    from lmcache.v1.storage_backend.connector import CreateConnector
+    from lmcache.v1.storage_backend.local_cpu_backend import LocalCPUBackend
+    if not _lm:
+        ref = sys.argv[2] == "reference"
+        extra = {"local_hostname": "127.0.0.1", "metadata_server": "P2PHANDSHAKE", "protocol": "tcp",
+                 "device_name": "", "global_segment_size": str(1 << 30),
+                 "local_buffer_size": str(256 << 20), "save_chunk_meta": False,
+                 ("mooncake_master_server_addr" if ref else "master_server_address"): master}
+        config = LMCacheEngineConfig.from_defaults(chunk_size=256, local_cpu=False, max_local_cpu_size=0.5,
+                                                   remote_url=f"mooncakestore://{master}",
+                                                   remote_serde="naive", extra_config=extra)
+        metadata = LMCacheMetadata(model_name="bench", world_size=1, local_world_size=1, worker_id=0,
+                                   local_worker_id=0, kv_dtype=torch.bfloat16,
+                                   kv_shape=(LAYERS, 2, 256, HEADS, 64))
+        loop = asyncio.new_event_loop()
+        backend = LocalCPUBackend(config, metadata)
+        _lm.update(loop=loop, backend=backend, metadata=metadata,
+                   connector=CreateConnector(config.remote_url, loop, backend, config, metadata))
+    loop, backend, connector = _lm["loop"], _lm["backend"], _lm["connector"]
+    shape = _lm["metadata"].get_shapes()[0]
+    values = [torch.randint(0, 256, (2 * shape.numel(),), dtype=torch.uint8) for _ in range(batch)]
+    chunk = values[0].numel()
+    t_put, t_get = [], []
+    exact = True
+    for i in range(iters):
+        keys = [CacheEngineKey("bench", 1, 0, hash((tag, i, j)) & (2**62 - 1), torch.bfloat16) for j in range(batch)]
+        objs = [backend.allocate(shape, torch.bfloat16, MemoryFormat.KV_2LTD) for _ in range(batch)]
+        for o, v in zip(objs, values):
+            o.tensor.view(torch.uint8).view(-1).copy_(v)
+        t0 = time.perf_counter()
+        loop.run_until_complete(connector.batched_put(keys, objs))
+        t1 = time.perf_counter()
+        got = loop.run_until_complete(connector.batched_get(keys))
+        t2 = time.perf_counter()
+        t_put.append(t1 - t0)
+        t_get.append(t2 - t1)
+        exact &= all(g is not None and torch.equal(g.tensor.view(torch.uint8).reshape(-1), v)
+                     for g, v in zip(got, values))
+        for o in objs + [g for g in got if g is not None]:
+            o.ref_count_down()
+    moved = batch * chunk / 1e9
+    return {"put_gbps": moved / statistics.median(t_put), "get_gbps": moved / statistics.median(t_get),
+            "exact": bool(exact), "chunk_bytes": chunk}
+
+
+def main():
+    master = sys.argv[1]
+    import mooncake.store
+    impl = "ours" if getattr(mooncake.store, "__mooncake_cxl_shim__", False) else "reference"
+    assert impl == sys.argv[2], f"asked for {sys.argv[2]}, `mooncake.store` is {impl}"
+    print(json.dumps({"ready": impl}), flush=True)
+    n = 0
+    for line in sys.stdin:
+        cmd = json.loads(line)
+        n += 1
+        tag = f"{impl}{n}"
+        if cmd["op"] == "sglang":
+            r = sglang(master, cmd["page_bytes"], cmd["batch"], cmd["iters"], tag)
+        else:
+            r = lmcache(master, cmd["batch"], cmd["iters"], tag)
+        print(json.dumps(r), flush=True)
+
+
+if __name__ == "__main__":
+    main()
