@@ -14,6 +14,7 @@ EXTRAS = {
     "bench": ("numpy",),
     "compare": ("matplotlib", "tqdm"),
     "oracle": ("mooncake",),
+    "remote": ("mooncake",),
     "torch": ("torch",),
     "vllm": ("vllm",),
 }

@@ -204,3 +204,72 @@ class StandaloneClientProcess(LoggedProcess):
         self.kill()
         raise MasterError(f"mooncake_cxl_client did not start (exit {self.proc.returncode}); "
                           f"log: {self.log_path}: {self.log_tail()}")
+
+
+_TE_READY = re.compile(r"mooncake_cxl_pool_te ready session=(\S+)")
+
+
+class PoolTEProcess(LoggedProcess):
+    """The process serving a pool over the Transfer Engine (mooncake_cxl.pool_te),
+    as mooncake_cxl_master --pool_te_protocol starts it; must run inside a
+    private network namespace in tests (the engine binds 0.0.0.0)."""
+
+    def __init__(self, pool_path, session_file, protocol="tcp", log_path=None, start_timeout=30.0):
+        self.pool_path = pool_path
+        self.session_file = session_file
+        self.protocol = protocol
+        self.log_path = log_path or tempfile.mktemp(prefix="mcxl_pool_te_", suffix=".log")
+        self.start_timeout = start_timeout
+        self.proc = None
+        self.session = None
+
+    def start(self):
+        args = [sys.executable, "-m", "mooncake_cxl.pool_te", f"--pool={self.pool_path}",
+                f"--session_file={self.session_file}", f"--protocol={self.protocol}"]
+        self._log = open(self.log_path, "ab")
+        here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=self._log, cwd=here)
+        deadline = time.monotonic() + self.start_timeout
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                m = _TE_READY.search(self.proc.stdout.readline().decode(errors="replace"))
+                if m:
+                    self.session = m.group(1)
+                    return self
+            if self.proc.poll() is not None:
+                break
+        self.kill()
+        raise MasterError(f"pool_te did not start (exit {self.proc.returncode}); "
+                          f"log: {self.log_path}: {self.log_tail()}")
+
+
+class RemoteServedMaster(MasterProcess):
+    """A MasterProcess whose pool is also served over the Transfer Engine, with
+    a secret for remote clients in `auth_token_file` (created by the master)."""
+
+    def __init__(self, pool_path, auth_token_file, protocol="tcp", **kw):
+        self.session_file = pool_path + ".te"
+        self.auth_token_file = auth_token_file
+        flags = list(kw.pop("extra_flags", ())) + [
+            f"--pool_te_protocol={protocol}", f"--pool_te_session_file={self.session_file}",
+            f"--auth_token_file={auth_token_file}"]
+        super().__init__(pool_path, extra_flags=flags, **kw)
+        self.te = PoolTEProcess(pool_path, self.session_file, protocol)
+
+    def start(self):
+        super().start()
+        try:
+            self.te.start()
+        except MasterError:
+            super().kill()
+            raise
+        return self
+
+    def stop(self, timeout=10.0):
+        self.te.stop(timeout)
+        super().stop(timeout)
+
+    def kill(self):
+        self.te.kill()
+        super().kill()

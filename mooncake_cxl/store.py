@@ -17,6 +17,9 @@ import os
 from . import _core
 from .dummy import DummyMethods
 from .errors import ErrorCode
+from .remote.client import secret_from_env
+from .remote.mode import remote_mode
+from .remote.store import RemoteStoreMethods
 from .replica import ReplicaMethods
 from .session import SessionMethods
 from .setup_args import (PROTOCOLS, config_flag, env_int, normalize_config, strict_buffers_wanted,
@@ -141,6 +144,20 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         pool_size = env_int("MC_CXL_DEV_SIZE", 0) if cxl else 0
         if pool_hint and not pool_path:
             pool_path, pool_size = pool_hint
+        remote, why = remote_mode(master_server_addr, pool_path)
+        if remote:
+            log.info("setup(): remote client over the Transfer Engine: %s", why)
+            self.__class__ = RemoteDistributedStore
+            rc = self._setup_remote(
+                local_hostname, master_server_addr, tenant_id, secret_from_env(),
+                protocol.lower(), env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
+                env_int("MC_CXL_RPC_TIMEOUT_MS", 10000), env_int("MC_CXL_PUT_WAIT_MS", 2000))
+            if rc != 0:
+                log.error("setup(): could not attach to the master at %r: %s (%d)",
+                          master_server_addr, _code_name(rc), rc)
+            return rc
+        if type(self) is RemoteDistributedStore:
+            self.__class__ = MooncakeDistributedStore
         rc = self._setup_core(
             local_hostname, master_server_addr, pool_path, pool_size,
             env_int("MC_CXL_CONNECT_TIMEOUT_MS", 3000),
@@ -190,3 +207,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
         """Reads this client served from the SSD tier (records read from
         --root_fs_dir); reads from the pool, promoted objects included, do not count."""
         return int(self._offload_read_count())
+
+
+class RemoteDistributedStore(RemoteStoreMethods, MooncakeDistributedStore):
+    """What a MooncakeDistributedStore becomes at setup() on a host that cannot
+    map the pool (remote/): the same API over the Transfer Engine."""

@@ -43,6 +43,8 @@ py::dict Layout() {
   d["entry.state_gen"] = offsetof(IndexEntry, state_gen);
   d["entry.object_offset"] = offsetof(IndexEntry, object_offset);
   d["entry.value_size"] = offsetof(IndexEntry, value_size);
+  d["entry.version"] = offsetof(IndexEntry, version);
+  d["entry.flags"] = offsetof(IndexEntry, flags);
   d["entry_size"] = sizeof(IndexEntry);
   d["header.key_len"] = offsetof(ObjectHeader, key_len);
   d["header_size"] = sizeof(ObjectHeader);

@@ -74,6 +74,13 @@ bool ConfigOk(const ReplicateConfig& c, size_t nkeys, const char* op) {
 }
 
 void DefineReplicateConfig(py::module_& m) {
+  // For the remote store (mooncake_cxl/remote/store.py): the same checks and
+  // options as a local put. None (logged) when invalid, else (flags, ttl, groups).
+  m.def("_put_config", [](const ReplicateConfig& c, size_t nkeys, const std::string& op) -> py::object {
+    if (!ConfigOk(c, nkeys, op.c_str())) return py::none();
+    PutOptions o = ToPutOptions(c);
+    return py::make_tuple(o.flags, o.soft_pin_ttl_ms, o.group_ids);
+  });
   py::enum_<SoftPinAction>(m, "SoftPinAction")
       .value("PRESERVE", SoftPinAction::PRESERVE)
       .value("ENABLE", SoftPinAction::ENABLE)

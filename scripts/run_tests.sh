@@ -24,6 +24,9 @@ command -v etcd >/dev/null || missing+=(etcd-server)
 command -v etcdctl >/dev/null || missing+=(etcd-client)
 command -v pkg-config >/dev/null || missing+=(pkg-config)
 ldconfig -p | grep -q libibverbs.so.1 || missing+=(libibverbs1)
+# The Transfer Engine (remote clients, tests/remote) also loads libnuma and libcurl.
+ldconfig -p | grep -q libnuma.so.1 || missing+=(libnuma1)
+ldconfig -p | grep -q libcurl.so.4 || missing+=(libcurl4)
 command -v unshare >/dev/null || missing+=(util-linux)
 command -v ip >/dev/null || missing+=(iproute2)
 python3 -c 'import ensurepip' 2>/dev/null || missing+=(python3-venv)
@@ -73,6 +76,8 @@ else
 fi
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
-  exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@"' _ "$@"
+  # Then the conformance suite once more, every store a remote client (over the Transfer Engine).
+  exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@" &&
+    MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 python3 -m pytest -q tests/compat/test_conformance.py -k mooncake_cxl' _ "$@"
 fi
 python3 -m pytest -q tests "$@"

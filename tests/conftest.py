@@ -28,9 +28,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path[:] = [p for p in sys.path if os.path.abspath(p or os.getcwd()) != REPO]
 
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
-from mooncake_cxl.launch import MasterProcess
+from mooncake_cxl.launch import MasterProcess, RemoteServedMaster
 
 POOL_SIZE = 64 << 20
+# MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 (inside unshare -n): the suite's masters
+# also serve their pool over the Transfer Engine and stores are remote clients.
+REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"
 
 # --------------------------------------------------------------------------
 # Waiting on a condition. A test waits for what it needs (a log line, a
@@ -175,8 +178,17 @@ def master_factory(pool_path, tmp_path):
     started = []
 
     def start(pool_size=POOL_SIZE, format=True, extra_flags=(), path=None):
-        m = MasterProcess(path or pool_path, pool_size, format=format, extra_flags=extra_flags,
-                          log_path=str(tmp_path / f"master{len(started)}.log"))
+        log_path = str(tmp_path / f"master{len(started)}.log")
+        if REMOTE_RUN:
+            # Every store of the run is a remote client (MC_CXL_REMOTE=1) of
+            # this master's pool served over the Transfer Engine.
+            secret = str(tmp_path / f"secret{len(started)}")
+            os.environ["MC_CXL_AUTH_TOKEN_FILE"] = secret
+            m = RemoteServedMaster(path or pool_path, secret, pool_size=pool_size, format=format,
+                                   extra_flags=extra_flags, log_path=log_path)
+        else:
+            m = MasterProcess(path or pool_path, pool_size, format=format, extra_flags=extra_flags,
+                              log_path=log_path)
         started.append(m)
         return m.start()
 

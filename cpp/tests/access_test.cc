@@ -81,6 +81,27 @@ TEST(AccessDecisionTest, KeyListingIsLoopbackOnlyUnlessEnabled) {
   EXPECT_TRUE(KeyListingAllowed(true, "10.0.0.7"));
 }
 
+TEST(AccessDecisionTest, RemoteSecrets) {
+  EXPECT_TRUE(SecretsEqual("abc", "abc"));
+  EXPECT_FALSE(SecretsEqual("abc", "abd"));
+  EXPECT_FALSE(SecretsEqual("abc", "abcd"));
+  EXPECT_FALSE(SecretsEqual("", "x"));
+  char dir[] = "/tmp/mcxl_secret_XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  std::string path = std::string(dir) + "/secret", secret, again, why;
+  ASSERT_TRUE(LoadOrCreateSecret(path, &secret, &why)) << why;
+  struct stat st {};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);  // created owner-only
+  EXPECT_EQ(secret.size(), 32u);
+  ASSERT_TRUE(LoadOrCreateSecret(path, &again, &why));
+  EXPECT_EQ(again, secret);  // read back, not replaced
+  ASSERT_EQ(chmod(path.c_str(), 0644), 0);
+  EXPECT_FALSE(LoadOrCreateSecret(path, &again, &why));  // others may read it: refused
+  EXPECT_NE(why.find("chmod 600"), std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
 TEST(AccessDecisionTest, PoolModes) {
   std::string why;
   EXPECT_TRUE(PoolModeAcceptable(S_IFREG | 0600, false, &why));

@@ -291,6 +291,54 @@ TEST(RpcProtocolTest, SmallRepliesRoundTrip) {
   EXPECT_EQ(st, ErrorCode::ILLEGAL_CLIENT);
 }
 
+TEST(RpcProtocolTest, RemoteClientMessagesRoundTrip) {
+  AttachRequest a = SampleAttach(), aout;
+  a.secret = "s3cret";
+  ASSERT_TRUE(Dec(Enc(a), &aout));
+  EXPECT_EQ(aout.secret, "s3cret");
+  AttachReply r = SampleAttachReply(), rout;
+  r.te_protocol = "tcp";
+  r.te_session = "127.0.0.1:15001";
+  r.index_offset = 4096;
+  r.index_capacity = 1024;
+  r.tombs_word_offset = 320;
+  ASSERT_TRUE(Dec(Enc(r), &rout));
+  EXPECT_EQ(rout.te_session, "127.0.0.1:15001");
+  EXPECT_EQ(rout.index_capacity, 1024u);
+  EXPECT_EQ(rout.tombs_word_offset, 320u);
+
+  LocateRequest lin{{3, 4}, {"a", "bb"}, 77}, lout;
+  ASSERT_TRUE(Dec(Enc(lin), &lout));
+  EXPECT_EQ(lout.keys, lin.keys);
+  EXPECT_EQ(lout.lease_until_ns, 77u);
+  LocateReply lr{ErrorCode::OK, {{ErrorCode::OK, 1, 2, 3, 4, 5, 6, "host:1"}, {ErrorCode::OBJECT_NOT_FOUND}}}, lrout;
+  ASSERT_TRUE(Dec(Enc(lr), &lrout));
+  ASSERT_EQ(lrout.items.size(), 2u);
+  EXPECT_EQ(lrout.items[0].value_offset, 4u);
+  EXPECT_EQ(lrout.items[0].writer, "host:1");
+  EXPECT_EQ(lrout.items[1].status, ErrorCode::OBJECT_NOT_FOUND);
+
+  PublishRequest pin{{5, 6}, {{10, 20}, {11, 21}}}, pout;
+  ASSERT_TRUE(Dec(Enc(pin), &pout));
+  EXPECT_EQ(pout.items, pin.items);
+  PublishReply prin{ErrorCode::OK, {0, -800}, 9}, prout;
+  ASSERT_TRUE(Dec(Enc(prin), &prout));
+  EXPECT_EQ(prout.results, prin.results);
+  EXPECT_EQ(prout.tomb_ticket, 9u);
+
+  ExpectEveryTruncationFails<LocateRequest>(Enc(lin));
+  ExpectEveryTruncationFails<LocateReply>(Enc(lr));
+  ExpectEveryTruncationFails<PublishRequest>(Enc(pin));
+  ExpectEveryTruncationFails<PublishReply>(Enc(prin));
+  Encoder huge;  // a Locate naming 4 billion keys with none behind
+  Encode(ClientRef{0, 1}, &huge);
+  huge.U64(0);
+  huge.U32(0xffffffffu);
+  LocateRequest hm;
+  EXPECT_FALSE(Dec(huge.data(), &hm));
+  EXPECT_LT(hm.keys.capacity(), 16u);
+}
+
 TEST(RpcProtocolTest, AnnounceOpenAndCloseRoundTrip) {
   AnnounceOpenRequest oin{{7, 0x200000003ull}, "prefill-0"}, oout;
   ASSERT_TRUE(Dec(Enc(oin), &oout));

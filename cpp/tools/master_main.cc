@@ -190,6 +190,16 @@ int main(int argc, char** argv) {
             "copies of the coldest objects in the background (kept in the pool), so eviction at the "
             "watermark needs no disk write; e.g. 0.7 (eviction_high_watermark_ratio - 0.2); 0 = off "
             "(nothing reaches the disk below the watermark)");
+  // Hosts outside the pod (remote clients over Mooncake's Transfer Engine).
+  flags.Add("pool_te_protocol", &cfg.te_protocol,
+            "tcp or rdma: remote clients reach the pool through the Transfer Engine of the process serving "
+            "its mapping (mooncake_cxl_master starts it: python -m mooncake_cxl.pool_te); empty = off");
+  flags.Add("pool_te_session_file", &cfg.te_session_file,
+            "where that process writes its Transfer Engine session (default: <cxl_path>.te)");
+  std::string auth_token_file;
+  flags.Add("auth_token_file", &auth_token_file,
+            "secret remote clients present (MC_CXL_AUTH_TOKEN_FILE); created 0600 if missing; "
+            "empty = remote clients are refused");
   for (const char* n : {"enable_http_metadata_server", "http_metadata_server_port",
                         "http_metadata_server_host", "rpc_thread_num", "rpc_enable_tcp_no_delay",
                         "enable_metric_reporting",
@@ -229,6 +239,18 @@ int main(int argc, char** argv) {
   if (flags.WasSet("enable_multi_tenants"))
     MCXL_LOG(kInfo, "master", "--enable_multi_tenants=%s: tenants are always isolated here (setup(..., tenant_id=T)); "
              "per-tenant quotas are not enforced", enable_multi_tenants ? "true" : "false");
+  if (!cfg.te_protocol.empty() && cfg.te_protocol != "tcp" && cfg.te_protocol != "rdma") {
+    fprintf(stderr, "mooncake_cxl_master: --pool_te_protocol=%s: use tcp, rdma or nothing\n", cfg.te_protocol.c_str());
+    return 2;
+  }
+  if (!cfg.te_protocol.empty() && cfg.te_session_file.empty()) cfg.te_session_file = cfg.cxl_path + ".te";
+  if (!auth_token_file.empty()) {
+    std::string why;
+    if (!mcxl::LoadOrCreateSecret(auth_token_file, &cfg.remote_secret, &why)) {
+      fprintf(stderr, "mooncake_cxl_master: --auth_token_file: %s\n", why.c_str());
+      return 2;
+    }
+  }
   if (cfg.rpc_port < 0 || cfg.rpc_port > 65535) {
     fprintf(stderr, "mooncake_cxl_master: --rpc_port must be 0..65535\n");
     return 2;

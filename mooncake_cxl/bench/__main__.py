@@ -29,8 +29,8 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha")
-DEFAULT_SECTIONS = ("data", "cold", "control", "eviction", "index")  # tiering (needs a disk directory), pd, engines, ha (etcd): --only
+SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha", "remote")
+DEFAULT_SECTIONS = ("data", "cold", "control", "eviction", "index")  # tiering (needs a disk directory), pd, engines, ha (etcd), remote: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
 NEEDS_NUMPY = ("data", "tiering", "pd")
 
@@ -56,7 +56,9 @@ def _parser():
                          "pd (prefill/decode: KV hand-off and TTFT in vLLM; needs the vllm extra); "
                          "engines (SGLang's and LMCache's Mooncake backends, ours vs Mooncake; "
                          "their interpreter: MCXL_ENGINES_PYTHON); "
-                         "ha (takeover time of elected masters, HA's put cost; needs etcd)")
+                         "ha (takeover time of elected masters, HA's put cost; needs etcd); "
+                         "remote (a client outside the pod over TE-TCP against Mooncake's store, raw TE "
+                         "and a local client; needs the oracle extra and `unshare -n`)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -190,6 +192,10 @@ def _run_sections(args, sections, pd_parts, pool_dir):
         from . import ha
         results["ha"] = ha.run(quick=args.quick, pool_dir=pool_dir)
         _show(bodies, "ha", ha.markdown(results["ha"]))
+    if "remote" in sections:
+        from . import remote
+        results["remote"] = remote.run(quick=args.quick, pool_dir=pool_dir)
+        _show(bodies, "remote", remote.markdown(results["remote"]))
     if "tiering" in sections:
         from . import tiering
         results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)

@@ -41,6 +41,7 @@ ORDER = (
     ("pd_handoff", "Prefill/decode: hand-off"),
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
     ("engines", "SGLang and LMCache backends: ours vs Mooncake 0.3.13"),
+    ("remote", "Hosts outside the pod: over the Transfer Engine"),
     ("compare", "Against Mooncake 0.3.13"),
 )
 TITLES = dict(ORDER)

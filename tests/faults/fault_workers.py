@@ -285,7 +285,8 @@ def worker(a):
     print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
           flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
-    channel = Channel(s, slot, life, viol, stats)
+    # A remote client has no announcement channels (they live in the pool).
+    channel = None if getattr(s, "_remote", None) is not None else Channel(s, slot, life, viol, stats)
     own = [key_name(slot, i) for i in range(nkeys)]
     tiny = [key_name(slot, nkeys + i) for i in range(a.get("ntiny", 0))]
     recent = []  # own keys written lately
@@ -459,7 +460,8 @@ def worker(a):
                 if rc == 0:
                     recent.append(key)
                     del recent[:-8]
-                    channel.announce(int(key.rsplit("/", 1)[1]), seq)
+                    if channel is not None:
+                        channel.announce(int(key.rsplit("/", 1)[1]), seq)
                     if rnd.random() < 0.1:
                         stats["get"] += 1
                         read_check(key, s.get(key), "get right after the write")

@@ -46,6 +46,10 @@ takes the disk for 0.5-2.5 s, then frees it); after the final check, one
 bit of some tombstone blocks is flipped ("tomb_damage"), a master starts
 with --format, and the checker reads again what the rebuild made of them.
 
+test_random_faults_with_a_remote_worker runs it with the pool also served over
+the Transfer Engine and the last worker a remote client (needs the private
+network namespace of the conformance suite; skipped elsewhere).
+
 Environment (all optional):
   MCXL_FAULT_SEED     seed of the driver's schedule and of each worker's choices
                       (worker seed = f(seed, slot, life)); default random. It is
@@ -76,8 +80,11 @@ import sys
 import time
 import urllib.request
 
+import pytest
+
+import oracle
 from conftest import http_get as http, metrics, poll
-from mooncake_cxl.launch import MasterError, MasterProcess
+from mooncake_cxl.launch import MasterError, MasterProcess, PoolTEProcess
 from mooncake_cxl.launch_ha import HaMasterProcess
 
 POOL = 32 << 20
@@ -117,13 +124,21 @@ def extent_bytes(key_len, value_size):
 class Run:
     """The processes of one run and what went wrong with them."""
 
-    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None, etcd=None):
+    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None, etcd=None, remote=False):
         self.seed = seed
         self.tier_fs = tier_fs  # the tier's own small filesystem (fsfull), or None
         self.fs_full_until = None
         self.etcd = etcd  # set: elected masters (a leader and a standby), clients on etcd://
         self.standby = None
         self.extra_flags = list(extra_flags)
+        # remote: the pool is also served over the Transfer Engine and the
+        # last worker is a remote client (locate, engine copies, Publish).
+        self.remote = remote
+        self.te = None
+        self.secret = os.path.join(str(tmp), "secret")
+        if remote:
+            self.extra_flags += ["--pool_te_protocol=tcp", f"--pool_te_session_file={pool_path}.te",
+                                 f"--auth_token_file={self.secret}"]
         self.kinds = kinds
         self.tmp = str(tmp)
         self.pool_path = pool_path
@@ -153,6 +168,9 @@ class Run:
             try:
                 self.master = m.start()
                 self.port = self.port or m.port
+                if self.remote and self.te is None:  # it maps the pool file: outlives masters
+                    self.te = PoolTEProcess(self.pool_path, self.pool_path + ".te",
+                                            log_path=os.path.join(self.tmp, "pool_te.log")).start()
                 return True
             except MasterError as e:
                 self.problems.append(("master_crash", f"master start #{self.masters - 1} "
@@ -211,6 +229,8 @@ class Run:
         rpc = os.environ.get("MCXL_FAULT_RPC") or ("tcp" if slot == SLOTS - 1 else "ring")
         env = dict(os.environ, MC_CXL_RPC=rpc, MC_CXL_RPC_TIMEOUT_MS="2000",
                    MC_CXL_CONNECT_TIMEOUT_MS="1000", MC_CXL_PUT_WAIT_MS="500")
+        if self.remote and slot == SLOTS - 1:
+            env.update(MC_CXL_REMOTE="1", MC_CXL_AUTH_TOKEN_FILE=self.secret)
         log = open(os.path.join(self.tmp, f"worker{slot}.{life}.log"), "ab")
         self.logs[slot] = log
         self.procs[slot] = subprocess.Popen([sys.executable, WORKERS, "worker", json.dumps(args)],
@@ -379,6 +399,8 @@ class Run:
         for m in (self.master, self.standby):
             if m is not None:
                 m.kill()
+        if self.te is not None:
+            self.te.kill()
 
 
 def collect_violations(tmp):
@@ -419,6 +441,15 @@ def test_random_faults_with_ssd_tier(pool_path, tmp_path):
             subprocess.run(["umount", "-l", tier])
 
 
+@pytest.mark.skipif(oracle.reference_skip_reason() is not None, reason=str(oracle.reference_skip_reason()))
+def test_random_faults_with_a_remote_worker(pool_path, tmp_path):
+    """The same driver with the pool also served over the Transfer Engine and
+    one worker a remote client: its puts are published by the master
+    (kPublish), its reads are located by the master or from its cache and
+    re-checked over the engine; the invariants are the same."""
+    drive(pool_path, tmp_path, default_seconds=20, remote=True)
+
+
 def test_random_faults_ha(pool_path, tmp_path, etcd):
     """The same driver with two elected masters (--enable_ha, a real etcd):
     the master fault kills the leader, the standby takes over, a new standby
@@ -427,13 +458,15 @@ def test_random_faults_ha(pool_path, tmp_path, etcd):
     drive(pool_path, tmp_path, default_seconds=20, etcd=etcd)
 
 
-def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False, etcd=None):
+def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False, etcd=None,
+          remote=False):
     seed = int(os.environ.get("MCXL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
     seconds = float(os.environ.get("MCXL_FAULT_SECONDS", str(default_seconds)))
     kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop,fsfull,tomb_damage").split(",")))
     print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SECONDS={seconds:g} "
           f"MCXL_FAULT_KINDS={','.join(sorted(kinds))} flags {list(extra_flags)}; logs in {tmp_path}")
-    run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None, etcd=etcd)
+    run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None, etcd=etcd,
+              remote=remote)
     final = {}
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"

@@ -54,10 +54,10 @@ def client_ref(slot, gen):
     return struct.pack("<IQ", slot, gen)
 
 
-def attach_payload(pid, token=b"", name=b"intruder", machine=None):
+def attach_payload(pid, token=b"", name=b"intruder", machine=None, secret=b""):
     machine = socket.gethostname().encode() if machine is None else machine
     token = token.ljust(16, b"\0")[:16]
-    return s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token + s32(b"default")
+    return s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token + s32(b"default") + s32(secret)
 
 
 def remove_payload(ref, keys, force=True):

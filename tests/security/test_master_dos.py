@@ -66,7 +66,7 @@ def raw_attach(sock, pool_path):
     with open(pool_path, "rb") as f:
         f.seek(SB_AUTH_TOKEN)
         token = f.read(16)
-    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token + s("default")
+    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token + s("default") + s("")  # no remote secret
     _, reply = call(sock, ATTACH, payload)
     status, slot, gen = struct.unpack_from("<iIQ", reply)
     assert status == 0, status

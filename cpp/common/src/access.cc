@@ -1,9 +1,14 @@
 #include "mooncake_cxl/common/access.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/random.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 
 namespace mcxl {
 
@@ -11,6 +16,63 @@ bool TokensEqual(const uint8_t* a, const uint8_t* b) {
   uint8_t diff = 0;
   for (size_t i = 0; i < kAuthTokenBytes; ++i) diff |= uint8_t(a[i] ^ b[i]);
   return diff == 0;
+}
+
+bool SecretsEqual(std::string_view a, std::string_view b) {
+  uint8_t diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= uint8_t(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+bool LoadOrCreateSecret(const std::string& path, std::string* secret, std::string* why) {
+  constexpr size_t kMaxSecretBytes = 4096;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0 && errno == ENOENT) {
+    uint8_t raw[16];
+    if (getrandom(raw, sizeof(raw), 0) != ssize_t(sizeof(raw))) {
+      *why = "getrandom failed";
+      return false;
+    }
+    char hex[33];
+    for (int i = 0; i < 16; ++i) snprintf(hex + 2 * i, 3, "%02x", raw[i]);
+    int w = open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+    if (w >= 0) {
+      bool ok = fchmod(w, 0600) == 0 && write(w, hex, 32) == 32 && write(w, "\n", 1) == 1;
+      close(w);
+      if (!ok) {
+        *why = std::string("cannot write ") + path;
+        unlink(path.c_str());
+        return false;
+      }
+    }
+    fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  }
+  if (fd < 0) {
+    *why = std::string("cannot open ") + path + ": " + strerror(errno);
+    return false;
+  }
+  struct stat st {};
+  if (fstat(fd, &st) != 0 || (st.st_mode & 0077) != 0) {
+    close(fd);
+    *why = path + " may be read by others (chmod 600 it)";
+    return false;
+  }
+  char buf[kMaxSecretBytes + 1];
+  ssize_t n = read(fd, buf, sizeof(buf));
+  close(fd);
+  if (n < 0 || size_t(n) > kMaxSecretBytes) {
+    *why = path + ": unreadable or over 4 KiB";
+    return false;
+  }
+  std::string_view v(buf, size_t(n));
+  while (!v.empty() && (v.back() == '\n' || v.back() == '\r' || v.back() == ' ' || v.back() == '\t')) v.remove_suffix(1);
+  while (!v.empty() && (v.front() == ' ' || v.front() == '\t' || v.front() == '\n')) v.remove_prefix(1);
+  if (v.empty()) {
+    *why = path + " is empty";
+    return false;
+  }
+  *secret = std::string(v);
+  return true;
 }
 
 bool IsLoopbackAddress(std::string_view address) {

@@ -43,6 +43,8 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kSettle: return "Settle";
     case MessageType::kAnnounceOpen: return "AnnounceOpen";
     case MessageType::kAnnounceClose: return "AnnounceClose";
+    case MessageType::kLocate: return "Locate";
+    case MessageType::kPublish: return "Publish";
   }
   return "Unknown";
 }
@@ -65,6 +67,7 @@ void Encode(const AttachRequest& m, Encoder* e) {
   e->U64(m.prev_generation);
   e->Raw(m.token, sizeof(m.token));
   e->Str(m.tenant);
+  e->Str(m.secret);
 }
 bool Decode(Decoder* d, AttachRequest* m) {
   m->local_hostname = d->Str();
@@ -74,6 +77,7 @@ bool Decode(Decoder* d, AttachRequest* m) {
   m->prev_generation = d->U64();
   d->Raw(m->token, sizeof(m->token));
   m->tenant = d->Str();
+  m->secret = d->Str();
   return !d->failed() && d->done();
 }
 
@@ -86,6 +90,11 @@ void Encode(const AttachReply& m, Encoder* e) {
   e->U64(m.pool_size);
   e->Raw(m.uuid, 16);
   e->U64(m.lease_ttl_ms);
+  e->Str(m.te_protocol);
+  e->Str(m.te_session);
+  e->U64(m.index_offset);
+  e->U64(m.index_capacity);
+  e->U64(m.tombs_word_offset);
 }
 bool Decode(Decoder* d, AttachReply* m) {
   m->status = ReadStatus(d);
@@ -96,6 +105,11 @@ bool Decode(Decoder* d, AttachReply* m) {
   m->pool_size = d->U64();
   d->Raw(m->uuid, 16);
   m->lease_ttl_ms = d->U64();
+  m->te_protocol = d->Str();
+  m->te_session = d->Str();
+  m->index_offset = d->U64();
+  m->index_capacity = d->U64();
+  m->tombs_word_offset = d->U64();
   return !d->failed();
 }
 

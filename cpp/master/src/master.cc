@@ -574,6 +574,8 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kSettle: return HandleSettle(&d);
     case MessageType::kAnnounceOpen: return HandleAnnounceOpen(&d);
     case MessageType::kAnnounceClose: return HandleAnnounceClose(&d);
+    case MessageType::kLocate: return HandleLocate(&d);
+    case MessageType::kPublish: return HandlePublish(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

@@ -97,6 +97,8 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kSettle:
     case MessageType::kAnnounceOpen:
     case MessageType::kAnnounceClose:
+    case MessageType::kLocate:
+    case MessageType::kPublish:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -130,6 +132,8 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kRemoveAll: Encode(CountReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     case MessageType::kSettle: Encode(TicketReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     case MessageType::kAnnounceOpen: Encode(AnnounceOpenReply{ErrorCode::ILLEGAL_CLIENT, 0, 0}, &e); break;
+    case MessageType::kLocate: Encode(LocateReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
+    case MessageType::kPublish: Encode(PublishReply{ErrorCode::ILLEGAL_CLIENT, {}, 0}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
   }
   *refusal = e.data();
@@ -159,6 +163,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
   AttachRequest req;
   AttachReply reply;
   bool local = false;
+  bool remote = false;
   if (!Decode(d, &req)) {
     MCXL_LOG(kWarn, "master", "malformed Attach request rejected");
     reply.status = ErrorCode::INVALID_PARAMS;
@@ -168,13 +173,18 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
     reply.status = ErrorCode::INVALID_PARAMS;
   } else if (PoolLost()) {  // checked at each attach as well as in Tick
     reply.status = ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  } else if (!TokensEqual(req.token, token_)) {
+  } else if (!TokensEqual(req.token, token_) &&
+             !(remote = !req.secret.empty() && SecretsEqual(req.secret, config_.remote_secret))) {
     const char* replaced = nullptr;
     for (const auto& [uuid, tok] : replaced_tokens_)
       if (TokensEqual(req.token, tok.data())) replaced = uuid.c_str();
     if (replaced != nullptr)
       LogRefusal("Attach of '%.64s' (pid %llu) refused: it mapped pool %s, whose device was replaced; it must "
                  "setup() again", req.local_hostname.c_str(), (unsigned long long)req.pid, replaced);
+    else if (!req.secret.empty())
+      LogRefusal("Attach of '%.64s' (claimed pid %llu) with a wrong secret%s", req.local_hostname.c_str(),
+                 (unsigned long long)req.pid,
+                 config_.remote_secret.empty() ? " (the master has no --auth_token_file)" : "");
     else
       LogRefusal("Attach of '%.64s' (claimed pid %llu) without the pool's token", req.local_hostname.c_str(),
                  (unsigned long long)req.pid);
@@ -219,6 +229,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
                        next_generation_++;
         c.pid = req.pid;
         c.local = local;
+        c.remote = remote;
         c.attach_ns = NowNs();
         c.tenant = req.tenant.empty() ? std::string(kDefaultTenant) : req.tenant;
         cs->pid.store(req.pid, std::memory_order_relaxed);
@@ -232,8 +243,9 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         cs->generation.store(c.generation, std::memory_order_release);
         PublishRange(cs, kCacheLine);
         SetAttached(slot, true);
-        MCXL_LOG(kInfo, "master", "client %s (pid %llu, tenant '%s') attached as slot %u",
-                 req.local_hostname.c_str(), (unsigned long long)req.pid, c.tenant.c_str(), slot);
+        MCXL_LOG(kInfo, "master", "client %s (pid %llu, tenant '%s'%s) attached as slot %u",
+                 req.local_hostname.c_str(), (unsigned long long)req.pid, c.tenant.c_str(),
+                 remote ? ", remote" : "", slot);
       }
       c.connected = true;
       *conn_slot = slot;
@@ -245,6 +257,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       reply.pool_size = pool_->geometry().pool_size;  // the verified copies, not the shared words
       memcpy(reply.uuid, pool_->geometry().uuid, 16);
       reply.lease_ttl_ms = config_.default_kv_lease_ttl_ms;
+      if (remote) FillRemoteReply(&reply);
     }
   }
   Encoder e;
@@ -264,7 +277,16 @@ std::string MasterImpl::HandleDetach(Decoder* d, uint32_t* conn_slot) {
 std::string MasterImpl::HandleHeartbeat(Decoder* d) {
   ClientRef ref;
   if (!Decode(d, &ref) || !d->done()) return StatusReply(ErrorCode::INVALID_PARAMS);
-  return StatusReply(ClientValid(ref) ? ErrorCode::OK : ErrorCode::ILLEGAL_CLIENT);
+  if (!ClientValid(ref)) return StatusReply(ErrorCode::ILLEGAL_CLIENT);
+  if (clients_[ref.slot].remote) {
+    // A remote client cannot write its slot line; the master does it for it
+    // (relaxed: CheckClients, under mu_ like this, is the only reader).
+    ClientSlot* cs = pool_->client_slot(ref.slot);
+    cs->heartbeat_generation.store(ref.generation, std::memory_order_relaxed);
+    cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
+    PublishRange(&cs->heartbeat_ns, kCacheLine);
+  }
+  return StatusReply(ErrorCode::OK);
 }
 
 void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {

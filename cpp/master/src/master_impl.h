@@ -178,6 +178,7 @@ class MasterImpl final : public Master, private TierHost {
     uint64_t generation = 0;
     uint64_t pid = 0;
     bool local = false;      // same machine: pid liveness can be checked
+    bool remote = false;     // attached with the secret: reads over the Transfer Engine
     bool connected = false;
     uint64_t attach_ns = 0;  // NowNs at attach: heartbeat grace
     std::string tenant;      // key namespace (tenant.h), from Attach
@@ -231,6 +232,13 @@ class MasterImpl final : public Master, private TierHost {
   std::string HandleAttach(Decoder* d, uint32_t* conn_slot);
   std::string HandleDetach(Decoder* d, uint32_t* conn_slot);
   std::string HandleHeartbeat(Decoder* d);
+  // ---- remote clients (master_remote.cc) ----
+  std::string HandleLocate(Decoder* d);
+  std::string HandlePublish(Decoder* d);
+  LocateItem LocateOne(const ClientRef& ref, const std::string& key, uint64_t lease_until_ns);
+  // The session the serving process advertises (te_session_file), "" if none.
+  std::string TeSession() const;
+  void FillRemoteReply(AttachReply* reply) const;
   bool ClientValid(const ClientRef& ref) const;
   // Access check of every request but Ping and Attach (see Handle): false
   // with the refusal reply in *refusal.

@@ -11,6 +11,10 @@
 //  * The pid in an Attach is a liveness hint, not an identity: a peer holding
 //    the token is as trusted as any pool reader. A local claim must name a
 //    running process (else ILLEGAL_CLIENT).
+//  * A client that cannot read the pool (a remote host, over the Transfer
+//    Engine) presents instead the operator's secret, a file both sides are
+//    given (--auth_token_file, MC_CXL_AUTH_TOKEN_FILE); without one the
+//    master refuses every such Attach.
 //  * Pure decision functions here, so they can be unit-tested.
 #pragma once
 
@@ -27,6 +31,12 @@ constexpr size_t kAuthTokenBytes = 16;
 
 // Constant-time comparison of two kAuthTokenBytes tokens.
 bool TokensEqual(const uint8_t* a, const uint8_t* b);
+// Constant-time (in the secret's length) comparison of two secrets.
+bool SecretsEqual(std::string_view a, std::string_view b);
+// The secret in `path` (surrounding whitespace trimmed): created mode 0600
+// with 32 random hex digits when missing. Errors (unreadable, empty, others
+// may read it, over 4 KiB) in *why, and false.
+bool LoadOrCreateSecret(const std::string& path, std::string* secret, std::string* why);
 
 // True for a numeric IPv4 address in 127.0.0.0/8, "::1", an IPv4-mapped
 // loopback ("::ffff:127.0.0.1") or "localhost". False for anything else,

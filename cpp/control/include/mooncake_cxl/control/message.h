@@ -17,10 +17,11 @@
 namespace mcxl {
 
 constexpr uint32_t kFrameMagic = 0x4D43584Cu;  // "LXCM"
-constexpr uint16_t kProtocolVersion = 6;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant;
+constexpr uint16_t kProtocolVersion = 7;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant;
                                           // 4: tombstone tickets, PutStartItem.settle, Settle;
                                           // 5: RingHeader of four lines, doorbell rung only when needed;
-                                          // 6: AnnounceOpen, AnnounceClose
+                                          // 6: AnnounceOpen, AnnounceClose;
+                                          // 7: remote clients (Attach secret, TE session, Locate, Publish)
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
 
 struct FrameHeader {

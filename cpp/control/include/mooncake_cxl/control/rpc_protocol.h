@@ -36,6 +36,8 @@ enum class MessageType : uint16_t {
   kSettle = 11,   // SSD tier: an upsert is published; its older values go now (durably)
   kAnnounceOpen = 12,   // announce.h: the tenant's channel of a name, named if need be, held open
   kAnnounceClose = 13,  // announce.h: one hold of a channel dropped
+  kLocate = 14,   // remote clients: where keys' values lie (no pool mapping to probe)
+  kPublish = 15,  // remote clients: the publishing CAS, done by the master
 };
 const char* MessageTypeName(uint16_t type);
 // Requests whose handling scans the whole index in slices (RemoveByRegex,
@@ -69,6 +71,9 @@ struct AttachRequest {
   uint64_t prev_generation = 0;
   uint8_t token[16] = {};      // Superblock::auth_token of the pool the client mapped
   std::string tenant = "default";  // the client's key namespace (tenant.h)
+  // A client that cannot map the pool (remote, over the Transfer Engine)
+  // has no token: it presents the operator's secret (--auth_token_file).
+  std::string secret;
 };
 struct AttachReply {
   ErrorCode status = ErrorCode::OK;
@@ -79,6 +84,13 @@ struct AttachReply {
   uint64_t pool_size = 0;
   uint8_t uuid[16] = {};
   uint64_t lease_ttl_ms = 0;
+  // For remote clients: the Transfer Engine serving the pool ("" = none),
+  // and where the index and the tombstone word lie in it.
+  std::string te_protocol;
+  std::string te_session;
+  uint64_t index_offset = 0;
+  uint64_t index_capacity = 0;
+  uint64_t tombs_word_offset = 0;
 };
 
 struct ClientRef {
@@ -195,6 +207,46 @@ struct AnnounceCloseRequest {
   uint64_t name_hash = 0;
 };
 
+// kLocate: the newest readable entry of each (stored) key, as a local
+// reader's FindComplete would find it, with a read's lease (until
+// lease_until_ns when later: a hold). An object in the SSD tier is staged
+// into the pool and answered REPLICA_IS_NOT_READY (locate again).
+// lease_until_ns == kLocateToValidate: a re-check of a copy just made (the
+// lease is extended, the read is not counted again as a hit or miss);
+// kLocatePeek: where the key is, nothing more (no lease, not a read).
+constexpr uint64_t kLocateToValidate = 1;
+constexpr uint64_t kLocatePeek = 2;
+struct LocateRequest {
+  ClientRef client;
+  std::vector<std::string> keys;
+  uint64_t lease_until_ns = 0;
+};
+struct LocateItem {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t entry_offset = 0;  // pool offset of the IndexEntry (re-read after the copy)
+  uint64_t version = 0;       // the seqlock snapshot a copy is validated against
+  uint64_t state_gen = 0;
+  uint64_t value_offset = 0;  // pool offset of the value
+  uint64_t value_size = 0;
+  uint64_t put_time_ns = 0;
+  std::string writer;  // the putting client's host (get_replica_desc)
+};
+struct LocateReply {
+  ErrorCode status = ErrorCode::OK;
+  std::vector<LocateItem> items;
+};
+// kPublish: puts (entry_slot, generation) of this client whose values it
+// wrote; the master CASes each WRITING -> COMPLETE (and settles upserts).
+struct PublishRequest {
+  ClientRef client;
+  std::vector<std::pair<uint64_t, uint64_t>> items;
+};
+struct PublishReply {
+  ErrorCode status = ErrorCode::OK;
+  std::vector<int32_t> results;  // per item: OK, or TRANSFER_FAIL (no longer this put)
+  uint64_t tomb_ticket = 0;
+};
+
 // Frame = header + payload.
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
 
@@ -234,6 +286,14 @@ void Encode(const AnnounceCloseRequest& m, Encoder* e);
 bool Decode(Decoder* d, AnnounceCloseRequest* m);
 void Encode(const PingReply& m, Encoder* e);
 bool Decode(Decoder* d, PingReply* m);
+void Encode(const LocateRequest& m, Encoder* e);
+bool Decode(Decoder* d, LocateRequest* m);
+void Encode(const LocateReply& m, Encoder* e);
+bool Decode(Decoder* d, LocateReply* m);
+void Encode(const PublishRequest& m, Encoder* e);
+bool Decode(Decoder* d, PublishRequest* m);
+void Encode(const PublishReply& m, Encoder* e);
+bool Decode(Decoder* d, PublishReply* m);
 // Reply carrying only a status (Detach, Heartbeat, kError).
 void EncodeStatus(ErrorCode status, Encoder* e);
 bool DecodeStatus(Decoder* d, ErrorCode* status);

@@ -111,6 +111,15 @@ struct MasterConfig {
   // converts them (no disk write on the put path). 0 = off (Mooncake's
   // behaviour: nothing reaches the disk below the watermark).
   double offload_ahead_ratio = 0;
+  // Remote clients (hosts outside the pod, over Mooncake's Transfer Engine):
+  // te_protocol ("" = off, "tcp", "rdma") is what the process serving the
+  // pool's mapping speaks; it writes its session to te_session_file, which
+  // each remote Attach reads and advertises. remote_secret: what a client
+  // without the pool's token must present (--auth_token_file); "" refuses
+  // every such Attach.
+  std::string te_protocol;
+  std::string te_session_file;
+  std::string remote_secret;
   // --enable_ha (master_ha.h, master_fence.h): the term this master was
   // elected with (0 = no HA: single-master mode) and the MonoNs() before
   // which its etcd lease is surely valid. The master raises the pool's term
