@@ -229,7 +229,7 @@ def markdown(r):
     lines = ["Median µs per call (GB/s for ≥ 1 MiB); ours = a remote client (values over TE-TCP from "
              "the pool's serving process), mooncake = Mooncake 0.3.13's store over TE-TCP (data in another "
              "client's segment), raw = TE's own transfer of the same bytes, local = a pool-mapped client. "
-             "One run, the four alternating; the machine was shared with other work.", "",
+             "One run, the four alternating.", "",
              "| op | bytes | ours | mooncake | raw TE | local | ours/mooncake | raw/ours (throughput) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|"]
     for row in r["rows"]:
