@@ -138,6 +138,20 @@ def wait_for_leases_to_lapse(master, keys=None, timeout=WAIT_TIMEOUT):
                    f"the leases of {len(keys)} keys to lapse, e.g. {list(keys)[:3]}", timeout, master)
 
 
+def fill_fs(path):
+    """Another program takes every free byte of the filesystem holding path."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        for chunk in (b"x" * (1 << 20), b"x" * 4096):
+            try:
+                while os.write(fd, chunk) > 0:
+                    pass
+            except OSError:
+                pass
+    finally:
+        os.close(fd)
+
+
 def tcp_connections(port, states=("01", "08")):
     """How many IPv4 sockets with local port `port` are in `states` (hex codes of
     /proc/net/tcp: 01 ESTABLISHED, 08 CLOSE_WAIT): the master's side of its

@@ -112,6 +112,15 @@ class ObjectIndexTest : public ::testing::Test {
     }
   }
 
+  // Tombstones the live key that `r` picks, moving it from `live` to `removed`.
+  void TombstoneOneLive(std::map<std::string, uint64_t>& live, std::vector<std::string>& removed, uint64_t r) {
+    auto it = live.begin();
+    std::advance(it, r % live.size());
+    idx().Tombstone(it->second);
+    removed.push_back(it->first);
+    live.erase(it);
+  }
+
   std::string dir_, path_;
   std::unique_ptr<Pool> pool_;
   std::unique_ptr<Writer> w_;
@@ -325,11 +334,7 @@ TEST_F(ObjectIndexTest, SweptTombstonesKeepEveryKeyReachable) {
       ASSERT_TRUE(idx().PublishComplete(*slot, gen++));
       live[k] = *slot;
     } else {
-      auto it = live.begin();
-      std::advance(it, rnd() % live.size());
-      idx().Tombstone(it->second);
-      removed.push_back(it->first);
-      live.erase(it);
+      TombstoneOneLive(live, removed, rnd());
     }
   }
   uint64_t empty = 0;
@@ -362,11 +367,7 @@ TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {
     if (live.size() < kCapacity * 8 / 10) {
       put("churn/" + std::to_string(step));
     } else {
-      auto it = live.begin();
-      std::advance(it, rnd() % live.size());
-      idx().Tombstone(it->second);
-      removed.push_back(it->first);
-      live.erase(it);
+      TombstoneOneLive(live, removed, rnd());
     }
   }
   std::vector<uint64_t> slots;

@@ -145,61 +145,49 @@ def _show(bodies, key, text):
     print(f"## {report.TITLES[key]}\n\n{text}\n", flush=True)
 
 
+# (section, module, whether it takes prefault=), in the order they run; pd runs after "index".
+_SECTIONS_BEFORE_PD = (("data", "data", True), ("cold", "cold", False), ("control", "control", False),
+                       ("eviction", "eviction", True), ("index", "index_fill", False))
+_SECTIONS_AFTER_PD = (("engines", "engines", True), ("ha", "ha", False), ("remote", "remote", False),
+                      ("tiering", "tiering", False))
+
+
+def _run_section(args, key, module, takes_prefault, pool_dir, results, bodies):
+    import importlib
+    mod = importlib.import_module(f".{module}", __package__)
+    kw = {"prefault": not args.no_prefault} if takes_prefault else {}
+    results[key] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
+    _show(bodies, key, mod.markdown(results[key]))
+
+
+def _run_pd(args, pd_parts, pool_dir, results, bodies):
+    import importlib
+    results["pd"] = {}
+    for name in pd_parts:
+        mod = importlib.import_module(f".{name}", __package__)
+        kw = {}
+        if name == "pd_ttft":
+            if args.pd_tokens:
+                kw["tokens"] = [int(x) for x in args.pd_tokens.split(",") if x.strip()]
+            if args.pd_rows:
+                kw["rows"] = [x.strip() for x in args.pd_rows.split(",") if x.strip()]
+            if args.pd_no_parallel:
+                kw["parallel"] = False
+        results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
+        _show(bodies, name, mod.markdown(results["pd"][name]))
+
+
 def _run_sections(args, sections, pd_parts, pool_dir):
     """Runs the sections asked for, in this order, printing each; (results, {key: markdown})."""
     results, bodies = {}, {}
-    prefault = not args.no_prefault
-    if "data" in sections:
-        from . import data
-        results["data"] = data.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
-        _show(bodies, "data", data.markdown(results["data"]))
-    if "cold" in sections:
-        from . import cold
-        results["cold"] = cold.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "cold", cold.markdown(results["cold"]))
-    if "control" in sections:
-        from . import control
-        results["control"] = control.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "control", control.markdown(results["control"]))
-    if "eviction" in sections:
-        from . import eviction
-        results["eviction"] = eviction.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
-        _show(bodies, "eviction", eviction.markdown(results["eviction"]))
-    if "index" in sections:
-        from . import index_fill
-        results["index"] = index_fill.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "index", index_fill.markdown(results["index"]))
+    for key, module, takes_prefault in _SECTIONS_BEFORE_PD:
+        if key in sections:
+            _run_section(args, key, module, takes_prefault, pool_dir, results, bodies)
     if "pd" in sections:
-        import importlib
-        results["pd"] = {}
-        for name in pd_parts:
-            mod = importlib.import_module(f".{name}", __package__)
-            kw = {}
-            if name == "pd_ttft":
-                if args.pd_tokens:
-                    kw["tokens"] = [int(x) for x in args.pd_tokens.split(",") if x.strip()]
-                if args.pd_rows:
-                    kw["rows"] = [x.strip() for x in args.pd_rows.split(",") if x.strip()]
-                if args.pd_no_parallel:
-                    kw["parallel"] = False
-            results["pd"][name] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
-            _show(bodies, name, mod.markdown(results["pd"][name]))
-    if "engines" in sections:
-        from . import engines
-        results["engines"] = engines.run(quick=args.quick, pool_dir=pool_dir, prefault=prefault)
-        _show(bodies, "engines", engines.markdown(results["engines"]))
-    if "ha" in sections:
-        from . import ha
-        results["ha"] = ha.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "ha", ha.markdown(results["ha"]))
-    if "remote" in sections:
-        from . import remote
-        results["remote"] = remote.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "remote", remote.markdown(results["remote"]))
-    if "tiering" in sections:
-        from . import tiering
-        results["tiering"] = tiering.run(quick=args.quick, pool_dir=pool_dir)
-        _show(bodies, "tiering", tiering.markdown(results["tiering"]))
+        _run_pd(args, pd_parts, pool_dir, results, bodies)
+    for key, module, takes_prefault in _SECTIONS_AFTER_PD:
+        if key in sections:
+            _run_section(args, key, module, takes_prefault, pool_dir, results, bodies)
     return results, bodies
 
 

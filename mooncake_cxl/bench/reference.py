@@ -9,12 +9,14 @@ which needs root or user namespaces, and util-linux's unshare), then brings
 `lo` up (bring_loopback_up: a fresh namespace has it down).
 """
 import importlib.util
+import json
 import os
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 from . import common
@@ -67,6 +69,42 @@ def rerun_in_netns(argv, marker_env):
     except KeyboardInterrupt:
         proc.send_signal(signal.SIGINT)
         return proc.wait()
+
+
+def netns_skip_reason(binds_all):
+    """None when a process that binds all addresses can run here (in a
+    loopback-only namespace already, or under `unshare -n`), else why not.
+    binds_all names what binds them, for the message."""
+    why = reference_unavailable()
+    if why or loopback_only():
+        return why
+    why = netns_unavailable()
+    return f"{binds_all} binds 0.0.0.0, so it runs only in a private network namespace, and {why}" \
+        if why else None
+
+
+def run_child_in_netns(module, args, mark, what, timeout):
+    """Runs `python -m <module> --child <json args>` (under `unshare -n` unless
+    this is a loopback-only namespace already) and returns the JSON its stdout
+    prints after `mark`, or {"skipped": why} naming its log on failure. Its
+    stderr goes to a log file, removed when it succeeds."""
+    cmd = [sys.executable, "-m", module, "--child", json.dumps(args)]
+    if not loopback_only():
+        cmd = ["unshare", "-n", "--"] + cmd
+    log = tempfile.NamedTemporaryFile(prefix=module.rsplit(".", 1)[-1] + "_", suffix=".log", delete=False)
+    print(f"{what}: running under `unshare -n` (log: {log.name})", flush=True)
+    try:
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=timeout)
+    finally:
+        log.close()
+    for line in proc.stdout.splitlines():
+        if line.startswith(mark):
+            os.unlink(log.name)
+            return json.loads(line[len(mark):])
+    tail = open(log.name, errors="replace").read()[-1500:]
+    why = f"the child failed (exit {proc.returncode}); log {log.name}: ...{tail}"
+    print(f"{what}: {why}", flush=True)
+    return {"skipped": why}
 
 
 # ---------------------------------------------------------------- the reference master

@@ -33,12 +33,7 @@ def _iters(size, quick):
 
 
 def skip_reason():
-    why = reference.reference_unavailable()
-    if why or reference.loopback_only():
-        return why
-    why = reference.netns_unavailable()
-    return f"every Transfer Engine binds 0.0.0.0, so this runs in a private network namespace, and {why}" \
-        if why else None
+    return reference.netns_skip_reason("every Transfer Engine")
 
 
 def run(quick=False, pool_dir=None):
@@ -46,20 +41,9 @@ def run(quick=False, pool_dir=None):
     if why:
         print(f"remote section skipped: {why}", flush=True)
         return {"skipped": why}
-    cmd = [sys.executable, "-m", "mooncake_cxl.bench.remote", "--child",
-           json.dumps({"quick": quick, "pool_dir": pool_dir or common.default_pool_dir()})]
-    if not reference.loopback_only():
-        cmd = ["unshare", "-n", "--"] + cmd
-    log = tempfile.NamedTemporaryFile(prefix="mcxl_bench_remote_", suffix=".log", delete=False)
-    print(f"remote: running under `unshare -n` (log: {log.name})", flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=3600)
-    log.close()
-    for line in proc.stdout.splitlines():
-        if line.startswith(_MARK):
-            os.unlink(log.name)
-            return json.loads(line[len(_MARK):])
-    tail = open(log.name, errors="replace").read()[-1500:]
-    return {"skipped": f"the child failed (exit {proc.returncode}); log {log.name}: ...{tail}"}
+    return reference.run_child_in_netns(
+        "mooncake_cxl.bench.remote", {"quick": quick, "pool_dir": pool_dir or common.default_pool_dir()},
+        _MARK, "remote", timeout=3600)
 
 
 # ---------------------------------------------------------------- child side

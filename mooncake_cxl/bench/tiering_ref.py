@@ -35,7 +35,6 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -63,11 +62,7 @@ def _env(size):
 
 def skip_reason():
     """None when the reference can run here, else why not."""
-    why = reference.reference_unavailable()
-    if why or reference.loopback_only():
-        return why
-    why = reference.netns_unavailable()
-    return f"its client binds 0.0.0.0, so it runs only in a private network namespace, and {why}" if why else None
+    return reference.netns_skip_reason("its client")
 
 
 def run(quick=False, tier_root="/var/tmp"):
@@ -75,22 +70,9 @@ def run(quick=False, tier_root="/var/tmp"):
     if why:
         print(f"Mooncake tiering rows skipped: {why}", flush=True)
         return {"skipped": why}
-    cmd = [sys.executable, "-m", "mooncake_cxl.bench.tiering_ref", "--child", json.dumps(
-        {"quick": quick, "tier_root": tier_root})]
-    if not reference.loopback_only():
-        cmd = ["unshare", "-n", "--"] + cmd
-    log = tempfile.NamedTemporaryFile(prefix="mcxl_bench_tiering_ref_", suffix=".log", delete=False)
-    print(f"Mooncake tiering rows: running the reference under `unshare -n` (its log: {log.name})", flush=True)
-    proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=log, text=True, timeout=1800)
-    log.close()
-    for line in proc.stdout.splitlines():
-        if line.startswith(_MARK):
-            os.unlink(log.name)
-            return json.loads(line[len(_MARK):])
-    tail = open(log.name, errors="replace").read()[-1500:]
-    why = f"the reference child failed (exit {proc.returncode}); log {log.name}: ...{tail}"
-    print(f"Mooncake tiering rows: {why}", flush=True)
-    return {"skipped": why}
+    return reference.run_child_in_netns(
+        "mooncake_cxl.bench.tiering_ref", {"quick": quick, "tier_root": tier_root},
+        _MARK, "Mooncake tiering rows", timeout=1800)
 
 
 # ---------------------------------------------------------------- child side

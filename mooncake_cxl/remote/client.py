@@ -144,23 +144,10 @@ class RemoteClient:
         self.rid += 1
         try:
             self.sock.sendall(wire.frame(mtype, self.rid, payload))
-            head = self._recv(wire.HEADER_BYTES)
-            _, n, _ = wire.parse_header(head)
-            return self._recv(n)
+            return wire.recv_reply(self.sock)
         except (OSError, wire.WireError) as e:
             self._drop_socket()
             raise RemoteError(RPC_FAIL, f"master connection lost: {e}")
-
-    def _recv(self, n):
-        buf = bytearray(n)
-        view = memoryview(buf)
-        got = 0
-        while got < n:
-            k = self.sock.recv_into(view[got:])
-            if k == 0:
-                raise OSError("closed by the master")
-            got += k
-        return bytes(buf)
 
     def _attach(self, prev):
         reply = wire.attach_reply(self._call_once(

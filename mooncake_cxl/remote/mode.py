@@ -17,19 +17,7 @@ def _ping(master_addr, timeout=3.0):
     host, _, port = master_addr.rpartition(":")
     with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout) as s:
         s.sendall(wire.frame(wire.PING, 1, b""))
-        head = b""
-        while len(head) < wire.HEADER_BYTES:
-            chunk = s.recv(wire.HEADER_BYTES - len(head))
-            if not chunk:
-                raise OSError("closed")
-            head += chunk
-        _, n, _ = wire.parse_header(head)
-        body = b""
-        while len(body) < n:
-            chunk = s.recv(n - len(body))
-            if not chunk:
-                raise OSError("closed")
-            body += chunk
+        body = wire.recv_reply(s)
     return wire.ping_reply(body)
 
 

@@ -102,6 +102,24 @@ def parse_header(b):
 
 # ---- requests ----
 
+def recv_exact(sock, n):
+    """n bytes from sock; OSError when the master closes it first."""
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:])
+        if k == 0:
+            raise OSError("closed by the master")
+        got += k
+    return bytes(buf)
+
+
+def recv_reply(sock):
+    """The payload of the next frame on sock."""
+    _, n, _ = parse_header(recv_exact(sock, HEADER_BYTES))
+    return recv_exact(sock, n)
+
 def attach(hostname, machine, pid, prev_slot, prev_gen, tenant, secret):
     return (Encoder().str(hostname).str(machine).u64(pid).u32(prev_slot).u64(prev_gen)
             .raw(bytes(16)).str(tenant).str(secret).bytes())
@@ -185,11 +203,15 @@ def put_start_reply(p):
     return status, items  # (status, entry_slot, generation, value_offset, settle)
 
 
-def remove_reply(p):
+def per_key_reply(p):
+    """A status, one code per key, and a ticket: the reply of Remove and Publish."""
     d = Decoder(p)
     status = d.i32()
     results = [d.i32() for _ in range(d.count(4))]
     return status, results, d.u64()
+
+
+remove_reply = publish_reply = per_key_reply
 
 
 def count_reply(p):
@@ -206,13 +228,6 @@ def locate_reply(p):
                       d.str().decode(errors="replace")))
     # (status, entry_offset, version, state_gen, value_offset, value_size, put_time_ns, writer)
     return status, items
-
-
-def publish_reply(p):
-    d = Decoder(p)
-    status = d.i32()
-    results = [d.i32() for _ in range(d.count(4))]
-    return status, results, d.u64()
 
 
 def ticket_reply(p):

@@ -83,7 +83,7 @@ import urllib.request
 import pytest
 
 import oracle
-from conftest import http_get as http, metrics, poll
+from conftest import fill_fs, http_get as http, metrics, poll
 from mooncake_cxl.launch import MasterError, MasterProcess, PoolTEProcess
 from mooncake_cxl.launch_ha import HaMasterProcess
 
@@ -268,16 +268,7 @@ class Run:
     # -- the tier's filesystem ----------------------------------------------
     def fill_tier_fs(self, now):
         """Another program takes every free byte of the tier's filesystem."""
-        fd = os.open(os.path.join(self.tier_fs, "filler"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        try:
-            for chunk in (b"x" * (1 << 20), b"x" * 4096):
-                try:
-                    while os.write(fd, chunk) > 0:
-                        pass
-                except OSError:
-                    pass
-        finally:
-            os.close(fd)
+        fill_fs(os.path.join(self.tier_fs, "filler"))
         dur = self.rnd.uniform(0.5, 2.5)
         self.fs_full_until = now + dur
         self.schedule.append(f"{now:.1f} tier filesystem full for {dur:.1f} s")

@@ -17,6 +17,14 @@ DEPOSED_EXIT = 4  # kDeposedExitCode (master_ha.h)
 TAKEOVER_CODES = {-900, -901, -601, -1010}  # RPC_FAIL, RPC_TIMEOUT, ILLEGAL_CLIENT, UNAVAILABLE
 
 
+def leader_standby_and_client(ha_master_factory, etcd, **flags):
+    """A leader that is serving, a standby campaigning behind it, and a client."""
+    a = ha_master_factory(**flags)
+    assert a.wait_ready(), a.log_tail()
+    b = ha_master_factory(**flags)
+    return a, b, open_store(etcd.client_address)
+
+
 def test_leader_sigkill_under_load(ha_master_factory, etcd, children, tmp_path):
     a = ha_master_factory()
     assert a.wait_ready(), a.log_tail()
@@ -60,10 +68,7 @@ def test_leader_sigkill_under_load(ha_master_factory, etcd, children, tmp_path):
 
 
 def test_paused_leader_is_fenced(ha_master_factory, etcd):
-    a = ha_master_factory()
-    assert a.wait_ready(), a.log_tail()
-    b = ha_master_factory()
-    s = open_store(etcd.client_address)
+    a, b, s = leader_standby_and_client(ha_master_factory, etcd)
     assert s.put("before-pause", b"p" * 200) == 0
     os.kill(a.proc.pid, signal.SIGSTOP)  # past its lease: the standby takes over
     assert b.wait_ready(WAIT_TIMEOUT), b.log_tail()
@@ -82,10 +87,7 @@ def test_paused_leader_is_fenced(ha_master_factory, etcd):
 
 def test_etcd_lost_then_back(ha_master_factory, etcd):
     ttl = 4
-    a = ha_master_factory(ttl_s=ttl)
-    assert a.wait_ready(), a.log_tail()
-    b = ha_master_factory(ttl_s=ttl)
-    s = open_store(etcd.client_address)
+    a, b, s = leader_standby_and_client(ha_master_factory, etcd, ttl_s=ttl)
     assert s.put("k0", b"0" * 100) == 0
     etcd.kill()
     # Without etcd the leader keeps its lease until the TTL ends, then steps down.
@@ -101,10 +103,7 @@ def test_etcd_lost_then_back(ha_master_factory, etcd):
 
 
 def test_standby_killed_changes_nothing(ha_master_factory, etcd):
-    a = ha_master_factory()
-    assert a.wait_ready(), a.log_tail()
-    b = ha_master_factory()
-    s = open_store(etcd.client_address)
+    a, b, s = leader_standby_and_client(ha_master_factory, etcd)
     assert s.put("s0", b"a" * 100) == 0
     b.kill()
     for i in range(1, 50):
@@ -134,10 +133,7 @@ def test_views_and_buffers_carry_over(ha_master_factory, etcd):
     view's bytes stay, and the same store writes through the new leader from
     its registered buffer."""
     import numpy as np
-    a = ha_master_factory()
-    assert a.wait_ready(), a.log_tail()
-    b = ha_master_factory()
-    s = open_store(etcd.client_address)
+    a, b, s = leader_standby_and_client(ha_master_factory, etcd)
     assert s.put("viewed", b"v" * 4096) == 0
     h = s.get_buffer("viewed")
     buf = np.frombuffer(b"r" * 8192, dtype=np.uint8).copy()

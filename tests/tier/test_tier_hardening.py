@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from conftest import connect, log_size, metrics, value_for, wait_until
+from conftest import connect, fill_fs, log_size, metrics, value_for, wait_until
 from mooncake_cxl.launch import MasterError, MasterProcess
 from test_tiering import disk_keys, tier_flags, tier_metric, wait_idle
 
@@ -35,20 +35,6 @@ def small_fs(tier_dir):
         pytest.skip("a tmpfs cannot be mounted here (needs root)")
     yield tier_dir
     subprocess.run(["umount", "-l", tier_dir])
-
-
-def fill_fs(path):
-    """Another program takes every free byte of the filesystem."""
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    try:
-        for chunk in (b"x" * (1 << 20), b"x" * 4096):
-            try:
-                while os.write(fd, chunk) > 0:
-                    pass
-            except OSError:
-                pass
-    finally:
-        os.close(fd)
 
 
 def tier_error_lines(text):
