@@ -309,6 +309,7 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   ClientInfo was = c;
   c = ClientInfo{};
   SetAttached(slot, false);
+  UnmarkPinTable(slot);  // its table stays live only if RetireOrClearPins retires it
   ClientSlot* cs = pool_->client_slot(slot);
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);

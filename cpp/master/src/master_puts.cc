@@ -203,6 +203,7 @@ void MasterImpl::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
 bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
+  if (AloneUnderItsHash(slot)) return false;
   std::vector<uint64_t> live;
   FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
   for (uint64_t s : live) {
@@ -215,10 +216,23 @@ bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
 
 bool MasterImpl::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
 
+bool MasterImpl::AloneUnderItsHash(uint64_t slot) const {
+  // FindLive returns a subset of the shadow's slots of the hash: when that
+  // is `slot` alone, the key has no other entry (no header read needed).
+  index_->ShadowSlots(index_->entry(slot).key_hash.load(std::memory_order_relaxed), &find_candidates_);
+  return find_candidates_.size() == 1 && find_candidates_[0] == slot;
+}
+
 uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (!Readable(StateOf(sg))) return 0;
+  if (AloneUnderItsHash(slot)) {  // no older value to take along: the common case, no key read
+    Extent ext;
+    if (bytes != nullptr && alloc_->Lookup(entry_meta_[slot].extent, &ext)) *bytes += ext.size;
+    Unlink(slot, true, 0);
+    return 1;
+  }
   std::string key(KeyOf(slot));  // a copy: the header goes with the extent
   std::vector<uint64_t> live;
   FindLive(key, e.key_hash.load(std::memory_order_relaxed), &live);

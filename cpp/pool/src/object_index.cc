@@ -346,45 +346,35 @@ bool ObjectIndex::RestoreMaxProbe() {
 
 void ObjectIndex::EnableShadow() {
   shadow_hash_.assign(capacity_, 0);
-  shadow_filed_.assign(capacity_, false);
-  shadow_.clear();
-  shadow_.reserve(capacity_);  // never rehashed while puts wait
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
     if (st != EntryState::kEmpty && st != EntryState::kTombstone)
       ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
   }
+  shadowed_ = true;
 }
 
 void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
-  // A slot still filed (someone else turned a live entry into a free one
-  // and the master reused it) leaves its old list first: one list a slot.
-  if (shadow_filed_[slot]) ShadowRemove(slot);
+  // One hash a slot: a slot still filed (someone else turned a live entry
+  // into a free one and the master reused it) is simply refiled. A stored
+  // hash of 0 (never a KeyHash) files under no hash.
   shadow_hash_[slot] = hash;
-  shadow_filed_[slot] = true;
-  shadow_.emplace(hash, slot);
 }
 
-void ObjectIndex::ShadowRemove(uint64_t slot) {
-  if (!shadow_filed_[slot]) return;
-  shadow_filed_[slot] = false;
-  uint64_t hash = shadow_hash_[slot];
-  auto [it, end] = shadow_.equal_range(hash);
-  for (; it != end; ++it)
-    if (it->second == slot) {
-      shadow_.erase(it);
-      return;
-    }
-}
+void ObjectIndex::ShadowRemove(uint64_t slot) { shadow_hash_[slot] = kUnfiled; }
 
 void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
-  auto [it, end] = shadow_.equal_range(hash);
-  for (; it != end; ++it) out->push_back(it->second);
-  if (out->size() > 1)
-    std::sort(out->begin(), out->end(),
-              [&](uint64_t a, uint64_t b) { return Distance(a, hash) < Distance(b, hash); });
+  if (hash == kUnfiled) return;
+  // Insert files a slot only within kMaxProbeSlots of its home (and within
+  // the master's max_probe), so the slots of a hash lie in that window:
+  // a scan of one DRAM stretch, already in probe order.
+  uint64_t home = HomeSlot(hash), n = std::min({capacity_, max_probe_ + 1, kMaxProbeSlots});
+  for (uint64_t i = 0; i < n; ++i) {
+    uint64_t slot = (home + i) & (capacity_ - 1);
+    if (shadow_hash_[slot] == hash) out->push_back(slot);
+  }
 }
 
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {

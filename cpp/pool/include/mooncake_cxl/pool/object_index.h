@@ -13,10 +13,10 @@
 //     re-checks StillValid afterwards and retries when it fails.
 //   * The master (the only structural writer): Insert, Tombstone, SetFlags,
 //     all of which bump the entry's version to odd before and to even after.
-//     Its own lookups use a DRAM shadow (EnableShadow): key hash -> the
-//     slots it inserted and has not tombstoned since, kept exact by Insert
-//     and Tombstone, so they never walk the pool's tombstones; what the
-//     shadow names is still checked against the pool entry.
+//     Its own lookups use a DRAM shadow (EnableShadow): per slot, the key
+//     hash it inserted there and has not tombstoned since, kept exact by
+//     Insert and Tombstone, so they never read the pool's tombstones; what
+//     the shadow names is still checked against the pool entry.
 // The putting client's only write is PublishComplete/Abort: a CAS of
 // state_gen that names the generation it was given, so it cannot touch an
 // entry the master has since revoked or reused.
@@ -36,7 +36,6 @@
 #include <atomic>
 #include <cstdint>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
@@ -140,12 +139,14 @@ class ObjectIndex {
   bool RestoreMaxProbe();
   // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
   // (under the key hash it holds now); from then on Insert and Tombstone
-  // keep it. Costs about 17 bytes a slot plus a map node per live entry.
+  // keep it. A flat DRAM array, 8 bytes a slot (the hash filed there, 0 for
+  // none): filing and unfiling are one store, no allocation.
   void EnableShadow();
-  bool shadowed() const { return !shadow_hash_.empty(); }
-  // The shadow's slots of key hash `hash`, in probe order from its home
-  // (REQUIRES shadowed()). A superset of the master's live entries of the
-  // hash: the caller checks state, hash and key in the pool entry.
+  bool shadowed() const { return shadowed_; }
+  // The shadow's slots of key hash `hash` within max_probe of its home, in
+  // probe order (REQUIRES shadowed()): every entry a reader's probe can
+  // reach. A superset of the master's live entries of the hash there: the
+  // caller checks state, hash and key in the pool entry.
   void ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const;
   // Slots a reader's lookup of an absent key of hash `hash` reads now (to
   // the first EMPTY, at most max_probe + 1): the probe-length statistic.
@@ -170,11 +171,11 @@ class ObjectIndex {
   uint64_t capacity_;
   Superblock* sb_;
   uint64_t max_probe_ = 0;  // master side only
-  // The shadow (master side only): slot -> the hash it is filed under (when
-  // filed), and hash -> slots.
+  // The shadow (master side only): slot -> the hash filed there, kUnfiled
+  // for none (KeyHash is never 0).
+  static constexpr uint64_t kUnfiled = 0;
   std::vector<uint64_t> shadow_hash_;
-  std::vector<bool> shadow_filed_;
-  std::unordered_multimap<uint64_t, uint64_t> shadow_;
+  bool shadowed_ = false;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};
   mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};
