@@ -219,8 +219,10 @@ bool MasterImpl::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot
 bool MasterImpl::AloneUnderItsHash(uint64_t slot) const {
   // FindLive returns a subset of the shadow's slots of the hash: when that
   // is `slot` alone, the key has no other entry (no header read needed).
-  index_->ShadowSlots(index_->entry(slot).key_hash.load(std::memory_order_relaxed), &find_candidates_);
-  return find_candidates_.size() == 1 && find_candidates_[0] == slot;
+  // The hash the master filed, not the pool entry's: a rewritten key_hash
+  // makes FindLive look elsewhere, so that case takes the long way.
+  return index_->ShadowAlone(slot) &&
+         index_->entry(slot).key_hash.load(std::memory_order_relaxed) == index_->ShadowHash(slot);
 }
 
 uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {

@@ -364,17 +364,33 @@ void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
 
 void ObjectIndex::ShadowRemove(uint64_t slot) { shadow_hash_[slot] = kUnfiled; }
 
+uint64_t ObjectIndex::ShadowCount(uint64_t hash) const {
+  // Insert files a slot only within kMaxProbeSlots of its home (and within
+  // the master's max_probe), so the slots of a hash lie in that window: one
+  // DRAM stretch (two where it wraps), counted without branches (the
+  // compiler vectorizes the loops); most hashes have one slot or none.
+  uint64_t home = HomeSlot(hash), n = std::min({capacity_, max_probe_ + 1, kMaxProbeSlots});
+  uint64_t first = std::min(n, capacity_ - home), count = 0;
+  const uint64_t* a = shadow_hash_.data();
+  for (uint64_t i = 0; i < first; ++i) count += a[home + i] == hash;
+  for (uint64_t i = 0; i < n - first; ++i) count += a[i] == hash;
+  return count;
+}
+
 void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
   if (hash == kUnfiled) return;
-  // Insert files a slot only within kMaxProbeSlots of its home (and within
-  // the master's max_probe), so the slots of a hash lie in that window:
-  // a scan of one DRAM stretch, already in probe order.
-  uint64_t home = HomeSlot(hash), n = std::min({capacity_, max_probe_ + 1, kMaxProbeSlots});
-  for (uint64_t i = 0; i < n; ++i) {
+  uint64_t want = ShadowCount(hash);
+  uint64_t home = HomeSlot(hash);
+  for (uint64_t i = 0; out->size() < want; ++i) {  // in probe order
     uint64_t slot = (home + i) & (capacity_ - 1);
     if (shadow_hash_[slot] == hash) out->push_back(slot);
   }
+}
+
+bool ObjectIndex::ShadowAlone(uint64_t slot) const {
+  uint64_t hash = shadow_hash_[slot];
+  return hash != kUnfiled && ShadowCount(hash) == 1;
 }
 
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {

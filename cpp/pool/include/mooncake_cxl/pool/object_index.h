@@ -148,6 +148,10 @@ class ObjectIndex {
   // reach. A superset of the master's live entries of the hash there: the
   // caller checks state, hash and key in the pool entry.
   void ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const;
+  // `slot` is filed and no other slot under its hash (REQUIRES shadowed()):
+  // the master has no other entry of its key.
+  bool ShadowAlone(uint64_t slot) const;
+  uint64_t ShadowHash(uint64_t slot) const { return shadow_hash_[slot]; }  // 0: not filed
   // Slots a reader's lookup of an absent key of hash `hash` reads now (to
   // the first EMPTY, at most max_probe + 1): the probe-length statistic.
   uint64_t MissProbeLength(uint64_t hash) const;
@@ -165,6 +169,7 @@ class ObjectIndex {
   void MakeEmpty(uint64_t slot);
   void ShadowAdd(uint64_t slot, uint64_t hash);
   void ShadowRemove(uint64_t slot);
+  uint64_t ShadowCount(uint64_t hash) const;  // slots filed under `hash` in its window
 
   const Pool* pool_;
   IndexEntry* entries_;
