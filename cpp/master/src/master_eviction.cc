@@ -234,10 +234,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
   round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
   evict_drop_ = entries > 0;  // index slots are wanted: demoting would not free any
   auto met = [&] { return freed_bytes >= bytes && freed >= entries; };
-  struct Candidate {
-    uint64_t last_access, slot;
-  };
-  std::vector<Candidate> window;
+  std::vector<SampledSlot> window;
   // Bytes wanted (not index slots): first from the ahead rounds' sorted
   // window when it is fresh, as an ahead slice would; a new sample (a scan
   // of up to 4096 headers and a sort, ~1-2 ms on the put path) only if that
@@ -262,16 +259,26 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
         Protection p = Protected(slot, now, pins);
         if (p == Protection::kTransient) round_blocked_transiently_ = true;
         if (p != Protection::kNone) continue;
-        window.push_back({LastAccessNs(slot, ttl), slot});
+        window.push_back({LastAccessNs(slot, ttl), slot, index_->entry(slot).state_gen.load(std::memory_order_relaxed)});
       }
-      std::sort(window.begin(), window.end(),
-                [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
-      for (const Candidate& c : window) {
-        if (met()) break;
+      std::sort(window.begin(), window.end());
+      size_t used = 0;
+      for (; used < window.size() && !met(); ++used) {
+        const SampledSlot& c = window[used];
         // An earlier group eviction may have taken this one already.
         if (!Evictable(StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)), entries > 0))
           continue;
         freed += EvictCandidate(c.slot, now, pins, &freed_bytes);
+      }
+      // The rest of a fresh sample becomes the ahead rounds' window: the next
+      // round, inline or ahead, continues from it rather than sampling and
+      // sorting again (each candidate is re-checked when evicted, and one
+      // whose slot changed since is skipped by its state_gen).
+      if (!soft_pass && used < window.size()) {
+        ahead_window_.assign(window.begin() + long(used), window.end());
+        ahead_next_ = 0;
+        ahead_sampled_mono_ns_ = MonoNs();
+        ahead_scanned_ = ahead_complete_ = 0;
       }
     }
   }

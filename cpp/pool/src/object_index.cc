@@ -14,6 +14,23 @@ namespace mcxl {
 namespace {
 constexpr int kSpinLimit = 20000;  // ~ms: longer than any master rewrite
 constexpr int kLookupRetries = 64;
+
+// How many of a[0..n) equal h: two words per SSE2 step (a 64-bit compare is
+// two 32-bit ones ANDed with their swapped halves; each match adds -1).
+uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
+  const __m128i key = _mm_set1_epi64x(int64_t(h));
+  __m128i matches = _mm_setzero_si128();
+  uint64_t i = 0;
+  for (; i + 2 <= n; i += 2) {
+    __m128i eq = _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)), key);
+    matches = _mm_sub_epi64(matches, _mm_and_si128(eq, _mm_shuffle_epi32(eq, _MM_SHUFFLE(2, 3, 0, 1))));
+  }
+  uint64_t lanes[2];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), matches);
+  uint64_t count = lanes[0] + lanes[1];
+  for (; i < n; ++i) count += a[i] == h;
+  return count;
+}
 }  // namespace
 
 ObjectIndex::ObjectIndex(const Pool* pool)
@@ -367,14 +384,12 @@ void ObjectIndex::ShadowRemove(uint64_t slot) { shadow_hash_[slot] = kUnfiled; }
 uint64_t ObjectIndex::ShadowCount(uint64_t hash) const {
   // Insert files a slot only within kMaxProbeSlots of its home (and within
   // the master's max_probe), so the slots of a hash lie in that window: one
-  // DRAM stretch (two where it wraps), counted without branches (the
-  // compiler vectorizes the loops); most hashes have one slot or none.
+  // DRAM stretch (two where it wraps), counted without branches; most
+  // hashes have one slot or none.
   uint64_t home = HomeSlot(hash), n = std::min({capacity_, max_probe_ + 1, kMaxProbeSlots});
-  uint64_t first = std::min(n, capacity_ - home), count = 0;
+  uint64_t first = std::min(n, capacity_ - home);
   const uint64_t* a = shadow_hash_.data();
-  for (uint64_t i = 0; i < first; ++i) count += a[home + i] == hash;
-  for (uint64_t i = 0; i < n - first; ++i) count += a[i] == hash;
-  return count;
+  return CountEqual(a + home, first, hash) + CountEqual(a, n - first, hash);
 }
 
 void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
