@@ -15,22 +15,29 @@ namespace {
 constexpr int kSpinLimit = 20000;  // ~ms: longer than any master rewrite
 constexpr int kLookupRetries = 64;
 
-// How many of a[0..n) equal h: two words per SSE2 step (a 64-bit compare is
-// two 32-bit ones ANDed with their swapped halves; each match adds -1).
-uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
-  const __m128i key = _mm_set1_epi64x(int64_t(h));
+// How many of a[0..n) equal t: four tags per SSE2 step (each match adds -1).
+uint64_t CountEqual(const uint32_t* a, uint64_t n, uint32_t t) {
+  const __m128i key = _mm_set1_epi32(int32_t(t));
   __m128i matches = _mm_setzero_si128();
   uint64_t i = 0;
-  for (; i + 2 <= n; i += 2) {
-    __m128i eq = _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)), key);
-    matches = _mm_sub_epi64(matches, _mm_and_si128(eq, _mm_shuffle_epi32(eq, _MM_SHUFFLE(2, 3, 0, 1))));
-  }
-  uint64_t lanes[2];
+  for (; i + 4 <= n; i += 4)
+    matches = _mm_sub_epi32(matches, _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)), key));
+  uint32_t lanes[4];
   _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), matches);
-  uint64_t count = lanes[0] + lanes[1];
-  for (; i < n; ++i) count += a[i] == h;
+  uint64_t count = uint64_t(lanes[0]) + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) count += a[i] == t;
   return count;
 }
+
+uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < n; ++i) count += a[i] == h;
+  return count;
+}
+
+// The shadow's 4-byte tag of a filed hash: its high half (the low bits pick
+// the home slot, so they repeat within a window), never 0 (unfiled).
+uint32_t TagOf(uint64_t hash) { return uint32_t(hash >> 32) | 1; }
 }  // namespace
 
 ObjectIndex::ObjectIndex(const Pool* pool)
@@ -363,6 +370,7 @@ bool ObjectIndex::RestoreMaxProbe() {
 
 void ObjectIndex::EnableShadow() {
   shadow_hash_.assign(capacity_, 0);
+  shadow_tag_.assign(capacity_, 0);
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
@@ -377,17 +385,25 @@ void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
   // into a free one and the master reused it) is simply refiled. A stored
   // hash of 0 (never a KeyHash) files under no hash.
   shadow_hash_[slot] = hash;
+  shadow_tag_[slot] = hash == kUnfiled ? 0 : TagOf(hash);
 }
 
-void ObjectIndex::ShadowRemove(uint64_t slot) { shadow_hash_[slot] = kUnfiled; }
+void ObjectIndex::ShadowRemove(uint64_t slot) {
+  shadow_hash_[slot] = kUnfiled;
+  shadow_tag_[slot] = 0;
+}
 
-uint64_t ObjectIndex::ShadowCount(uint64_t hash) const {
+uint64_t ObjectIndex::ShadowCount(uint64_t hash, bool exact) const {
   // Insert files a slot only within kMaxProbeSlots of its home (and within
   // the master's max_probe), so the slots of a hash lie in that window: one
-  // DRAM stretch (two where it wraps), counted without branches; most
-  // hashes have one slot or none.
-  uint64_t home = HomeSlot(hash), n = std::min({capacity_, max_probe_ + 1, kMaxProbeSlots});
+  // DRAM stretch (two where it wraps), counted without branches, tags
+  // first (64 of them are 256 bytes), whole hashes only where one matched.
+  uint64_t home = HomeSlot(hash), n = ShadowWindow();
   uint64_t first = std::min(n, capacity_ - home);
+  uint32_t tag = TagOf(hash);
+  const uint32_t* t = shadow_tag_.data();
+  uint64_t tagged = CountEqual(t + home, first, tag) + CountEqual(t, n - first, tag);
+  if (!exact || tagged == 0) return tagged;
   const uint64_t* a = shadow_hash_.data();
   return CountEqual(a + home, first, hash) + CountEqual(a, n - first, hash);
 }
@@ -395,7 +411,7 @@ uint64_t ObjectIndex::ShadowCount(uint64_t hash) const {
 void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
   if (hash == kUnfiled) return;
-  uint64_t want = ShadowCount(hash);
+  uint64_t want = ShadowCount(hash, true);
   uint64_t home = HomeSlot(hash);
   for (uint64_t i = 0; out->size() < want; ++i) {  // in probe order
     uint64_t slot = (home + i) & (capacity_ - 1);
@@ -405,7 +421,9 @@ void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
 
 bool ObjectIndex::ShadowAlone(uint64_t slot) const {
   uint64_t hash = shadow_hash_[slot];
-  return hash != kUnfiled && ShadowCount(hash) == 1;
+  if (hash == kUnfiled || Distance(slot, hash) >= ShadowWindow()) return false;
+  // The slot's own tag is in the window: a count of one is the slot alone.
+  return ShadowCount(hash, false) == 1 || ShadowCount(hash, true) == 1;
 }
 
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {

@@ -33,6 +33,7 @@
 // Master methods REQUIRE the master's single thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string_view>
@@ -139,8 +140,9 @@ class ObjectIndex {
   bool RestoreMaxProbe();
   // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
   // (under the key hash it holds now); from then on Insert and Tombstone
-  // keep it. A flat DRAM array, 8 bytes a slot (the hash filed there, 0 for
-  // none): filing and unfiling are one store, no allocation.
+  // keep it. Flat DRAM arrays, 12 bytes a slot (the hash filed there, 0 for
+  // none, and a 4-byte tag of it): filing and unfiling are two stores, no
+  // allocation.
   void EnableShadow();
   bool shadowed() const { return shadowed_; }
   // The shadow's slots of key hash `hash` within max_probe of its home, in
@@ -169,7 +171,10 @@ class ObjectIndex {
   void MakeEmpty(uint64_t slot);
   void ShadowAdd(uint64_t slot, uint64_t hash);
   void ShadowRemove(uint64_t slot);
-  uint64_t ShadowCount(uint64_t hash) const;  // slots filed under `hash` in its window
+  // Slots filed under `hash` in its window (`exact`), or those whose tag
+  // matches (a superset).
+  uint64_t ShadowCount(uint64_t hash, bool exact) const;
+  uint64_t ShadowWindow() const { return std::min({capacity_, max_probe_ + 1, kMaxProbeSlots}); }
 
   const Pool* pool_;
   IndexEntry* entries_;
@@ -180,6 +185,7 @@ class ObjectIndex {
   // for none (KeyHash is never 0).
   static constexpr uint64_t kUnfiled = 0;
   std::vector<uint64_t> shadow_hash_;
+  std::vector<uint32_t> shadow_tag_;  // a 4-byte tag of each filed hash, 0 for none: what lookups scan
   bool shadowed_ = false;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};
