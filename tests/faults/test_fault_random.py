@@ -39,7 +39,8 @@ What must hold (each is one "invariant" name in the failure message):
 test_random_faults_with_ssd_tier runs the same driver with the master on an
 SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
 --offload_ahead_ratio=0.5 (clean copies written ahead of eviction), an 8 MiB tier:
-its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
+its LRU drops and compaction run too, and the tiny values' index pressure drops
+disk-resident entries with their records); MCXL_FAULT_SECONDS defaults to 20 there.
 Its tier directory is a 16 MiB tmpfs mounted by the test (root only), which
 the driver fills to the last byte now and then ("fsfull": another program
 takes the disk for 0.5-2.5 s, then frees it); after the final check, one
@@ -645,6 +646,8 @@ def _check_space(run, when):
     tier = {k[len("mooncake_cxl_tier_"):]: v for k, v in mt.items() if isinstance(k, str)
             and k.startswith("mooncake_cxl_tier_") and k.endswith("_total")}
     if tier:
+        # Disk-resident objects the index's pressure dropped (entry and record).
+        tier["index_evicted_disk_keys_total"] = mt.get("mooncake_cxl_index_evicted_disk_keys_total", 0)
         print(f"  tier counters of this master: {tier}")
 
 
