@@ -39,8 +39,7 @@ What must hold (each is one "invariant" name in the failure message):
 test_random_faults_with_ssd_tier runs the same driver with the master on an
 SSD tier (--enable_offload --offload_on_evict --promotion_on_hit, pre-demotion
 --offload_ahead_ratio=0.5 (clean copies written ahead of eviction), an 8 MiB tier:
-its LRU drops and compaction run too, and the tiny values' index pressure drops
-disk-resident entries with their records); MCXL_FAULT_SECONDS defaults to 20 there.
+its LRU drops and compaction run too); MCXL_FAULT_SECONDS defaults to 20 there.
 Its tier directory is a 16 MiB tmpfs mounted by the test (root only), which
 the driver fills to the last byte now and then ("fsfull": another program
 takes the disk for 0.5-2.5 s, then frees it); after the final check, one
