@@ -8,7 +8,9 @@
 // kInlineIndexEntries; the ahead slices bring it down to the watermark
 // minus --eviction_ratio), and a key whose probe window is full gets a slot
 // there (EvictInWindow). Which objects? The least recently used ones that
-// nothing protects.
+// nothing protects; when slots are wanted, disk-resident (kOnDisk) ones are
+// among them, and one that goes takes its SSD record along
+// (EvictCandidate), so an index full of stubs still takes new puts.
 //
 // Recency. Reads never reach the master (they are one-sided), so there is no
 // global LRU list to maintain and none is wanted: a list touched by every
