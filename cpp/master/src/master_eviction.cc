@@ -169,6 +169,9 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   std::vector<uint64_t> grouped;
   std::span<const uint64_t> members(single);
   if (group_of_.count(slot) != 0) members = grouped = GroupMembers(slot);
+  // The common case: no other entry of its key, so no older upsert to wait
+  // for or take along (one shadow count instead of a key lookup, twice).
+  const bool alone = members.size() == 1 && AloneUnderItsHash(slot);
   for (uint64_t m : members) {
     // Already in the SSD tier: its bytes left the pool; the rest follow.
     if (entry_meta_[m].live &&
@@ -183,7 +186,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
     Protection p = Protected(m, now, pins);
     // An older upsert of the key still being written would become the
     // key's value once this one is gone: wait for it (transient).
-    if (p == Protection::kNone && OlderUnfinished(m)) p = Protection::kTransient;
+    if (p == Protection::kNone && !alone && OlderUnfinished(m)) p = Protection::kTransient;
     if (p == Protection::kTransient) round_blocked_transiently_ = true;
     if (p != Protection::kNone) return 0;  // the whole group stays
   }
@@ -201,7 +204,8 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   }
   for (uint64_t m : members) {
     if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one
+    // To the SSD tier when there is one (and bytes, not slots, are wanted).
+    evicted += alone && (!tier_ || evict_drop_) ? UnlinkOne(m, bytes) : EvictOrDemote(m, bytes);
   }
   return evicted;
 }

@@ -277,6 +277,9 @@ class MasterImpl final : public Master, private TierHost {
   // The shadow files no other slot under `slot`'s key hash: the key has no
   // other entry (OtherWriting and UnlinkWithOlder skip their key lookup).
   bool AloneUnderItsHash(uint64_t slot) const;
+  // Unlinks readable `slot` alone (its older values are the caller's):
+  // adds its extent's size to *bytes (when given); returns 1.
+  uint64_t UnlinkOne(uint64_t slot, uint64_t* bytes);
   // Another entry of slot's key, newer (or older) than slot, is still WRITING.
   bool OtherWriting(uint64_t slot, bool newer) const;
   // The members of slot's group (slot alone when ungrouped): a copy, since
