@@ -46,12 +46,16 @@ def test_bench_index_quick_run_fills_to_3x_and_reports_probes():
     for f in r["fills"]:
         assert len(f["batch_s"]) == -(-3 * f["index_capacity"] // index_fill.BATCH)
         assert f["index_evicted"] > 0 and f["empty_batch_s"] > 0
+        # Every fill level has its distribution (median <= p99 <= worst).
+        assert [(lv["from"], lv["to"]) for lv in f["levels"]] == list(index_fill.LEVELS)
+        assert all(0 < lv["median"] <= lv["p99"] <= lv["worst"] for lv in f["levels"])
     loads = [p["load"] for p in r["probes"]]
     # A put into a full probe window evicts one object of it: the last levels lag a little.
     assert loads == sorted(loads) and loads[0] == pytest.approx(0.5, abs=0.01) and loads[-1] > 0.9
     assert all(p["put_lookup"] and p["hit"] for p in r["probes"])
     text = index_fill.markdown(r)
     assert "| 64 B |" in text and "| 4096 B |" in text and "at the watermark after 3x" in text
+    assert "Batch time by fill level" in text
 
 
 # ---------------------------------------------------------------- against Mooncake (--compare mooncake)
