@@ -33,6 +33,7 @@ def _total(path):
 def run(size=64, binary=None, out=None):
     from .. import launch
     out = out or tempfile.mkdtemp(prefix="mcxl_index_cg_")
+    os.makedirs(out, exist_ok=True)
     real = binary or launch.binary_path()
     wrap = os.path.join(out, "master.sh")
     with open(wrap, "w") as f:
