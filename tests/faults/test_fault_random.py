@@ -391,7 +391,7 @@ class Run:
             if m is not None:
                 m.kill()
         if self.te is not None:
-            self.te.kill()
+            self.te.stop()  # a clean stop removes its session file
 
 
 def collect_violations(tmp):

@@ -54,7 +54,9 @@ def roundtrip(master, nkeys):
     rc_put = s.put_batch(keys, [checked_value(k, 1, 70000) for k in keys])
     big = checked_value("big", 1, 3 << 20)
     rc_big = s.put("big", big)
+    (desc,) = s.get_replica_desc("big")
     emit(local_ok=all(local), put=rc_put, big=rc_big, big_back=s.get("big") == big,
+         read_by=desc.read_by, te_session=desc.te_session,
          batch_back=[check_value(k, v)[0] for k, v in zip(keys, s.get_batch(keys))])
     s.close()
 

@@ -119,6 +119,8 @@ def test_remote_host_chooses_remote_and_every_byte_round_trips(served, remote_ho
     r = h.next()
     assert r["local_ok"] and r["put"] == 0 and r["big"] == 0 and r["big_back"]
     assert r["batch_back"] == [1] * 8
+    assert (r["read_by"], r["te_session"]) == ("transfer_engine", served.te.session)
+    assert local.get_replica_desc("big")[0].read_by == "pool"
     # What the remote host wrote, read here straight from the pool.
     for i in range(8):
         assert check_value(f"remote-{i}", local.get(f"remote-{i}")) == (1, None)
