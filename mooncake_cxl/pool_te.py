@@ -23,7 +23,7 @@ import threading
 def serve(pool, session_file, protocol="tcp", host="127.0.0.1", ready=print):
     from .extras import require
     require("serving the pool over the Transfer Engine", "remote")
-    from mooncake.engine import TransferEngine
+    from .compat import transfer_engine_class
 
     fd = os.open(pool, os.O_RDWR)
     try:
@@ -32,7 +32,7 @@ def serve(pool, session_file, protocol="tcp", host="127.0.0.1", ready=print):
     finally:
         os.close(fd)
     base = ctypes.addressof(ctypes.c_char.from_buffer(m))
-    te = TransferEngine()
+    te = transfer_engine_class()()
     if te.initialize(host, "P2PHANDSHAKE", protocol, "") != 0:
         raise SystemExit(f"pool_te: the Transfer Engine did not start ({protocol} on {host})")
     if te.register_memory(base, size) != 0:

@@ -61,6 +61,22 @@ def roundtrip(master, nkeys):
     s.close()
 
 
+def compat_engine(master):
+    """Under MOONCAKE_CXL_COMPAT=1: setup, whether the program may import
+    mooncake.engine, then a put and a get over the engine."""
+    s, rc = setup(master)
+    try:
+        import mooncake.engine  # noqa: F401
+        imported = "imported"
+    except ModuleNotFoundError:
+        imported = "refused"
+    emit(setup=rc, program_import=imported)
+    if rc == 0:
+        v = checked_value("compat", 1, 70000)
+        emit(put=s.put("compat", v), back=s.get("compat") == v)
+        s.close()
+
+
 def no_secret(master):
     # Without a secret a host is remote only when told (else the local setup
     # reports the pool it cannot open).
@@ -134,4 +150,5 @@ def survive(master, key):
 
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
-    {"roundtrip": roundtrip, "no_secret": no_secret, "reader": reader, "survive": survive}[cmd](*args)
+    {"roundtrip": roundtrip, "no_secret": no_secret, "reader": reader, "survive": survive,
+     "compat_engine": compat_engine}[cmd](*args)

@@ -36,8 +36,8 @@ def _can_unshare_mount():
 class RemoteHost:
     """A worker command in its own mount namespace with an empty /dev/shm."""
 
-    def __init__(self, *args, secret=None, pool=None):
-        env = dict(os.environ)
+    def __init__(self, *args, secret=None, pool=None, env_extra=None):
+        env = dict(os.environ, **(env_extra or {}))
         env.pop("MC_CXL_REMOTE", None)  # it must decide by itself
         if secret:
             env["MC_CXL_AUTH_TOKEN_FILE"] = secret
@@ -126,6 +126,17 @@ def test_remote_host_chooses_remote_and_every_byte_round_trips(served, remote_ho
         assert check_value(f"remote-{i}", local.get(f"remote-{i}")) == (1, None)
     assert local.get("big") == checked_value("big", 1, 3 << 20)
     local.close()
+
+
+def test_remote_host_under_the_compat_switch(served, remote_hosts):
+    """MOONCAKE_CXL_COMPAT=1 (vLLM's MooncakeStoreConnector on our store) makes
+    `mooncake` the shim, which refuses mooncake.engine to the program; the
+    remote client still gets its engine, and the program's import stays refused."""
+    h = remote_hosts("compat_engine", served.address, secret=served.auth_token_file,
+                     env_extra={"MOONCAKE_CXL_COMPAT": "1"})
+    assert h.next() == {"setup": 0, "program_import": "refused"}
+    r = h.next()
+    assert r["put"] == 0 and r["back"]
 
 
 def test_remote_attach_without_the_secret_is_refused_and_changes_nothing(served, remote_hosts):
