@@ -4,7 +4,10 @@ stores a prompt's KV; process B, fresh, started as `python -m mooncake_cxl.compa
 run script.py`, gets an external prefix-cache hit for every full block and the
 same greedy tokens as A's full computation; B's reset_prefix_cache(reset_connector=True)
 (the connector's remove_all(force=True)) empties the store, so the same prompt
-then hits nothing. The model and tokenizer are generated into tmp_path."""
+then hits nothing. The model and tokenizer are generated into tmp_path.
+With MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 (inside unshare -n) both processes
+are remote clients of a pool served over the Transfer Engine
+(scripts/run_tests.sh runs it so too)."""
 import json
 import os
 import subprocess
