@@ -19,7 +19,7 @@ run on ours. Every other `mooncake.*` import (the
 transfer engine, native helpers) fails with ModuleNotFoundError rather than
 mixing the two implementations; this package's own users of the engine (a
 remote client, the pool's server) load it beside the shim
-(transfer_engine_class). An explicit install() is the caller asking
+(mooncake_cxl.remote.engine). An explicit install() is the caller asking
 for ours, so it installs the shim whether or not the real wheel is there (and
 forgets a real `mooncake` imported before); install(force=False) is the
 conditional form: it leaves a real wheel in charge unless the environment has
@@ -125,37 +125,6 @@ def _wheel_module_spec(fullname):
     if spec is None or not isinstance(spec.loader, importlib.machinery.SourceFileLoader):
         return None  # pure Python only
     return spec
-
-
-def _shim_answers():
-    """True when this shim answers, or is armed to answer, for `mooncake`."""
-    if getattr(sys.modules.get("mooncake"), "__mooncake_cxl_shim__", False):
-        return True
-    return any(type(f).__name__ in ("_ShimFinder", "_LazyShim") for f in sys.meta_path)
-
-
-def transfer_engine_class():
-    """Mooncake's TransferEngine, for this package's remote clients and the
-    process serving the pool. Where the shim answers for `mooncake` (the
-    compat switch), the wheel's engine extension is loaded from its file and
-    not left in sys.modules, so the program's own `import mooncake.engine`
-    stays refused; elsewhere it is a plain import."""
-    if not _shim_answers():
-        from mooncake.engine import TransferEngine
-        return TransferEngine
-    import importlib.util
-    pkg = importlib.machinery.PathFinder.find_spec("mooncake")
-    spec = importlib.machinery.PathFinder.find_spec("mooncake.engine", list(pkg.submodule_search_locations)) \
-        if pkg is not None and pkg.submodule_search_locations else None
-    if spec is None:
-        raise ModuleNotFoundError("No module named 'mooncake.engine' (the Transfer Engine wheel)",
-                                  name="mooncake.engine")
-    before = sys.modules.get(spec.name)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    if before is None:
-        sys.modules.pop(spec.name, None)  # published by the extension's init: not the program's
-    return module.TransferEngine
 
 
 class _ShimFinder(importlib.abc.MetaPathFinder):

@@ -23,7 +23,7 @@ import threading
 def serve(pool, session_file, protocol="tcp", host="127.0.0.1", ready=print):
     from .extras import require
     require("serving the pool over the Transfer Engine", "remote")
-    from .compat import transfer_engine_class
+    from .remote.engine import transfer_engine_class
 
     fd = os.open(pool, os.O_RDWR)
     try:
