@@ -77,6 +77,42 @@ def compat_engine(master):
         s.close()
 
 
+def record_words(n):
+    """The payload producer and reader agree on for record n (a torn copy mixes two)."""
+    return [n] + [(n * 1000003 + k) & ((1 << 64) - 1) for k in range(1, 7)]
+
+
+def listen(master, channel, count):
+    """Follows `channel` from its start until record count-1 is read (or
+    the channel is lost, or 120 s pass), checking every record's words."""
+    s, rc = setup(master)
+    refused = s._announce_open(channel, True)
+    r = s._announce_open(channel, False, True)
+    emit(setup=rc, producer=refused if isinstance(refused, int) else "opened",
+         reader=r if isinstance(r, int) else "opened")
+    if isinstance(r, int):
+        return
+    seen = {"ok": 0, "lapped": 0, "bad": 0, "last": -1, "lost": False}
+    deadline = time.monotonic() + 120
+    while seen["last"] < int(count) - 1 and time.monotonic() < deadline:
+        got = r.next()
+        if got is None:
+            r.wait(1.0)
+        elif got[0] == "lapped":
+            seen["lapped"] += got[1]
+        elif got[0] == "lost":
+            seen["lost"] = True
+            break
+        else:
+            n, words = got
+            seen["ok"] += 1
+            seen["bad"] += words != record_words(n) or n <= seen["last"]
+            seen["last"] = n
+    r.close()
+    emit(done=seen)
+    s.close()
+
+
 def no_secret(master):
     # Without a secret a host is remote only when told (else the local setup
     # reports the pool it cannot open).
@@ -151,4 +187,4 @@ def survive(master, key):
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
     {"roundtrip": roundtrip, "no_secret": no_secret, "reader": reader, "survive": survive,
-     "compat_engine": compat_engine}[cmd](*args)
+     "compat_engine": compat_engine, "listen": listen}[cmd](*args)

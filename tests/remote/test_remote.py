@@ -19,6 +19,7 @@ import pytest
 
 import oracle
 from conftest import WAIT_TIMEOUT, connect, wait_until
+from mooncake_cxl import ErrorCode
 from mooncake_cxl.launch import PoolTEProcess, RemoteServedMaster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -137,6 +138,29 @@ def test_remote_host_under_the_compat_switch(served, remote_hosts):
     assert h.next() == {"setup": 0, "program_import": "refused"}
     r = h.next()
     assert r["put"] == 0 and r["back"]
+
+
+def test_remote_reader_follows_a_local_producers_channel(served, remote_hosts):
+    """A local producer publishes records while a remote host follows the
+    channel over the engine: every record it accepts is whole and in order
+    (a lapped stretch is counted, never returned torn), it reads up to the
+    last one, and it may not produce."""
+    from remote_workers import record_words
+    local = connect(served)
+    p = local._announce_open("pd", True)
+    assert not isinstance(p, int), p
+    total = 3000  # several laps of the channel's 512 slots while the reader reads
+    for n in range(100):
+        assert p.publish(record_words(n)) == n
+    h = remote_hosts("listen", served.address, "pd", str(total), secret=served.auth_token_file)
+    assert h.next() == {"setup": 0, "producer": int(ErrorCode.NOT_SUPPORTED), "reader": "opened"}
+    for n in range(100, total):
+        assert p.publish(record_words(n)) == n
+    done = h.until(lambda m: "done" in m)["done"]
+    assert done["bad"] == 0 and not done["lost"] and done["last"] == total - 1, done
+    assert done["ok"] + done["lapped"] == total, done
+    p.close()
+    local.close()
 
 
 def test_remote_attach_without_the_secret_is_refused_and_changes_nothing(served, remote_hosts):
