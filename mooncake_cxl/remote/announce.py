@@ -9,7 +9,9 @@ Record n is accepted as AnnounceReader accepts it: its seq word reads 2n+2
 before and after the payload, and the channel still carries its name after
 the copy; each of those reads is its own engine call, so they happen in that
 order. Waiting polls the head (a futex does not cross hosts). Every offset
-comes from the superblock's region words, checked against the pool's size."""
+comes from the superblock's region words, checked against the pool's size.
+The hold ends at close() or when the client detaches (not when the object
+is collected: that would be a master call from a finalizer)."""
 import ctypes
 import struct
 import time
