@@ -5,10 +5,10 @@ channel's words are read over the Transfer Engine from the pool's serving
 process. A remote client cannot produce: claiming a channel is a CAS, which
 the engine does not have.
 
-Record n is accepted as AnnounceReader accepts it: its seq word reads 2n+2
-before and after the payload, and the channel still carries its name after
-the copy; each of those reads is its own engine call, so they happen in that
-order. Waiting polls the head (a futex does not cross hosts). Every offset
+A record is accepted when its copy is surely whole (`_fill`: the head read
+before and after the copy bound it, as a seqlock's two reads would), and the
+channel still carries its name after the copy; each read is its own engine
+call, so they happen in that order, and a run of records costs one read. Waiting polls the head (a futex does not cross hosts). Every offset
 comes from the superblock's region words, checked against the pool's size.
 The hold ends at close() or when the client detaches (not when the object
 is collected: that would be a master call from a finalizer)."""
@@ -32,6 +32,7 @@ class RemoteAnnounceReader:
     def __init__(self, client, channel, name_hash, from_start):
         self._c, self._ch_index, self._name = client, channel, name_hash
         self._open = True
+        self._ready = []  # records read ahead, in order (next() returns them first)
         geo = self._read(ANNOUNCE_AT, 16)
         off, channels, slots = struct.unpack("<QII", geo)
         stride = HEADER_BYTES + slots * RECORD_BYTES
@@ -43,16 +44,16 @@ class RemoteAnnounceReader:
         self.cursor = (head - slots if head > slots else 0) if from_start else head
 
     # ---- engine reads ----
-    def _read(self, offsets_or_at, n):
-        """Bytes at pool offset `at` (n bytes), or for a list of offsets n bytes each."""
-        many = isinstance(offsets_or_at, list)
-        offs = offsets_or_at if many else [offsets_or_at]
-        buf = ctypes.create_string_buffer(n * len(offs))
-        base = ctypes.addressof(buf)
-        if self._c._transfer(False, [base + n * j for j in range(len(offs))], offs, [n] * len(offs)) != OK:
+    def _read_spans(self, spans):
+        """The bytes of each (pool offset, length), in one engine batch."""
+        bufs = [ctypes.create_string_buffer(n) for _, n in spans]
+        if self._c._transfer(False, [ctypes.addressof(b) for b in bufs], [o for o, _ in spans],
+                             [n for _, n in spans]) != OK:
             raise RemoteError(TRANSFER_FAIL, "announce channel: an engine read failed")
-        raw = buf.raw
-        return [raw[n * j:n * (j + 1)] for j in range(len(offs))] if many else raw
+        return [b.raw for b in bufs]
+
+    def _read(self, at, n):
+        return self._read_spans([(at, n)])[0]
 
     def _u64(self, rel):
         return struct.unpack("<Q", self._read(self._at + rel, 8))[0]
@@ -85,31 +86,47 @@ class RemoteAnnounceReader:
         """None, ("lapped", lost), ("lost", 0) or (number, words), as the binding's."""
         if not self._open:
             return ("lost", 0)
+        if not self._ready:
+            self._fill()
+        return self._ready.pop(0) if self._ready else (None if self.named else ("lost", 0))
+
+    def _fill(self):
+        """Reads the records past the cursor (up to a lap): the head, then the
+        records' lines (one engine read per contiguous run), then the name and
+        the head again. Record n's copy is whole when it was complete before
+        the copy (head before > n) and its slot not yet rewritten after it
+        (head after < n + slots: record n + slots is written only once head
+        passed n + slots - 1); a seq other than 2n+2 is one no producer wrote."""
         head = self.head
         if self.cursor >= head:
-            self.cursor = min(self.cursor, head)
-            return None if self.named else ("lost", 0)
-        if head - self.cursor > self._slots:
-            lost = head - self._slots - self.cursor
-            self.cursor = head - self._slots
-            return ("lapped", lost)
-        at, want = self._record_at(self.cursor), 2 * self.cursor + 2
-        s1 = struct.unpack("<Q", self._read(at, 8))[0]
-        payload = self._read(at + 8, 8 * WORDS)
-        s2 = struct.unpack("<Q", self._read(at, 8))[0]
-        if not self.named:
-            return ("lost", 0)
-        if s1 == want and s2 == want:
-            n = self.cursor
-            self.cursor += 1
-            return (n, list(struct.unpack(f"<{WORDS}Q", payload)))
-        self.cursor += 1  # overwritten while read, or a seq no producer wrote: lost
-        return ("lapped", 1)
+            self.cursor = head
+            return
+        slots = self._slots
+        if head - self.cursor > slots:
+            self._ready.append(("lapped", head - slots - self.cursor))
+            self.cursor = head - slots
+        first, k = self.cursor, head - self.cursor
+        run = min(k, slots - (first & (slots - 1)))
+        spans = [(self._record_at(first), run * RECORD_BYTES)]
+        if k > run:
+            spans.append((self._record_at(first + run), (k - run) * RECORD_BYTES))
+        lines = b"".join(self._read_spans(spans))
+        header = self._read(self._at, HEAD_AT + 8)
+        name, head_after = struct.unpack_from("<Q", header, 0)[0], struct.unpack_from("<Q", header, HEAD_AT)[0]
+        if name != self._name:
+            self._ready = [("lost", 0)]
+            return
+        for j in range(k):
+            n = first + j
+            seq, *words = struct.unpack_from(f"<{WORDS + 1}Q", lines, j * RECORD_BYTES)
+            whole = head_after < n + slots and seq == 2 * n + 2
+            self._ready.append((n, words) if whole else ("lapped", 1))
+        self.cursor = first + k
 
     def wait(self, timeout_s, spin_us=50.0):
         """True once a record past the cursor exists (or the channel is lost)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        while self.head <= self.cursor:
+        while not self._ready and self.head <= self.cursor:
             if not self.named:
                 return True
             if time.monotonic() >= deadline:

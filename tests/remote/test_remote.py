@@ -14,6 +14,7 @@ import select
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -149,13 +150,15 @@ def test_remote_reader_follows_a_local_producers_channel(served, remote_hosts):
     local = connect(served)
     p = local._announce_open("pd", True)
     assert not isinstance(p, int), p
-    total = 3000  # several laps of the channel's 512 slots while the reader reads
+    total = 20000  # many laps of the channel's 512 slots while the reader reads
     for n in range(100):
         assert p.publish(record_words(n)) == n
     h = remote_hosts("listen", served.address, "pd", str(total), secret=served.auth_token_file)
     assert h.next() == {"setup": 0, "producer": int(ErrorCode.NOT_SUPPORTED), "reader": "opened"}
     for n in range(100, total):
         assert p.publish(record_words(n)) == n
+        if n % 16 == 0:
+            time.sleep(0.0001)  # paces the producer so that its writes overlap the reader's copies
     done = h.until(lambda m: "done" in m)["done"]
     assert done["bad"] == 0 and not done["lost"] and done["last"] == total - 1, done
     assert done["ok"] + done["lapped"] == total, done
