@@ -174,8 +174,10 @@ def _pool_dir():
 def pool_path():
     path = os.path.join(_pool_dir() or "/tmp", f"mcxl_test_{uuid.uuid4().hex}")
     yield path
-    if os.path.exists(path):
-        os.unlink(path)
+    # The pool, and the session file a killed Transfer Engine process left.
+    for p in (path, path + ".te"):
+        if os.path.exists(p):
+            os.unlink(p)
 
 
 @pytest.fixture

@@ -227,4 +227,12 @@ class Master : public Service {
   Master() = default;
 };
 
+// The serving process (mooncake_cxl.pool_te) writes "session\npid\n" to
+// te_session_file and removes it when it stops cleanly; a killed one leaves
+// it. This removes such a file when the pid it names is gone from this host
+// (the serving process runs beside the master), so a dead session is neither
+// advertised nor left behind; a live writer's file stays, since the serving
+// process may outlive masters. True if it removed one.
+bool DropDeadTeSession(const std::string& path);
+
 }  // namespace mcxl
