@@ -4,8 +4,10 @@ python -m mooncake_cxl.bench, only with --only coherence).
 One run, the builds alternating round by round: coherent (a pool formatted
 --coherence=coherent: fences only), real non-coherent (--coherence=noncoherent:
 clwb/clflushopt + fences on this machine's DRAM) and simulated (the same pool
-mode with MC_CXL_SIM_HOST: the master on simulated host 0, the client on host
-1, spontaneous churn off so that only the primitives' own work is timed).
+mode with MC_CXL_SIM_HOST: master and client on simulated host 0, churn off,
+so that the rows time the simulator's line copies, not a cross-host miss; a
+client on another simulated host needs the non-coherent discipline at every
+call site, SIM_CLIENT_HOST).
 Each round starts a fresh master and one client process, which times put,
 get and is_exist of 4 KiB, get_into of 4 MiB, batch_get_into of 32 x 64 KiB
 and a ring round trip (health_check). Ratios are medians over the coherent
@@ -21,6 +23,7 @@ from .common import KIB, MIB
 
 BUILDS = ("coherent", "noncoherent", "simulated")
 ROUNDS = 3
+SIM_CLIENT_HOST = 0
 BATCH = 32
 OPS = ("put 4 KiB", "get 4 KiB", "is_exist 4 KiB", "get_into 4 MiB", f"batch_get_into {BATCH}x64 KiB",
        "ring round trip")
@@ -41,6 +44,11 @@ def build_env(build, host):
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
+
+
+def mapped_suffix(build):
+    """What a client on host 0 maps instead of the pool file (its host copy)."""
+    return ".simhost-0" if build == "simulated" else ""
 
 
 def master_flags(build):
@@ -99,7 +107,7 @@ def _round(build, n, pool_dir, ctx):
         with build_env(build, 0):
             m = MasterProcess(pool, 256 * MIB, format=True, extra_flags=master_flags(build)).start()
         try:
-            with build_env(build, 1):
+            with build_env(build, SIM_CLIENT_HOST):
                 q = ctx.Queue()
                 p = ctx.Process(target=_client, args=(m.address, n, q))
                 p.start()
@@ -127,7 +135,7 @@ def run(quick=False, pool_dir="/dev/shm"):
         rows.append({"op": op, **{f"{b}_median_us": med[b] for b in BUILDS},
                      **{f"{b}_ratio": med[b] / med["coherent"] for b in BUILDS if b != "coherent"}})
     return {"rows": rows, "rounds": 1 if quick else ROUNDS, "samples": n, "values_checked": checked,
-            "write_back": _write_back_instruction()}
+            "write_back": _write_back_instruction(), "sim_client_host": SIM_CLIENT_HOST}
 
 
 def _write_back_instruction():
@@ -143,7 +151,8 @@ def markdown(result):
     lines = [f"Medians over {result['rounds']} rounds, the three builds alternating (a fresh master and one "
              "client each round); ratios against the coherent build in the same run. Real non-coherent "
              f"writes lines back with `{result['write_back']}` and evicts them with `clflushopt` on this "
-             "machine's DRAM; simulated: master on host 0, client on host 1, churn off.", "",
+             "machine's DRAM; simulated: master on host 0, client on host "
+             f"{result.get('sim_client_host', SIM_CLIENT_HOST)}, churn off.", "",
              "| op | coherent µs | non-coherent µs | ÷ coherent | simulated µs | ÷ coherent |",
              "|---|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:

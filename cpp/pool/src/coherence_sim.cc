@@ -376,10 +376,25 @@ void SimHost::Flag(uint64_t line, int other_host, const uint64_t* mine) {
   // Relaxed: counters, read by tests after the processes are done.
   Word(g->conflicts).fetch_add(1, std::memory_order_relaxed);
   Word(overlap ? g->lost_updates : g->false_sharing).fetch_add(1, std::memory_order_relaxed);
-  if (flags_logged_.fetch_add(1, std::memory_order_relaxed) < kMaxFlagLogs)
-    MCXL_LOG(kError, "sim", "checker: host %d wrote back the line at pool offset %llu over a write-back of host %d "
-             "it had not observed (%s)", host_, (unsigned long long)off, other_host,
-             overlap ? "the same bytes: a lost update" : "other bytes of the line: false sharing");
+  if (flags_logged_.fetch_add(1, std::memory_order_relaxed) >= kMaxFlagLogs) return;
+  std::string where = "pool offset " + std::to_string(off);
+  {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    for (const SimRegion& r : regions_) {
+      if (off < r.offset || r.stride == 0 || (off - r.offset) / r.stride >= r.count) continue;
+      where += " (" + r.name + " " + std::to_string((off - r.offset) / r.stride) + " +" +
+               std::to_string((off - r.offset) % r.stride) + ")";
+      break;
+    }
+  }
+  MCXL_LOG(kError, "sim", "checker: host %d wrote back the line at %s over a write-back of host %d it had not "
+           "observed (%s)", host_, where.c_str(), other_host,
+           overlap ? "the same bytes: a lost update" : "other bytes of the line: false sharing");
+}
+
+void SimHost::SetRegions(std::vector<SimRegion> regions) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  regions_ = std::move(regions);
 }
 
 void SimHost::WriteBack(const void* p, size_t n) {
