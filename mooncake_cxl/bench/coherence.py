@@ -15,7 +15,6 @@ build's in the same run.
 """
 import contextlib
 import multiprocessing as mp
-import os
 import time
 
 from . import common
@@ -36,18 +35,12 @@ OPS = ("put 4 KiB", "get 4 KiB", "is_exist 4 KiB", "get_into 4 MiB", f"batch_get
 @contextlib.contextmanager
 def build_env(build, host):
     """MC_CXL_SIM_HOST=host (churn off) while the block runs, for the simulated build."""
-    names = ("MC_CXL_SIM_HOST", "MC_CXL_SIM_CHURN", "MC_CXL_SIM_SEED")
-    saved = {k: os.environ.get(k) for k in names}
-    if build == "simulated":
-        os.environ.update(MC_CXL_SIM_HOST=str(host), MC_CXL_SIM_CHURN="0", MC_CXL_SIM_SEED="1")
+    env = dict(MC_CXL_SIM_HOST=str(host), MC_CXL_SIM_CHURN="0", MC_CXL_SIM_SEED="1") if build == "simulated" else {}
+    saved = common.set_environ(env)
     try:
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        common.restore_environ(saved)
 
 
 def mapped_suffix(build):

@@ -113,6 +113,21 @@ def temp_pool(prefix, pool_dir=None):
                 os.unlink(f)
 
 
+def set_environ(env):
+    """Sets `env` in os.environ; returns what restore_environ needs to undo it."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    return saved
+
+
+def restore_environ(saved):
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def wait_or_kill(proc, timeout):
     """Wait up to timeout seconds for proc to exit; SIGKILL it (and reap) if it does not."""
     try:

@@ -85,20 +85,13 @@ NEEDS_DISCIPLINE = "needs the non-coherent discipline at the call sites (issue 2
 
 
 @pytest.mark.xfail(reason=NEEDS_DISCIPLINE, strict=False)
-def test_a_put_is_read_on_the_putters_host_with_the_master_on_another(sim_master):
-    put, _ = run_client(sim_master, 1, "put", "putter-host")
+@pytest.mark.parametrize("reader_host", [1, 2], ids=["putters-host", "third-host"])
+def test_a_put_on_host_1_is_read_with_the_master_on_host_0(sim_master, reader_host):
+    key = f"put-on-1-read-on-{reader_host}"
+    put, _ = run_client(sim_master, 1, "put", key)
     assert put["ok"], put
-    got, _ = run_client(sim_master, 1, "get", "putter-host")
-    assert got["ok"], got
-    assert sim_counters(sim_master.pool_path) == (0, 0, 0)
-
-
-@pytest.mark.xfail(reason=NEEDS_DISCIPLINE, strict=False)
-def test_a_put_on_one_host_is_read_on_another(sim_master):
-    put, _ = run_client(sim_master, 1, "put", "cross-host")
-    assert put["ok"], put
-    exists, _ = run_client(sim_master, 2, "exists", "cross-host")
+    exists, _ = run_client(sim_master, reader_host, "exists", key)
     assert exists["ok"], exists
-    got, _ = run_client(sim_master, 2, "get", "cross-host")
+    got, _ = run_client(sim_master, reader_host, "get", key)
     assert got["ok"], got
     assert sim_counters(sim_master.pool_path) == (0, 0, 0)

@@ -397,28 +397,28 @@ void SimHost::SetRegions(std::vector<SimRegion> regions) {
   regions_ = std::move(regions);
 }
 
-void SimHost::WriteBack(const void* p, size_t n) {
+template <typename Fn>
+void SimHost::ForEachLine(const void* p, size_t n, Fn fn) {
   uint64_t a = uint64_t(static_cast<const char*>(p) - copy_);
   if (n == 0 || a >= size_) return;
   uint64_t end = std::min<uint64_t>(size_, a + n);
   for (uint64_t line = a / kLine; line * kLine < end; ++line) {
     LockLine(line);
-    WriteBackLocked(line);
+    fn(line);
     UnlockLine(line);
   }
 }
 
+void SimHost::WriteBack(const void* p, size_t n) {
+  ForEachLine(p, n, [this](uint64_t line) { WriteBackLocked(line); });
+}
+
 void SimHost::Invalidate(const void* p, size_t n) {
-  uint64_t a = uint64_t(static_cast<const char*>(p) - copy_);
-  if (n == 0 || a >= size_) return;
-  uint64_t end = std::min<uint64_t>(size_, a + n);
-  for (uint64_t line = a / kLine; line * kLine < end; ++line) {
-    LockLine(line);
+  ForEachLine(p, n, [this](uint64_t line) {
     WriteBackLocked(line);
     if (before_refetch_ != nullptr) before_refetch_(before_refetch_arg_, line);
     RefetchLocked(line);
-    UnlockLine(line);
-  }
+  });
 }
 
 void SimHost::ChurnSteps(uint64_t n) {

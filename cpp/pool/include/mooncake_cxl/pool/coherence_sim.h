@@ -148,6 +148,9 @@ class SimHost {
 
  private:
   SimHost() = default;
+  // fn(line) under the line's lock for each line of [p, p+n) in the mapping.
+  template <typename Fn>
+  void ForEachLine(const void* p, size_t n, Fn fn);
   void LockLine(uint64_t line);
   void UnlockLine(uint64_t line);
   // REQUIRES: the line's lock. True when written back.
