@@ -206,6 +206,8 @@ Result<std::unique_ptr<SimHost>> SimHost::Attach(const std::string& pool_path, i
   auto* g = reinterpret_cast<GlobalHeader*>(s->global_map_);
   if (!gok) {
     g->pool_size = size, g->pool_dev = uint64_t(st.st_dev), g->pool_ino = uint64_t(st.st_ino);
+    // Release: the fields before the magic; the next attacher also reads
+    // them under the flock. Crosses simulated hosts (one real machine).
     Word(g->magic).store(kGlobalMagic, std::memory_order_release);
   }
   CloseUnlocked(gfd);  // the file is initialised
@@ -261,7 +263,7 @@ Result<std::unique_ptr<SimHost>> SimHost::Attach(const std::string& pool_path, i
       }
     }
     hdr->pool_size = size, hdr->pool_dev = uint64_t(st.st_dev), hdr->pool_ino = uint64_t(st.st_ino);
-    Word(hdr->magic).store(kHostMagic, std::memory_order_release);
+    Word(hdr->magic).store(kHostMagic, std::memory_order_release);  // as the global magic above
   }
   CloseUnlocked(sfd);
   // Relaxed: an ordinal only has to be unique among this host's processes.
@@ -358,6 +360,8 @@ void SimHost::RefetchLocked(uint64_t line) {
   auto* snap_words = reinterpret_cast<uint64_t*>(snap_ + off);
   for (int i = 0; i < 8; ++i) {
     // A word stored locally since it was last clean keeps the local value.
+    // Relaxed: the line lock orders the snapshot and pool copies; the local
+    // stores it races are unordered relaxed stores of this host anyway.
     uint64_t expected = snap_words[i];
     Word(host_words[i]).compare_exchange_strong(expected, now[i], std::memory_order_relaxed);
   }

@@ -174,12 +174,13 @@ class SimHost {
   uint64_t global_bytes_ = 0;
   uint64_t* locks_ = nullptr;
   uint64_t* versions_ = nullptr;
-  std::atomic<uint64_t> hot_lines_{0};
+  std::atomic<uint64_t> hot_lines_{0};  // relaxed: a hint for the churn's picks
   std::mutex churn_mu_;  // guards schedule_ and the stop flag's wait
   ChurnSchedule schedule_{0, 0, 0};
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread churn_;
+  // Relaxed, process-local counters (diagnostics and the log cap).
   std::atomic<uint64_t> write_backs_{0}, fetches_{0}, flags_logged_{0};
   std::mutex regions_mu_;
   std::vector<SimRegion> regions_;  // guarded by regions_mu_
