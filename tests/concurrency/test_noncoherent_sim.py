@@ -6,25 +6,15 @@ master and the putter write back and the reader invalidates. The checker's
 counters are the header of `<pool>.simlines`."""
 import json
 import os
-import struct
 import subprocess
 import sys
 
 import pytest
 
-from conftest import CALL_TIMEOUT, wait_for_log
+from conftest import CALL_TIMEOUT, sim_counters, wait_for_log
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_workers.py")
 SEED = 11
-
-
-def sim_counters(pool_path):
-    """(conflicts, lost_updates, false_sharing) from the checker's file."""
-    try:
-        with open(pool_path + ".simlines", "rb") as f:
-            return struct.unpack("<3Q", f.read(24))
-    except FileNotFoundError:
-        return (0, 0, 0)
 
 
 def run_client(master, host, op, key, size=4096, churn=0):
