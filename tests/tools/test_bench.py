@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import oracle
-from mooncake_cxl.bench import compare, control, data, eviction, index_fill, paced
+from mooncake_cxl.bench import coherence, compare, control, data, eviction, index_fill, paced
 
 
 # ---------------------------------------------------------------- our sections
@@ -38,6 +38,14 @@ def test_bench_control_and_eviction_quick_runs():
     assert ev["put_64k_half_empty_gbps"] > 0 and ev["put_64k_at_watermark_gbps"] > 0
     assert ev["master_anon_bytes_per_object"] > 0
     assert "bytes/object" in eviction.markdown(ev)
+
+
+def test_bench_coherence_quick_run_times_every_build():
+    r = coherence.run(quick=True)
+    assert [row["op"] for row in r["rows"]] == list(coherence.OPS)
+    assert all(row[f"{b}_median_us"] > 0 for row in r["rows"] for b in coherence.BUILDS)
+    assert r["values_checked"] == {b: True for b in coherence.BUILDS}
+    assert "| get_into 4 MiB |" in coherence.markdown(r)
 
 
 def test_bench_index_quick_run_fills_to_3x_and_reports_probes():
