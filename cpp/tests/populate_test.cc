@@ -123,5 +123,52 @@ TEST(Populate, StopEndsARunAndCanRestart) {
   WaitDone(pop);
 }
 
+// While the probe says foreground work ran, no step is taken (not a byte
+// allocated or mapped); once it goes quiet the run finishes. Stop ends a
+// run that waits on a busy probe.
+TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
+  testutil::ShmDir dir("populate_defer");
+  std::string path = dir.File("p");
+  auto pool = Formatted(path, 64 * kMiB);
+  ASSERT_TRUE(pool);
+  ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);
+  uint64_t allocated = AllocatedBytes(path), resident = ResidentBytes(path);
+  std::atomic<bool> busy{true};
+  std::atomic<int> asked{0};
+  BackgroundPopulator pop;
+  pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kAllocate, [&] {
+    asked.fetch_add(1);
+    return busy.load();
+  });
+  ASSERT_TRUE(testutil::WaitUntil([&] { return asked.load() >= 5; }));
+  EXPECT_FALSE(pop.done());
+  EXPECT_EQ(AllocatedBytes(path), allocated);
+  EXPECT_LE(ResidentBytes(path), resident);
+  busy = false;
+  WaitDone(pop);
+  EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
+  EXPECT_GE(ResidentBytes(path), 64 * kMiB);
+
+  BackgroundPopulator waiting;
+  waiting.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap, [] { return true; });
+  waiting.Stop();
+  EXPECT_FALSE(waiting.done());
+}
+
+// The probe from a counter: busy exactly when the counter moved since the
+// previous call.
+TEST(Populate, BusySinceLastPollFollowsTheCounter) {
+  ActivityCounter c;
+  ForegroundBusy busy = BusySinceLastPoll(&c);
+  EXPECT_FALSE(busy());  // never moved
+  c.Note();
+  EXPECT_TRUE(busy());
+  EXPECT_FALSE(busy());
+  c.Note();
+  c.Note();
+  EXPECT_TRUE(busy());
+  EXPECT_FALSE(busy());
+}
+
 }  // namespace
 }  // namespace mcxl

@@ -165,7 +165,8 @@ Status Client::MapPool() {
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
   // Off the setup path: a put or read reaching a page first maps it itself.
   if (options_.prefault_pool)
-    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap);
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap,
+                     BusySinceLastPoll(&calls_seen_));
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -323,6 +324,7 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
 }
 
 Status Client::RingCallInto(MessageType type, std::string_view payload, std::string* reply_out) {
+  calls_seen_.Note();
   std::lock_guard<std::mutex> lock(ring_mu_);
   if (!ring_requests_.valid()) return ErrorCode::NOT_SUPPORTED;
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);

@@ -486,6 +486,9 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<ReplacedPool> replaced_;
   // The tokens of pools replaced, for a clear refusal of their clients.
   std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  // Bumped per request served (ring or TCP): the populator defers its
+  // steps while requests keep coming (populate.h).
+  ActivityCounter requests_seen_;
   // Populates pool_'s pages after start (--prefault_pool); stopped before
   // a replacement retires the pool it reads (under replace_mu_, not mu_).
   BackgroundPopulator populator_;

@@ -428,6 +428,9 @@ class Client {
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::thread hb_thread_;
+  // Bumped per ring call and per read: the populator defers while the
+  // store is in use (populate.h).
+  ActivityCounter calls_seen_;
   BackgroundPopulator populator_;  // reads pool_; stopped by Close
 };
 

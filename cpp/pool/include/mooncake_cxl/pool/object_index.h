@@ -162,6 +162,11 @@ class ObjectIndex {
   const Pool* pool() const { return pool_; }
 
  private:
+  // Lines loaded ahead from an object's start once its entry matches the
+  // hash (header, key, the value's first bytes): the key compare and the
+  // copy that follows then wait on one miss instead of two in a row.
+  static constexpr uint64_t kPrefetchObjectLines = 4;
+  void PrefetchObject(uint64_t object_offset) const;
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
