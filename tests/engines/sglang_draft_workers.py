@@ -81,21 +81,20 @@ class Draft:
         idx = None if first_page is None else torch.arange(first_page * PAGE, (first_page + len(keys)) * PAGE)
         return PoolTransfer(name=self.name, host_indices=idx, keys=keys)
 
-    def set(self, keys, first_page):
+    def _both(self, v1, v2, keys, first_page):
+        """Target pages through SGLang's v1 call, draft pages through v2: (results, results)."""
         idx = torch.arange(first_page * PAGE, (first_page + len(keys)) * PAGE)
-        kv = self.store.batch_set_v1(keys, idx)
-        draft = self.store.batch_set_v2([self.transfer(keys, first_page)])[self.name]
-        return kv, draft
+        return v1(keys, idx), v2([self.transfer(keys, first_page)])[self.name]
+
+    def set(self, keys, first_page):
+        return self._both(self.store.batch_set_v1, self.store.batch_set_v2, keys, first_page)
+
+    def get(self, keys, first_page):
+        return self._both(self.store.batch_get_v1, self.store.batch_get_v2, keys, first_page)
 
     def exists(self, keys):
         r = self.store.batch_exists_v2(keys, [self.transfer(keys)])
         return r.kv_hit_pages, r.extra_pool_hit_pages.get(self.name, 0)
-
-    def get(self, keys, first_page):
-        idx = torch.arange(first_page * PAGE, (first_page + len(keys)) * PAGE)
-        kv = self.store.batch_get_v1(keys, idx)
-        draft = self.store.batch_get_v2([self.transfer(keys, first_page)])[self.name]
-        return kv, draft
 
     def objects(self, key):
         """Which of the page's four objects (K, V, draft K, draft V) exist."""

@@ -9,10 +9,7 @@ key's group; here a leased member keeps its whole group)."""
 import json
 import os
 
-import pytest
-
-import oracle
-from engines_common import run_engine_worker
+from engines_common import reference_master, run_engine_worker
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_draft_workers.py")
 PAGES = 8  # sglang_draft_workers.PAGES
@@ -79,12 +76,6 @@ def test_without_group_ids_the_read_page_loses_its_draft(engines_python, master_
 
 
 def test_draft_pool_with_group_ids_on_reference_mooncake(engines_python, tmp_path):
-    why = oracle.reference_skip_reason()
-    if why:
-        pytest.skip(why)
-    m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
-    try:
+    with reference_master(tmp_path) as m:
         spec = {"mode": "write", "master": m.address, "seed": 11, "groups": True}
         _assert_write(_run(engines_python, tmp_path, "ref_write", spec, compat=False), "reference")
-    finally:
-        m.stop()
