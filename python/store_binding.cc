@@ -161,10 +161,9 @@ int IsExist(Store& s, const py::handle& key_obj) {
 std::vector<int> BatchIsExist(Store& s, const std::vector<std::string>& keys) {
   auto c = s.Ready("batch_is_exist");
   if (!c) return std::vector<int>(keys.size(), kNotReady);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
   py::gil_scoped_release nogil;
-  std::vector<int> out(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) out[i] = c->IsExist(keys[i]);
-  return out;
+  return c->BatchIsExist(views);
 }
 
 int64_t GetSize(Store& s, const std::string& key) {

@@ -142,3 +142,12 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def memcpy_baseline(size, working_set, dst_working_set=0, anonymous=False):
+    """The memcpy baseline (mooncake_cxl._bench_core.MemcpyBench): copies of
+    `size` bytes from a /dev/shm mapping (the pool's own medium), or from
+    ordinary anonymous memory (what a user compares against)."""
+    from mooncake_cxl import _bench_core
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
+    return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)

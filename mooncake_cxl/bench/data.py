@@ -56,14 +56,6 @@ def _chunk(size, n):
     return 1 if size >= MIB else max(10, n // 10)
 
 
-def _baseline(size, working_set, dst_working_set=0, anonymous=False):
-    from mooncake_cxl import _bench_core
-    # From a /dev/shm mapping (the pool's own medium), or from ordinary
-    # anonymous memory (what a user compares against).
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
-    return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)
-
-
 def _connect(address, prefault, pool):
     os.environ["MC_CXL_PREFAULT"] = "1" if prefault else "0"  # the default is on
     t0 = time.perf_counter()
@@ -117,7 +109,7 @@ def writer(address, plan, out, prefault=True, cpu=None, pool=None, new_keys=None
             if rc != 0:
                 raise RuntimeError(f"timed put of {size} B failed: {rc}")
 
-        base = _baseline(size, size * nkeys)
+        base = common.memcpy_baseline(size, size * nkeys)
         for i in range(WARMUP_ROUNDS):
             put(nputs + i)
             s.remove(tmp_key(nputs + i), force=True)
@@ -168,7 +160,7 @@ def reader(address, plan, out, prefault=True, pool=None):
             if s.get(_key(size, i)) != common.value(size, i):
                 raise RuntimeError(f"wrong bytes for {_key(size, i)}")
         keys = [_key(size, i) for i in range(nkeys)]
-        base = _baseline(size, size * nkeys)
+        base = common.memcpy_baseline(size, size * nkeys)
         chunk = _chunk(size, ngets)
         rows = results.setdefault(size, {})
 
@@ -211,9 +203,9 @@ def reader(address, plan, out, prefault=True, pool=None):
             # Baselines: BATCH plain memcpys of 64 KiB into BATCH distinct
             # buffers, from /dev/shm and from anonymous memory; and one plain
             # memcpy of the same 2 MiB from anonymous memory (the goal's bar).
-            per = _baseline(size, size * nkeys, size * BATCH)
-            per_anon = _baseline(size, size * nkeys, size * BATCH, anonymous=True)
-            whole_anon = _baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
+            per = common.memcpy_baseline(size, size * nkeys, size * BATCH)
+            per_anon = common.memcpy_baseline(size, size * nkeys, size * BATCH, anonymous=True)
+            whole_anon = common.memcpy_baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
                                    anonymous=True)
             nb = max(20, ngets // BATCH)
             lat, mc, mc_anon, mc_whole = [], [], [], []

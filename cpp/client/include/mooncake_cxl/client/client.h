@@ -197,6 +197,9 @@ class Client {
                     const std::vector<size_t>& first, std::vector<int64_t>* out);
   // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
   int IsExist(std::string_view key);
+  // IsExist of many keys, every key's lookup started before any is probed
+  // (their cache misses overlap), one lease deadline for the batch.
+  std::vector<int> BatchIsExist(const std::vector<std::string_view>& keys);
   Result<uint64_t> GetSize(std::string_view key);
   // Per range: bytes copied, INVALID_PARAMS (range outside the value) or the
   // lookup's error; the ranges are copied from one consistent version.
@@ -256,10 +259,22 @@ class Client {
   std::shared_ptr<Pool> pool() const { return pool_; }
 
  private:
-  // Locates each key and applies `act` to its entry (HoldLeases, ReleaseLeases):
-  // the per-key result is the lookup's error or act's.
+  // Locates each key and applies `act` to its entry (HoldLeases,
+  // ReleaseLeases, BatchIsExist), with life_mu_ held shared: the per-key
+  // result is the lookup's error or act's. Every key is scoped and its home
+  // entry's load started (BatchKey) before the first lookup.
   std::vector<ErrorCode> ForEachLocated(const std::vector<std::string_view>& keys,
                                         const std::function<ErrorCode(const EntrySnapshot&)>& act);
+  // A key of a batch lookup: as stored, its hash, and whether ScopeKey took it.
+  struct BatchKey {
+    std::string buf;
+    std::string_view stored;
+    uint64_t hash = 0;
+    bool ok = false;
+  };
+  // Scopes and hashes `key` into *k and starts loading its home index entry,
+  // so that a batch's lookups overlap their cache misses; k->ok as ScopeKey.
+  void PrepareLookup(std::string_view key, const char* op, BatchKey* k) const;
   explicit Client(const ClientOptions& options);
   Status Attach(bool initial);
   // One master call; re-attaches after a lost connection or a reclaimed slot
