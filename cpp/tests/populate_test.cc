@@ -25,6 +25,12 @@ uint64_t AllocatedBytes(const std::string& path) {
 }
 
 // Bytes of `path`'s mapping resident in this process (smaps Rss).
+// A populated 64 MiB mapping's Rss: all of it but a few pages, which the
+// kernel's page migration (compaction) unmaps for a moment on a busy
+// machine (seen: 2 pages short once in ~15 runs); an unpopulated one is
+// short by megabytes.
+constexpr uint64_t kWholePoolResident = (64 << 20) - (64 << 10);
+
 uint64_t ResidentBytes(const std::string& path) {
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
@@ -83,13 +89,13 @@ TEST(Populate, AllocateFillsTheFileAndMapsItAndMapMapsIt) {
   master_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kAllocate);
   WaitDone(master_side);
   EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
-  EXPECT_GE(ResidentBytes(path), 64 * kMiB);  // the master's header writes take no fault
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);  // the master's header writes take no fault
   ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);  // as a fresh client's mapping
   EXPECT_LT(ResidentBytes(path), 32 * kMiB);
   BackgroundPopulator client_side;
   client_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
   WaitDone(client_side);
-  EXPECT_GE(ResidentBytes(path), 64 * kMiB);
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);
   EXPECT_EQ(pool->base()[pool->size() - 1], 7);
   EXPECT_TRUE(pool->Verify(nullptr).ok());
 }
@@ -147,7 +153,7 @@ TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
   busy = false;
   WaitDone(pop);
   EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
-  EXPECT_GE(ResidentBytes(path), 64 * kMiB);
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);
 
   BackgroundPopulator waiting;
   waiting.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap, [] { return true; });

@@ -74,7 +74,7 @@ def test_one_simulated_host_behaves_as_a_coherent_machine(sim_master):
 NEEDS_DISCIPLINE = "needs the non-coherent discipline at the call sites (issue 25 part B)"
 
 
-@pytest.mark.xfail(reason=NEEDS_DISCIPLINE, strict=False)
+@pytest.mark.xfail(reason=NEEDS_DISCIPLINE, strict=True)
 @pytest.mark.parametrize("reader_host", [1, 2], ids=["putters-host", "third-host"])
 def test_a_put_on_host_1_is_read_with_the_master_on_host_0(sim_master, reader_host):
     key = f"put-on-1-read-on-{reader_host}"

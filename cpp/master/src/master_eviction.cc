@@ -163,6 +163,15 @@ std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   return {slot};
 }
 
+bool MasterImpl::MemberHeld(uint64_t m, uint64_t now, const PinSet& pins, bool check_older) {
+  Protection p = Protected(m, now, pins);
+  // An older upsert of the key still being written would become the key's
+  // value once this one is gone: wait for it (transient).
+  if (p == Protection::kNone && check_older && OlderUnfinished(m)) p = Protection::kTransient;
+  if (p == Protection::kTransient) round_blocked_transiently_ = true;
+  return p != Protection::kNone;
+}
+
 uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
   // Most objects have no group: no member list to allocate for them.
   uint64_t single[1] = {slot};
@@ -183,12 +192,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
         StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
       return 0;
     if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
-    Protection p = Protected(m, now, pins);
-    // An older upsert of the key still being written would become the
-    // key's value once this one is gone: wait for it (transient).
-    if (p == Protection::kNone && !alone && OlderUnfinished(m)) p = Protection::kTransient;
-    if (p == Protection::kTransient) round_blocked_transiently_ = true;
-    if (p != Protection::kNone) return 0;  // the whole group stays
+    if (MemberHeld(m, now, pins, !alone)) return 0;  // the whole group stays
   }
   // Each member goes with the older values of its key (an upsert the master
   // has not settled yet): evicting only the newest would bring an older
@@ -214,14 +218,8 @@ uint64_t MasterImpl::EvictCandidate(uint64_t slot, uint64_t now, const PinSet& p
   if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kOnDisk)
     return EvictWithGroup(slot, now, pins, bytes);
   if (!tier_ || !CheckedLive(slot)) return 0;  // a corrupt stub: Tick reclaims it first
-  for (uint64_t m : GroupMembers(slot)) {
-    if (!entry_meta_[m].live) continue;
-    Protection p = Protected(m, now, pins);
-    // An older upsert still being written would become the key's value.
-    if (p == Protection::kNone && OlderUnfinished(m)) p = Protection::kTransient;
-    if (p == Protection::kTransient) round_blocked_transiently_ = true;
-    if (p != Protection::kNone) return 0;  // the whole group stays
-  }
+  for (uint64_t m : GroupMembers(slot))
+    if (entry_meta_[m].live && MemberHeld(m, now, pins, true)) return 0;  // the whole group stays
   uint64_t n = tier_->DropForIndex(slot, now);  // entries and records; a stub's bytes are not counted
   stats_.index_evicted_disk_keys += n;
   return n;

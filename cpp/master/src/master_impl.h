@@ -371,6 +371,10 @@ class MasterImpl final : public Master, private TierHost {
   // Evicts `slot` and, when it belongs to a group, every member of the group;
   // nothing when any member is protected. Adds to *bytes; returns objects.
   uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
+  // A group member that keeps its group: protected (Protected), or, with
+  // `check_older`, an older upsert of its key still WRITING. Notes a
+  // transient hold for the round.
+  bool MemberHeld(uint64_t m, uint64_t now, const PinSet& pins, bool check_older);
   // What a round may take: COMPLETE objects, and when index slots are
   // wanted (`for_index`) disk-resident ones too (their pool bytes left
   // already; only their slot is gained).
