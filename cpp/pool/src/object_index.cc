@@ -36,7 +36,8 @@ uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
 }
 
 // The shadow's 4-byte tag of a filed hash: its high half (the low bits pick
-// the home slot, so they repeat within a window), never 0 (unfiled).
+// the home slot, so they repeat within a window), always odd. Even tags say
+// what a slot without a filed hash is.
 uint32_t TagOf(uint64_t hash) { return uint32_t(hash >> 32) | 1; }
 }  // namespace
 
@@ -275,6 +276,9 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   uint64_t home = HomeSlot(a.key_hash);
   for (uint64_t i = 0; i < std::min(capacity_, kMaxProbeSlots); ++i) {
     uint64_t slot = (home + i) & (capacity_ - 1);
+    // The shadow's live slots are skipped without touching their pool line;
+    // a free one is still checked in the pool (someone may have written it).
+    if (shadowed() && UseOf(slot) == SlotUse::kLive) continue;
     IndexEntry& e = entries_[slot];
     EntryState st = StateOf(e.state_gen.load(std::memory_order_relaxed));
     if (st != EntryState::kEmpty && st != EntryState::kTombstone) continue;
@@ -300,16 +304,22 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   return ErrorCode::NO_AVAILABLE_HANDLE;
 }
 
-bool ObjectIndex::NoProbePasses(uint64_t t) const {
+ObjectIndex::SlotUse ObjectIndex::PoolUseOf(uint64_t slot) const {
   // Master-side loads are relaxed: only the master changes states and hashes
-  // legitimately, under its lock. A key hash another process rewrote can
-  // only cost that entry its reachability: a miss, never a wrong value.
+  // legitimately, under its lock. A state or key hash another process
+  // rewrote can only cost an entry its reachability: a miss, never a wrong
+  // value.
+  EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
+  return st == EntryState::kEmpty ? SlotUse::kEmpty : st == EntryState::kTombstone ? SlotUse::kTombstone : SlotUse::kLive;
+}
+
+bool ObjectIndex::NoProbePasses(uint64_t t) const {
   for (uint64_t k = 1; k <= max_probe_; ++k) {
     uint64_t j = (t + k) & (capacity_ - 1);
-    EntryState st = StateOf(entries_[j].state_gen.load(std::memory_order_relaxed));
-    if (st == EntryState::kEmpty) return true;
-    if (st == EntryState::kTombstone) continue;
-    if (Distance(j, entries_[j].key_hash.load(std::memory_order_relaxed)) >= k) return false;
+    SlotUse use = UseOf(j);
+    if (use == SlotUse::kEmpty) return true;
+    if (use == SlotUse::kTombstone) continue;
+    if (Distance(j, HashOf(j)) >= k) return false;
   }
   return true;
 }
@@ -321,15 +331,14 @@ void ObjectIndex::MakeEmpty(uint64_t slot) {
   BeginWrite(e);
   e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
   EndWrite(e);
+  if (shadowed()) shadow_tag_[slot] = kTagEmpty;
 }
 
 void ObjectIndex::Tombstone(uint64_t slot) {
   IndexEntry& e = entries_[slot];
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
   // Tombstones between the entry's home and it may have stayed for its sake.
-  // Relaxed: the key hash is the master's own store (a rewrite by another
-  // process costs at most a reachable entry: a miss).
-  uint64_t back = std::min(Distance(slot, e.key_hash.load(std::memory_order_relaxed)), max_probe_);
+  uint64_t back = std::min(Distance(slot, HashOf(slot)), max_probe_);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
   e.flags.store(0, std::memory_order_relaxed);
@@ -339,17 +348,16 @@ void ObjectIndex::Tombstone(uint64_t slot) {
   // beyond (NoProbePasses), so sequences keep no EMPTY gap; readers that
   // stop there miss only keys that are not there. Walks back over the
   // entry's own stretch, then over the run of tombstones that ends in an
-  // EMPTY (which no probe passes through any more).
+  // EMPTY (which no probe passes through any more). With the shadow the walk
+  // reads DRAM tags, not one pool line a slot.
   for (uint64_t i = 0; i < capacity_; ++i) {
     uint64_t t = (slot - i) & (capacity_ - 1);
     bool mine = i <= back;
-    EntryState st = StateOf(entries_[t].state_gen.load(std::memory_order_relaxed));
-    if (st != EntryState::kTombstone) {
+    if (UseOf(t) != SlotUse::kTombstone) {
       if (mine) continue;
       break;
     }
-    bool next_empty =
-        StateOf(entries_[(t + 1) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) == EntryState::kEmpty;
+    bool next_empty = UseOf((t + 1) & (capacity_ - 1)) == SlotUse::kEmpty;
     if (!mine && !next_empty) break;
     if (next_empty || NoProbePasses(t)) MakeEmpty(t);
   }
@@ -383,7 +391,9 @@ void ObjectIndex::EnableShadow() {
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
-    if (st != EntryState::kEmpty && st != EntryState::kTombstone)
+    if (st == EntryState::kTombstone)
+      shadow_tag_[slot] = kTagTombstone;
+    else if (st != EntryState::kEmpty)
       ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
   }
   shadowed_ = true;
@@ -394,12 +404,12 @@ void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
   // into a free one and the master reused it) is simply refiled. A stored
   // hash of 0 (never a KeyHash) files under no hash.
   shadow_hash_[slot] = hash;
-  shadow_tag_[slot] = hash == kUnfiled ? 0 : TagOf(hash);
+  shadow_tag_[slot] = hash == kUnfiled ? kTagLiveUnfiled : TagOf(hash);
 }
 
 void ObjectIndex::ShadowRemove(uint64_t slot) {
   shadow_hash_[slot] = kUnfiled;
-  shadow_tag_[slot] = 0;
+  shadow_tag_[slot] = kTagTombstone;
 }
 
 uint64_t ObjectIndex::ShadowCount(uint64_t hash, bool exact) const {
@@ -438,10 +448,7 @@ bool ObjectIndex::ShadowAlone(uint64_t slot) const {
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {
   uint64_t home = HomeSlot(hash);
   for (uint64_t i = 0; i <= max_probe_; ++i)
-    // Relaxed: a statistic.
-    if (StateOf(entries_[(home + i) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) ==
-        EntryState::kEmpty)
-      return i + 1;
+    if (UseOf((home + i) & (capacity_ - 1)) == SlotUse::kEmpty) return i + 1;
   return max_probe_ + 1;
 }
 
