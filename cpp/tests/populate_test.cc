@@ -62,6 +62,13 @@ std::unique_ptr<Pool> Formatted(const std::string& path, uint64_t size) {
   return std::move(p.value());
 }
 
+// A formatted 64 MiB pool at `path` with none of its pages mapped here.
+std::unique_ptr<Pool> Unmapped(const std::string& path) {
+  auto pool = Formatted(path, 64 * kMiB);
+  if (pool && madvise(pool->base(), pool->size(), MADV_DONTNEED) != 0) return nullptr;
+  return pool;
+}
+
 void WaitDone(const BackgroundPopulator& pop) {
   ASSERT_TRUE(testutil::WaitUntil([&] { return pop.done(); })) << "population not done";
 }
@@ -136,9 +143,8 @@ TEST(Populate, StopEndsARunAndCanRestart) {
 TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
   testutil::ShmDir dir("populate_defer");
   std::string path = dir.File("p");
-  auto pool = Formatted(path, 64 * kMiB);
+  auto pool = Unmapped(path);
   ASSERT_TRUE(pool);
-  ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);
   uint64_t allocated = AllocatedBytes(path), resident = ResidentBytes(path);
   std::atomic<bool> busy{true};
   std::atomic<int> asked{0};
@@ -168,9 +174,8 @@ TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
 TEST(Populate, LeadsTheFrontierWhileBusyAndFillsInTheRestWhenQuiet) {
   testutil::ShmDir dir("populate_lead");
   std::string path = dir.File("p");
-  auto pool = Formatted(path, 64 * kMiB);
+  auto pool = Unmapped(path);
   ASSERT_TRUE(pool);
-  ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);
   const uint64_t before = ResidentBytes(path);
   const uint64_t data = pool->geometry().data_offset;
   // seq_cst (the default): test bookkeeping.
