@@ -85,8 +85,9 @@ void BackgroundPopulator::Start(const Pool* pool, std::vector<PoolRange> plan, s
 }
 
 bool BackgroundPopulator::Admit(const ForegroundBusy& busy, const ForegroundFrontier& frontier, const PoolRange& r,
-                                uint64_t step, uint64_t* off, std::vector<PoolRange>* later) {
+                                uint64_t step, uint64_t* off, std::vector<PoolRange>* later, bool* leading) {
   const uint64_t end = r.offset + r.len;
+  *leading = false;
   while (busy && busy()) {
     if (stop_.load(std::memory_order_relaxed)) return false;
     uint64_t f = frontier ? frontier() : 0;
@@ -100,7 +101,7 @@ bool BackgroundPopulator::Admit(const ForegroundBusy& busy, const ForegroundFron
       }
       if (*off >= end) return true;  // all of `r` passed
     }
-    if (f != 0 && *off <= f + kLeadBytes) return true;  // just ahead of it (*off + step > f here)
+    if (f != 0 && *off <= f + kLeadBytes) return *leading = true;  // just ahead of it (*off + step > f here)
     struct timespec ts {0, long(kQuietPollNs)};  // a pause between polls, not a synchronisation
     nanosleep(&ts, nullptr);
   }
@@ -131,17 +132,21 @@ void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std
     ranges.swap(pass == 0 ? plan : later);
     const ForegroundFrontier lead = pass == 0 ? frontier : nullptr;
     for (const PoolRange& r : ranges) {
-      for (uint64_t off = r.offset; off < r.offset + r.len; off += step) {
-        if (!Admit(busy, lead, r, step, &off, &later)) return;  // closing: nothing to log
+      bool leading = false;
+      for (uint64_t off = r.offset, n = 0; off < r.offset + r.len; off += n) {
+        if (!Admit(busy, lead, r, step, &off, &later, &leading)) return;  // closing: nothing to log
         if (off >= r.offset + r.len) break;  // the foreground passed the rest
         if (pool->failed()) return;
-        uint64_t n = std::min(step, r.offset + r.len - off);
+        // Beside a busy foreground, short steps: each takes a core from it
+        // for a few µs rather than a few hundred.
+        n = std::min(leading ? kLeadStepBytes : step, r.offset + r.len - off);
         Status st = allocate ? AllocateRange(*pool, off, n) : PopulateRange(*pool, off, n);
         // The master writes each new object's header into its extent: mapped
         // here, that first write takes no page fault on the put's path.
         const PoolRange parts{off, n};
         for (uint64_t m = off; allocate && st.ok() && m < off + n; m += kMapStepBytes) {
-          if (!Admit(busy, lead, parts, kMapStepBytes, &m, &later)) return;
+          bool part_leading = false;
+          if (!Admit(busy, lead, parts, kMapStepBytes, &m, &later, &part_leading)) return;
           if (m >= off + n) break;
           st = PopulateRange(*pool, m, std::min(kMapStepBytes, off + n - m));
         }

@@ -28,8 +28,8 @@
 // Except just ahead of the foreground: a run given a ForegroundFrontier (the
 // end of the extent the latest put was handed, which fresh space hands out
 // in ascending order) populates, even while busy, a step that starts within
-// kLeadBytes past it (pages the next puts would fault in themselves, on
-// their path), and skips the steps the frontier already passed (the puts
+// kLeadBytes past it, kLeadStepBytes at a time (pages the next puts would
+// fault in themselves, on their path), and skips the steps the frontier already passed (the puts
 // touched them) until the rest of the plan is done, then fills them in when
 // quiet.
 // The plan (PopulatePlan) is the metadata regions first (superblock, tables,
@@ -58,8 +58,10 @@ constexpr uint64_t kAllocateStepBytes = 2ull << 20;
 constexpr uint64_t kMapStepBytes = 256ull << 10;
 
 constexpr uint64_t kQuietPollNs = 200'000;
-// How far past the foreground's frontier a busy run still populates.
+// How far past the foreground's frontier a busy run still populates, and
+// in steps of how much.
 constexpr uint64_t kLeadBytes = 1ull << 20;
+constexpr uint64_t kLeadStepBytes = 64ull << 10;
 
 enum class PopulateMode { kAllocate, kMap };
 
@@ -128,9 +130,10 @@ class BackgroundPopulator {
            const ForegroundBusy& busy, const ForegroundFrontier& frontier);
   // Before the step at *off of `r`: true to run it now, false when stopped.
   // While busy, a step the frontier passed is skipped (its range added to
-  // *later, *off moved past it) and one within kLeadBytes ahead of it runs.
+  // *later, *off moved past it) and one within kLeadBytes ahead of it runs
+  // (*leading: then a step of kLeadStepBytes).
   bool Admit(const ForegroundBusy& busy, const ForegroundFrontier& frontier, const PoolRange& r, uint64_t step,
-             uint64_t* off, std::vector<PoolRange>* later);
+             uint64_t* off, std::vector<PoolRange>* later, bool* leading);
   std::thread thread_;
   // Relaxed: a stop hint polled between steps; Stop's join orders the rest.
   std::atomic<bool> stop_{false};
