@@ -138,6 +138,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
     }
     std::unique_lock<std::shared_mutex> lock(c->life_mu_);
     c->closed_ = true;
+    c->read_gate_.CloseAndWait();
     return s.error();
   }
   c->hb_thread_ = std::thread([raw = c.get()] { raw->HeartbeatLoop(); });
@@ -166,7 +167,8 @@ Status Client::MapPool() {
   // Off the setup path: a put or read reaching a page first maps it itself.
   if (options_.prefault_pool)
     populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap,
-                     BusySinceLastPoll(&calls_seen_));
+                     BusySinceLastPoll(&calls_seen_),
+                     [this] { return put_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -461,6 +463,7 @@ Status Client::Close() {
   std::unique_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::OK;
   closed_ = true;
+  read_gate_.CloseAndWait();  // no single-key read is in flight from here on
   {
     std::lock_guard<std::mutex> hb(hb_mu_);
     hb_stop_ = true;
@@ -483,10 +486,7 @@ Status Client::Close() {
   return ErrorCode::OK;
 }
 
-bool Client::closed() const {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  return closed_;
-}
+bool Client::closed() const { return read_gate_.closed(); }
 
 int Client::HealthCheck() {
   std::shared_lock<std::shared_mutex> lock(life_mu_);

@@ -65,8 +65,8 @@ Result<EntrySnapshot> Client::Locate(std::string_view key) {
 }
 
 Result<EntrySnapshot> Client::LocateStored(std::string_view key) {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_ || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  GateScope entered(read_gate_);
+  if (!entered.ok() || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   return index_->FindComplete(key, KeyHash(key));
 }
 
@@ -98,8 +98,8 @@ Result<uint64_t> Client::GetScoped(std::string_view user_key, const char* op, Re
   std::string buf;
   std::string_view key;
   if (!ScopeKey(user_key, op, &buf, &key)) return ErrorCode::INVALID_PARAMS;
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  GateScope entered(read_gate_);
+  if (!entered.ok()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   ReadTally tally;
   auto size = ReadLoop(key, KeyHash(key), nullptr, 0, &tally,
                        [&](const EntrySnapshot& s) { return CopyStep(s, key, sink); });

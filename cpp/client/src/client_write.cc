@@ -184,6 +184,7 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
     (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
   }
+  put_frontier_.store(it.value_offset + size, std::memory_order_relaxed);  // relaxed: a hint (client.h)
   if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
              int(key.size()), key.data());

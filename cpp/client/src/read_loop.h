@@ -1,7 +1,7 @@
 // The one locate-act-revalidate loop of the client's one-sided reads (get,
 // get_into, batch reads, ranges, pinned views); not a public header.
 //
-// Contract: with life_mu_ held shared and the key already scoped, each
+// Contract: with life_mu_ held shared (or read_gate_ entered) and the key already scoped, each
 // attempt takes a seqlock snapshot of the key's entry (FindComplete), hands
 // it to the step (a copy that re-checks the entry, or a pin), and either
 // finishes or, when the entry changed under the step, locates the key again.

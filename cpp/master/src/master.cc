@@ -132,7 +132,8 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
   // Off the start path: a put reaching a page first faults it in itself.
   if (config_.prefault_pool)
     populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate,
-                     BusySinceLastPoll(&requests_seen_));
+                     BusySinceLastPoll(&requests_seen_),
+                     [this] { return alloc_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   if (tier_) {
     std::lock_guard<FencedMutex> lock(mu_);
     tier_->Recover(fresh);
@@ -315,9 +316,11 @@ void MasterImpl::CheckReplacedDevice() {
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
+  alloc_frontier_.store(0, std::memory_order_relaxed);  // an offset of the old pool
   if (config_.prefault_pool)
     populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate,
-                     BusySinceLastPoll(&requests_seen_));
+                     BusySinceLastPoll(&requests_seen_),
+                     [this] { return alloc_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),

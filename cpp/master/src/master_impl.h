@@ -493,6 +493,10 @@ class MasterImpl final : public Master, private TierHost {
   // Bumped per request served (ring or TCP): the populator defers its
   // steps while requests keep coming (populate.h).
   ActivityCounter requests_seen_;
+  // The end of the latest extent a put was given: the populator leads it
+  // while requests keep coming (populate.h). Relaxed: a hint read by the
+  // populating thread of this process; nothing is published by it.
+  std::atomic<uint64_t> alloc_frontier_{0};
   // Populates pool_'s pages after start (--prefault_pool); stopped before
   // a replacement retires the pool it reads (under replace_mu_, not mu_).
   BackgroundPopulator populator_;

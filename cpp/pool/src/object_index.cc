@@ -75,6 +75,7 @@ bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
     if (e.version.load(std::memory_order_relaxed) == v1) {
       out->slot = slot;
       out->version = v1;
+      out->payload = nullptr;  // FindComplete checks and sets it
       return true;
     }
   }
@@ -100,7 +101,10 @@ bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
 }
 
 bool ObjectIndex::KeyMatches(const EntrySnapshot& s, std::string_view key) const {
-  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return false;
+  return HeaderInBounds(*pool_, s.object_offset, key.size()) && KeyMatchesInBounds(s, key);
+}
+
+bool ObjectIndex::KeyMatchesInBounds(const EntrySnapshot& s, std::string_view key) const {
   const auto* h = pool_->At<const ObjectHeader>(s.object_offset);
   ObserveRange(h, sizeof(ObjectHeader) + key.size());
   // The header may be rewritten under us; every field is checked, and the
@@ -131,9 +135,10 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       if (s.state() == EntryState::kEmpty) break;
       if (!Readable(s.state()) || s.key_hash != hash) continue;
       PrefetchObject(s.object_offset);
-      if (!KeyMatches(s, key)) continue;
-      if ((s.state() == EntryState::kOnDisk ? (const void*)StubPtr(s, key) : (const void*)ValuePtr(s, key)) ==
-          nullptr) {
+      // One bounds check of the header serves the key compare and the payload.
+      if (!HeaderInBounds(*pool_, s.object_offset, key.size()) || !KeyMatchesInBounds(s, key)) continue;
+      s.payload = PayloadInBounds(s, key.size());
+      if (s.payload == nullptr) {
         // A consistent snapshot of an entry only the master writes cannot
         // point outside the data region: someone wrote into the pool.
         if (StillValid(s)) {
@@ -170,20 +175,26 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
   return ErrorCode::OBJECT_NOT_FOUND;
 }
 
-const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() == EntryState::kOnDisk) return nullptr;
-  // The header is checked first: ValueOffset cannot wrap once it is in bounds.
-  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
-  uint64_t off = ValueOffset(s.object_offset, key.size());
-  if (!pool_->InDataRegion(off, s.value_size)) return nullptr;
+const char* ObjectIndex::PayloadInBounds(const EntrySnapshot& s, uint64_t key_len) const {
+  // The header was checked first: ValueOffset cannot wrap once it is in bounds.
+  uint64_t off = ValueOffset(s.object_offset, key_len);
+  uint64_t len = s.state() == EntryState::kOnDisk ? sizeof(DiskStub) : s.value_size;
+  if (!pool_->InDataRegion(off, len)) return nullptr;
   return pool_->base() + off;
 }
 
+const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() == EntryState::kOnDisk) return nullptr;
+  if (s.payload != nullptr) return s.payload;  // FindComplete checked this geometry
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return PayloadInBounds(s, key.size());
+}
+
 const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() != EntryState::kOnDisk || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
-  uint64_t off = ValueOffset(s.object_offset, key.size());
-  if (!pool_->InDataRegion(off, sizeof(DiskStub))) return nullptr;
-  return reinterpret_cast<const DiskStub*>(pool_->base() + off);
+  if (s.state() != EntryState::kOnDisk) return nullptr;
+  if (s.payload != nullptr) return reinterpret_cast<const DiskStub*>(s.payload);
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return reinterpret_cast<const DiskStub*>(PayloadInBounds(s, key.size()));
 }
 
 void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {

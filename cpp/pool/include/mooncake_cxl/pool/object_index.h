@@ -56,6 +56,10 @@ struct EntrySnapshot {
   uint64_t put_time_ns = 0;
   uint32_t flags = 0;
   uint32_t owner_slot = 0;
+  // Set by FindComplete: where the value (kOnDisk: its DiskStub) starts in
+  // this process's mapping, bounds-checked once for the snapshot's geometry;
+  // nullptr in a snapshot taken otherwise (ValuePtr computes it).
+  const char* payload = nullptr;
   EntryState state() const { return StateOf(state_gen); }
   uint64_t generation() const { return GenOf(state_gen); }
 };
@@ -168,6 +172,11 @@ class ObjectIndex {
   // copy that follows then wait on one miss instead of two in a row.
   static constexpr uint64_t kPrefetchObjectLines = 4;
   void PrefetchObject(uint64_t object_offset) const;
+  // KeyMatches after the header's bounds were checked.
+  bool KeyMatchesInBounds(const EntrySnapshot& s, std::string_view key) const;
+  // The value's (kOnDisk: the stub's) address after the header's bounds
+  // were checked; nullptr when it does not lie inside the data region.
+  const char* PayloadInBounds(const EntrySnapshot& s, uint64_t key_len) const;
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
