@@ -31,6 +31,25 @@ from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 from mooncake_cxl.launch import MasterProcess, RemoteServedMaster
 
 POOL_SIZE = 64 << 20
+# MCXL_TEST_COHERENCE=noncoherent: every pool a master of the run formats is
+# formatted --coherence=noncoherent (unless the test names a mode), so whole
+# areas run on the non-coherent discipline (docs/architecture.md section 7).
+TEST_COHERENCE = os.environ.get("MCXL_TEST_COHERENCE", "")
+assert TEST_COHERENCE in ("", "coherent", "noncoherent"), \
+    f"MCXL_TEST_COHERENCE={TEST_COHERENCE!r}: coherent or noncoherent"
+NONCOHERENT_RUN = TEST_COHERENCE == "noncoherent"
+
+
+def _start_with_coherence(start):
+    def wrapped(self):
+        if not any(f.startswith("--coherence") for f in self.extra_flags):
+            self.extra_flags.append(f"--coherence={TEST_COHERENCE}")
+        return start(self)
+    return wrapped
+
+
+if TEST_COHERENCE:
+    MasterProcess.start = _start_with_coherence(MasterProcess.start)
 # MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 (inside unshare -n): the suite's masters
 # also serve their pool over the Transfer Engine and stores are remote clients.
 REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"

@@ -465,6 +465,7 @@ Status Client::Close() {
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
+  StopLeaseThread();
   populator_.Stop();
   Encoder e;
   Encode(Ref(), &e);

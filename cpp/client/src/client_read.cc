@@ -13,6 +13,7 @@
 #include "mooncake_cxl/pool/key_hash.h"
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/pool/publish.h"
+#include "mooncake_cxl/common/sim_mutation.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "client_internal.h"
 #include "read_loop.h"
@@ -87,7 +88,7 @@ Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key,
   if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dest);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
-  ObserveRange(src, snap.value_size);
+  if (!SimMutated(SimMutation::kDropReadInvalidate)) ObserveRange(src, snap.value_size);
   CopyOut(src, snap.value_size, dest);
   // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
@@ -189,7 +190,7 @@ void Client::BatchGetInto(const std::vector<std::string_view>& user_keys, const 
 int Client::IsExist(std::string_view key) {
   auto snap = Locate(key);
   if (snap.ok()) {
-    index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+    RaiseLease(*snap, NowNs() + LeaseTtlNs());
     return 1;
   }
   return snap.error() == ErrorCode::OBJECT_NOT_FOUND ? 0 : ToInt(snap.error());
@@ -198,7 +199,7 @@ int Client::IsExist(std::string_view key) {
 Result<uint64_t> Client::GetSize(std::string_view key) {
   auto snap = Locate(key);
   if (!snap) return snap.error();
-  index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());  // as the reference does
+  RaiseLease(*snap, NowNs() + LeaseTtlNs());  // as the reference does
   return snap->value_size;
 }
 

@@ -12,6 +12,7 @@
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/publish.h"
+#include "mooncake_cxl/common/sim_mutation.h"
 
 namespace mcxl {
 namespace {
@@ -139,7 +140,7 @@ ShmRing::PopResult ShmRing::Peek(std::string* frame, Position* at) const {
     }
     uint64_t rec = RecordBytes(len);
     if (rec > to_end || rec > head - tail) return PopResult::kCorrupt;
-    ObserveRange(data_ + pos + kRecordHeader, len);
+    if (!SimMutated(SimMutation::kDropRingInvalidate)) ObserveRange(data_ + pos + kRecordHeader, len);
     frame->assign(data_ + pos + kRecordHeader, len);
     *at = Position{tail + rec, expected + 1};
     return PopResult::kOk;

@@ -54,7 +54,8 @@ std::string LabelEscape(std::string_view s) {
 }
 
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
-                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle"};
+                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle",
+                          "announce_open", "announce_close", "locate", "publish", "leases"};
 
 }  // namespace
 

@@ -57,10 +57,12 @@ bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
 }
 
 bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
-  // Acquire fence: orders the caller's earlier reads of the value before the
-  // version re-load (the seqlock reader's closing check).
-  std::atomic_thread_fence(std::memory_order_acquire);
   const IndexEntry& e = entries_[s.slot];
+  // Acquire fence (ObserveRange): orders the caller's earlier reads of the
+  // value before the version re-load (the seqlock reader's closing check);
+  // on a non-coherent pool it also drops this host's copy of the line, so
+  // the re-check sees the master's latest write-back.
+  ObserveRange(&e, sizeof(e));
   if (e.version.load(std::memory_order_relaxed) != s.version) return false;
   // A client's CAS does not bump the version; make sure it is still COMPLETE.
   return e.state_gen.load(std::memory_order_relaxed) == s.state_gen;

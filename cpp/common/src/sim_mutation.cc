@@ -1,0 +1,30 @@
+#include "mooncake_cxl/common/sim_mutation.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "mooncake_cxl/common/log.h"
+
+namespace mcxl {
+
+SimMutation ActiveSimMutation() {
+  const char* v = getenv("MC_CXL_SIM_MUTATE");
+  if (v == nullptr || *v == 0) return SimMutation::kNone;
+  struct Name {
+    const char* name;
+    SimMutation m;
+  };
+  static constexpr Name kNames[] = {{"drop_publish_writeback", SimMutation::kDropPublishWriteback},
+                                    {"drop_read_invalidate", SimMutation::kDropReadInvalidate},
+                                    {"drop_ring_invalidate", SimMutation::kDropRingInvalidate}};
+  for (const Name& n : kNames)
+    if (strcmp(v, n.name) == 0) {
+      MCXL_LOG(kWarn, "sim", "MC_CXL_SIM_MUTATE=%s: a test-only mutation of the non-coherent discipline is active", v);
+      return n.m;
+    }
+  MCXL_LOG(kWarn, "sim", "MC_CXL_SIM_MUTATE=%s is not a mutation (drop_publish_writeback, drop_read_invalidate, "
+           "drop_ring_invalidate); none applied", v);
+  return SimMutation::kNone;
+}
+
+}  // namespace mcxl
