@@ -337,7 +337,9 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
   auto master_gone = [&](bool probe, uint64_t mono) {
     // Restarted (a new incarnation), silent for longer than any Tick gap,
-    // or exited (its pid, when on this machine).
+    // or exited (its pid, when on this machine). One line, the master's
+    // only: observed first (a non-coherent pool's stale copy of it goes).
+    ObserveRange(&sb->master_incarnation, kCacheLine);
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) return true;
     if (TermSuperseded()) return true;
     // The heartbeat and pid checks cost a clock read (~25 ns) and a syscall

@@ -17,7 +17,8 @@
 //     entry again (ObjectIndex::ReadEntry, CopyLocked, StillValid).
 // On a coherent pool nothing here runs: the client CASes the entry itself.
 //
-// Atomics: none of its own; lease_mu_ guards the queue.
+// Atomics: none of its own; lease_mu_ guards the queue, lease_send_mu_
+// orders the sends.
 #include <algorithm>
 
 #include "mooncake_cxl/client/client.h"
@@ -73,6 +74,10 @@ std::vector<int32_t> Client::SendLeases(const std::vector<LeaseItem>& items) {
 }
 
 void Client::FlushLeases() {
+  if (!NonCoherent()) return;  // a coherent pool's leases are in the entries already
+  // Held across the send: a flush before a remove waits for the lease
+  // thread's request in flight, so both land before the remove.
+  std::lock_guard<std::mutex> sending(lease_send_mu_);
   std::vector<LeaseItem> items;
   {
     std::lock_guard<std::mutex> lock(lease_mu_);

@@ -413,9 +413,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
   std::string_view stored;
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
-  // A non-coherent pool: this client's queued read leases land before the
-  // master judges them (a read, then a remove, sees OBJECT_HAS_LEASE).
-  if (NonCoherent()) FlushLeases();
+  FlushLeases();  // a non-coherent pool: our reads' leases land before the master judges them
   std::vector<int32_t> out(keys.size(), 0);
   RemoveRequest req;
   req.force = force;
@@ -466,6 +464,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
@@ -484,6 +483,7 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
 Result<uint64_t> Client::RemoveAll(bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveAll, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), "", force}, &e);

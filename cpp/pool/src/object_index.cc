@@ -84,7 +84,9 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
     // than failing every lookup that probes past it.
     bool last = attempt == kLookupRetries;
     // Acquire: pairs with the master's release when it raises max_probe, so
-    // an entry inserted further away is reached.
+    // an entry inserted further away is reached (observed: a stale copy on
+    // a non-coherent pool would be a false miss).
+    ObserveRange(&sb_->max_probe, sizeof(uint64_t));
     uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);  // clamped: shared word
     if (max_probe >= capacity_) max_probe = capacity_ - 1;
     bool found = false, retry = false;

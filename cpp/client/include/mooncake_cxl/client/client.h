@@ -371,7 +371,8 @@ class Client {
   void RaiseLease(const EntrySnapshot& s, uint64_t until_ns);
   // kLeases for the items now (per item OK, OBJECT_NOT_FOUND or the error).
   std::vector<int32_t> SendLeases(const std::vector<LeaseItem>& items);
-  // Sends the queued leases now (before this client's removes).
+  // Sends the queued leases now (before this client's removes); nothing on
+  // a coherent pool.
   void FlushLeases();
   void LeaseLoop();
   void StopLeaseThread();
@@ -455,6 +456,7 @@ class Client {
   // Leases queued for the master on a non-coherent pool, by entry slot; the
   // thread that sends them starts with the first.
   std::mutex lease_mu_;
+  std::mutex lease_send_mu_;  // held while queued leases are sent (FlushLeases)
   std::condition_variable lease_cv_;
   std::unordered_map<uint64_t, LeaseItem> pending_leases_;
   bool lease_stop_ = false;
