@@ -3,6 +3,7 @@ a pool file in /dev/shm, stores attached to it (over rings and TCP), waits on
 a condition (wait_until, wait_for_log, metrics, ...), values any process can
 check, pool fills that measure leaks, and spawned client processes
 (`children`). Every pool file is removed afterwards."""
+import glob
 import json
 import multiprocessing as mp
 import os
@@ -195,6 +196,8 @@ def pool_path():
     yield path
     if os.path.exists(path):
         os.unlink(path)
+    for f in glob.glob(glob.escape(path) + ".sim*"):  # the non-coherent simulator's files
+        os.unlink(f)
 
 
 @pytest.fixture

@@ -6,7 +6,9 @@ master start and client setup, prefault on and off), control (CXL RPC rings agai
 TCP), eviction (throughput at the watermark, master memory per object),
 index (small values: put batches from empty to 3x the index, probe lengths),
 tiering (the SSD tier, only with --only tiering), ha (elected masters' takeover
-time and HA's put cost, only with --only ha; needs etcd). Each
+time and HA's put cost, only with --only ha; needs etcd), coherence (the
+coherent, real non-coherent and simulated builds of the publish primitives,
+alternating, only with --only coherence). Each
 starts its own master over a pool in /dev/shm. --compare mooncake runs the
 same workloads on Mooncake's own store instead (see mooncake_cxl/bench/compare.py).
 --only pd (not in the default run: it needs vLLM) is prefill/decode: the KV hand-off
@@ -29,10 +31,11 @@ from . import common, reference, report
 
 PROG = "python -m mooncake_cxl.bench"
 _PD_NETNS_ENV = "MCXL_PD_NETNS"
-SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha", "remote")
+SECTIONS = ("data", "cold", "control", "eviction", "index", "tiering", "pd", "engines", "ha", "remote",
+            "coherence")
 DEFAULT_SECTIONS = ("data", "cold", "control", "eviction", "index")  # tiering (needs a disk directory), pd, engines, ha (etcd), remote: --only
 PD_PARTS = ("pd_handoff", "pd_ttft")
-NEEDS_NUMPY = ("data", "tiering", "pd")
+NEEDS_NUMPY = ("data", "tiering", "pd", "coherence")
 
 
 def _parser():
@@ -58,7 +61,8 @@ def _parser():
                          "their interpreter: MCXL_ENGINES_PYTHON); "
                          "ha (takeover time of elected masters, HA's put cost; needs etcd); "
                          "remote (a client outside the pod over TE-TCP against Mooncake's store, raw TE "
-                         "and a local client; needs the oracle extra and `unshare -n`)")
+                         "and a local client; needs the oracle extra and `unshare -n`); "
+                         "coherence (coherent vs real non-coherent vs simulated primitives, alternating)")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -149,7 +153,7 @@ def _show(bodies, key, text):
 _SECTIONS_BEFORE_PD = (("data", "data", True), ("cold", "cold", False), ("control", "control", False),
                        ("eviction", "eviction", True), ("index", "index_fill", False))
 _SECTIONS_AFTER_PD = (("engines", "engines", True), ("ha", "ha", False), ("remote", "remote", False),
-                      ("tiering", "tiering", False))
+                      ("tiering", "tiering", False), ("coherence", "coherence", False))
 
 
 def _run_section(args, key, module, takes_prefault, pool_dir, results, bodies):

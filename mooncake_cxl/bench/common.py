@@ -6,6 +6,7 @@ Depends on nothing else in mooncake_cxl.bench (the sections import it, never
 the other way round).
 """
 import contextlib
+import glob
 import os
 import platform
 import socket
@@ -100,14 +101,16 @@ def settle_placement(store, seconds=0.3):
 
 @contextlib.contextmanager
 def temp_pool(prefix, pool_dir=None):
-    """A fresh pool path in `pool_dir`; the file is removed afterwards."""
+    """A fresh pool path in `pool_dir`; the file (and the non-coherent
+    simulator's files beside it) are removed afterwards."""
     pool_dir = pool_dir if pool_dir and os.path.isdir(pool_dir) else default_pool_dir()
     path = os.path.join(pool_dir, f"{prefix}_{uuid.uuid4().hex}")
     try:
         yield path
     finally:
-        if os.path.exists(path):
-            os.unlink(path)
+        for f in [path] + glob.glob(glob.escape(path) + ".sim*"):
+            if os.path.exists(f):
+                os.unlink(f)
 
 
 def wait_or_kill(proc, timeout):

@@ -42,6 +42,7 @@ ORDER = (
     ("pd_ttft", "Prefill/decode: TTFT in vLLM"),
     ("engines", "SGLang and LMCache backends: ours vs Mooncake 0.3.13"),
     ("remote", "Hosts outside the pod: over the Transfer Engine"),
+    ("coherence", "Coherence builds: coherent, non-coherent, simulated"),
     ("compare", "Against Mooncake 0.3.13"),
 )
 TITLES = dict(ORDER)

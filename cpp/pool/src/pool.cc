@@ -22,6 +22,7 @@
 #include "mooncake_cxl/common/access.h"
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/common/log.h"
+#include "mooncake_cxl/pool/coherence_sim.h"
 #include "mooncake_cxl/pool/publish.h"
 
 namespace mcxl {
@@ -199,10 +200,34 @@ void InstallPoolFaultHandler(PoolFaultAction action) {
   sigaction(SIGBUS, &sa, &g_prev_sigbus);
 }
 
+Pool::Pool(std::string path, int fd, char* base, uint64_t size, mode_t mode, std::unique_ptr<SimHost> sim)
+    : path_(std::move(path)), fd_(fd), base_(base), size_(size), mode_(mode), sim_(std::move(sim)) {}
+
 Pool::~Pool() {
   UnregisterMapping(this);
-  if (base_ != nullptr) munmap(base_, size_);
+  if (base_ != nullptr && !sim_) munmap(base_, size_);
+  sim_.reset();  // unmaps the host copy
   if (fd_ >= 0) close(fd_);
+}
+
+void Pool::WriteBackOwn(const void* p, size_t n, CoherenceMode mode) const {
+  if (sim_) sim_->WriteBack(p, n);
+  else if (mode == CoherenceMode::kNonCoherent) CacheLineWriteBack(p, n);
+  PublishRange(p, n);  // the process's own build (a fence when it is still unset)
+}
+
+void Pool::InvalidateOwn(const void* p, size_t n) const {
+  if (sim_) sim_->Invalidate(p, n);
+  else CacheLineEvict(p, n);  // the mode is not known yet; cheap for one superblock
+  ObserveRange(p, n);
+}
+
+Status Pool::CheckSimMode(CoherenceMode mode) const {
+  if (!sim_ || mode == CoherenceMode::kNonCoherent) return ErrorCode::OK;
+  MCXL_LOG(kError, "pool", "MC_CXL_SIM_HOST=%d simulates a host without coherence, but pool %s is %s coherent: "
+           "format it with --coherence=noncoherent (or unset MC_CXL_SIM_HOST)", sim_->host(), path_.c_str(),
+           IsFormatted() ? "formatted" : "being formatted");
+  return ErrorCode::INVALID_PARAMS;
 }
 
 Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size, bool create,
@@ -286,7 +311,21 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
     close(fd);
     return ErrorCode::INVALID_PARAMS;
   }
-  void* base = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  int sim_host = SimHost::HostFromEnv();
+  if (sim_host == -2) {
+    close(fd);
+    return ErrorCode::INVALID_PARAMS;
+  }
+  std::unique_ptr<SimHost> sim;
+  if (sim_host >= 0) {
+    auto attached = SimHost::Attach(path, fd, size, st.st_mode, sim_host);
+    if (!attached) {
+      close(fd);
+      return attached.error();
+    }
+    sim = std::move(attached.value());
+  }
+  void* base = sim ? sim->base() : mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
   if (base == MAP_FAILED) {
     MCXL_LOG(kError, "pool", "cannot map pool %s (%llu bytes): %s", path.c_str(),
              (unsigned long long)size, strerror(errno));
@@ -297,7 +336,7 @@ Result<std::unique_ptr<Pool>> Pool::Open(const std::string& path, uint64_t size,
   // TLB misses on large reads: README, "The pool on 2 MiB pages");
   // elsewhere (huge=never, device-DAX, disk files) a no-op or refused.
   (void)madvise(base, size, MADV_HUGEPAGE);
-  std::unique_ptr<Pool> pool(new Pool(path, fd, static_cast<char*>(base), size, st.st_mode));
+  std::unique_ptr<Pool> pool(new Pool(path, fd, static_cast<char*>(base), size, st.st_mode, std::move(sim)));
   RegisterMapping(pool.get());
   return pool;
 }
@@ -327,6 +366,7 @@ std::string Pool::TmpfsHugePolicy() const {
 }
 
 bool Pool::IsFormatted() const {
+  if (sim_) sim_->Invalidate(base_, sizeof(uint64_t));  // the host's copy may hold an older superblock
   return reinterpret_cast<const std::atomic<uint64_t>*>(base_)->load(std::memory_order_acquire) ==
          kPoolMagic;
 }
@@ -346,10 +386,11 @@ Status Pool::Format(const FormatOptions& options) {
              path_.c_str(), strerror(errno));
     return ErrorCode::INTERNAL_ERROR;
   }
+  if (Status s = CheckSimMode(options.coherence); !s.ok()) return s;
   Superblock* sb = superblock();
   // Retract the magic first: a crash below leaves an unformatted pool.
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(0, std::memory_order_release);
-  PublishRange(sb, sizeof(uint64_t));
+  WriteBackOwn(sb, sizeof(uint64_t), options.coherence);
 
   FormatOptions o = options;
   if (o.announce_channels == 0) o.announce_channels = DefaultAnnounceChannels(o.client_slots, size_, o.announce_slots);
@@ -420,7 +461,7 @@ Status Pool::Format(const FormatOptions& options) {
   sb->index_capacity = capacity;
   sb->data_offset = off;
   sb->data_size = (size_ - off) / kCacheLine * kCacheLine;
-  PublishRange(base_, off);
+  WriteBackOwn(base_, off, options.coherence);
   geo_ = PoolGeometry{size_, client_table, options.client_slots, pins, options.pins_per_client,
                       uint32_t(options.ring_bytes_per_client), rings, index, capacity, off, sb->data_size,
                       options.coherence, {}};
@@ -431,7 +472,8 @@ Status Pool::Format(const FormatOptions& options) {
   geo_set_ = true;
   // Release: every field above is visible before the magic that validates them.
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(kPoolMagic, std::memory_order_release);
-  PublishRange(sb, sizeof(uint64_t));
+  WriteBackOwn(sb, sizeof(uint64_t), options.coherence);
+  if (sim_) sim_->SetHotBytes(off);
   MCXL_LOG(kInfo, "pool", "formatted %s: %llu bytes, uuid %s, index %llu entries, data %llu bytes",
            path_.c_str(), (unsigned long long)size_, UuidString().c_str(),
            (unsigned long long)capacity, (unsigned long long)sb->data_size);
@@ -440,7 +482,7 @@ Status Pool::Format(const FormatOptions& options) {
 
 Status Pool::Verify(const uint8_t* expected_uuid) const {
   const Superblock* sb = superblock();
-  ObserveRange(sb, kSuperblockSize);
+  InvalidateOwn(sb, kSuperblockSize);
   if (!IsFormatted()) {
     MCXL_LOG(kError, "pool", "%s is not a formatted mooncake_cxl pool (bad magic)", path_.c_str());
     return ErrorCode::INVALID_PARAMS;
@@ -482,6 +524,7 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   if (coherence > uint32_t(CoherenceMode::kNonCoherent))
     return bad("coherence_mode", coherence, "is not a mode; the largest is", uint32_t(CoherenceMode::kNonCoherent));
   g.coherence = CoherenceMode(coherence);
+  if (Status s = CheckSimMode(g.coherence); !s.ok()) return s;
   if (slot_size != sizeof(ClientSlot)) return bad("client_slot_size", slot_size, "is not", sizeof(ClientSlot));
   if (g.client_slot_count == 0 || g.client_slot_count > kMaxClientSlots)
     return bad("client_slot_count", g.client_slot_count, "is outside 1 ..", kMaxClientSlots);
@@ -558,6 +601,7 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   }
   geo_ = g;
   geo_set_ = true;
+  if (sim_) sim_->SetHotBytes(g.data_offset);
   return ErrorCode::OK;
 }
 

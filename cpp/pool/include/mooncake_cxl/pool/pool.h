@@ -25,6 +25,13 @@
 // failed() for good. InstallPoolFaultHandler catches SIGBUS inside any open
 // Pool's mapping (see below).
 //
+// Simulated hosts (coherence_sim.h): with MC_CXL_SIM_HOST set, Open maps
+// the host copy of the pool instead of the pool file (base() is the copy;
+// fd() stays the pool file's), and Format and Verify refuse a pool not
+// formatted --coherence=noncoherent. Format, Verify and IsFormatted move
+// their lines through the simulator themselves (they run before the
+// process's SetCoherenceMode).
+//
 // Thread safety: a Pool is immutable after Verify/Format but for the failed
 // flag (atomic); accessors are thread-safe.
 #pragma once
@@ -40,6 +47,8 @@
 #include "mooncake_cxl/pool/layout.h"
 
 namespace mcxl {
+
+class SimHost;
 
 struct FormatOptions {
   uint64_t index_capacity = 0;  // entries; 0 = derived from the pool size
@@ -193,10 +202,16 @@ class Pool {
   T* At(uint64_t offset) const { return reinterpret_cast<T*>(base_ + offset); }
 
   std::string UuidString() const;
+  // The simulated host this pool is mapped through, or null.
+  SimHost* sim() const { return sim_.get(); }
 
  private:
-  Pool(std::string path, int fd, char* base, uint64_t size, mode_t mode)
-      : path_(std::move(path)), fd_(fd), base_(base), size_(size), mode_(mode) {}
+  Pool(std::string path, int fd, char* base, uint64_t size, mode_t mode, std::unique_ptr<SimHost> sim);
+  // Format's and Verify's own write-back / invalidate: before the process
+  // chose its primitives (SetCoherenceMode), so by the pool's mode.
+  void WriteBackOwn(const void* p, size_t n, CoherenceMode mode) const;
+  void InvalidateOwn(const void* p, size_t n) const;
+  Status CheckSimMode(CoherenceMode mode) const;
   std::string path_;
   int fd_;  // kept open for DeviceSize
   char* base_;
@@ -208,6 +223,7 @@ class Pool {
   // seq_cst: the fault handler stores it before it remaps; a thread that
   // copied remapped zeros loads it after its copy and sees it (see kRemap).
   std::atomic<bool> failed_{false};
+  std::unique_ptr<SimHost> sim_;  // owns the host copy mapped at base_
 };
 
 std::string UuidToString(const uint8_t* uuid);

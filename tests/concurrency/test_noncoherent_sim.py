@@ -1,0 +1,85 @@
+"""A master and clients on simulated hosts of a --coherence=noncoherent pool
+(MC_CXL_SIM_HOST, cpp/pool/include/mooncake_cxl/pool/coherence_sim.h): every
+process logs its simulated host and seed, a coherent pool refuses a simulated
+host, and a put on one host is read on another only through what the
+master and the putter write back and the reader invalidates. The checker's
+counters are the header of `<pool>.simlines`."""
+import json
+import os
+import struct
+import subprocess
+import sys
+
+import pytest
+
+from conftest import CALL_TIMEOUT, wait_for_log
+
+WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_workers.py")
+SEED = 11
+
+
+def sim_counters(pool_path):
+    """(conflicts, lost_updates, false_sharing) from the checker's file."""
+    try:
+        with open(pool_path + ".simlines", "rb") as f:
+            return struct.unpack("<3Q", f.read(24))
+    except FileNotFoundError:
+        return (0, 0, 0)
+
+
+def run_client(master, host, op, key, size=4096, churn=0):
+    """One client process on simulated host `host`: (its JSON result, its stderr)."""
+    env = dict(os.environ, MC_CXL_SIM_HOST=str(host), MC_CXL_SIM_SEED=str(SEED + host),
+               MC_CXL_SIM_CHURN=str(churn))
+    p = subprocess.run([sys.executable, WORKER, master.address, op, key, str(size)], env=env,
+                       capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    assert p.returncode == 0, f"client on host {host} exited {p.returncode}: {p.stderr[-2000:]}"
+    return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
+
+
+@pytest.fixture
+def sim_master(master_factory, monkeypatch):
+    """A master on simulated host 0 of a fresh non-coherent pool."""
+    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
+    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SEED))
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    monkeypatch.delenv("MC_CXL_SIM_HOST")
+    return m
+
+
+def test_each_process_logs_its_simulated_host_and_seed(sim_master):
+    wait_for_log(sim_master, rf"simulated host 0: pool .* \(seed {SEED},", "the master's simulated-host line")
+    result, err = run_client(sim_master, 1, "exists", "nothing-here")
+    assert f"simulated host 1: pool {sim_master.pool_path} through host copy" in err, err
+    assert f"(seed {SEED + 1}," in err, err
+    assert result["rc"] == 0, result  # setup worked: the master's format reached the pool
+    assert os.path.exists(sim_master.pool_path + ".simhost-1")
+
+
+def test_a_coherent_pool_refuses_a_simulated_host(master):
+    env = dict(os.environ, MC_CXL_SIM_HOST="1", MC_CXL_SIM_CHURN="0")
+    p = subprocess.run([sys.executable, WORKER, master.address, "exists", "k"], env=env,
+                       capture_output=True, text=True, timeout=CALL_TIMEOUT)
+    result = json.loads(p.stdout.strip().splitlines()[-1])
+    assert result["stage"] == "setup" and result["rc"] != 0, result
+    assert "format it with --coherence=noncoherent" in p.stderr, p.stderr
+
+
+def test_a_put_on_one_host_is_read_on_the_same_host(sim_master):
+    put, _ = run_client(sim_master, 1, "put", "same-host")
+    assert put["ok"], put
+    got, _ = run_client(sim_master, 1, "get", "same-host")
+    assert got["ok"], got
+
+
+# What still relies on coherence is the non-coherent discipline's work
+# (docs/architecture.md §7's list): with it in place these pass.
+@pytest.mark.xfail(reason="needs the non-coherent discipline at the call sites (issue 25 part B)", strict=False)
+def test_a_put_on_one_host_is_read_on_another(sim_master):
+    put, _ = run_client(sim_master, 1, "put", "cross-host")
+    assert put["ok"], put
+    exists, _ = run_client(sim_master, 2, "exists", "cross-host")
+    assert exists["ok"], exists
+    got, _ = run_client(sim_master, 2, "get", "cross-host")
+    assert got["ok"], got
+    assert sim_counters(sim_master.pool_path) == (0, 0, 0)
