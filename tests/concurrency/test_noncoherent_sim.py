@@ -72,9 +72,7 @@ def test_a_put_on_one_host_is_read_on_the_same_host(sim_master):
     assert got["ok"], got
 
 
-# What still relies on coherence is the non-coherent discipline's work
-# (docs/architecture.md §7's list): with it in place these pass.
-@pytest.mark.xfail(reason="needs the non-coherent discipline at the call sites (issue 25 part B)", strict=False)
+# The non-coherent discipline at the call sites (docs/architecture.md §7).
 def test_a_put_on_one_host_is_read_on_another(sim_master):
     put, _ = run_client(sim_master, 1, "put", "cross-host")
     assert put["ok"], put

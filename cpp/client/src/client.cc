@@ -237,6 +237,14 @@ Status Client::Attach(bool initial) {
   {
     std::lock_guard<std::mutex> ring_lock(ring_mu_);
     uint32_t ring_bytes = pool_->geometry().ring_bytes;
+    // The slot may have been another host's attachment: this host's copies
+    // of its lines (slot, both rings, pin table) go before we write any of
+    // them (a non-coherent pool; a fence elsewhere).
+    const char* rings = reinterpret_cast<const char*>(pool_->ring(reply.slot, 0));
+    const char* second = reinterpret_cast<const char*>(pool_->ring(reply.slot, 1));
+    ObserveRange(rings, size_t(2 * (second - rings)));
+    ObserveRange(pool_->client_slot(reply.slot), sizeof(ClientSlot));
+    ObserveRange(pool_->pin_table(reply.slot), pool_->geometry().pins_per_client * sizeof(PinRecord));
     ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
     ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
     ring_slot_ = reply.slot;

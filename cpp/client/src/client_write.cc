@@ -196,6 +196,11 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
     if (deferred == nullptr) (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
   }
+  // The extent's lines may be in this host's cache from an earlier object
+  // (and its first line holds the master's header and key): dropped first,
+  // so the write-backs below are based on the pool's bytes (a fence when
+  // coherent).
+  ObserveRange(pool_->base() + it.value_offset, size);
   if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
              int(key.size()), key.data());

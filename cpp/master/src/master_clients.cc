@@ -312,6 +312,9 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   c = ClientInfo{};
   SetAttached(slot, false);
   ClientSlot* cs = pool_->client_slot(slot);
+  // The client's line (counters) was written on its host: observed before
+  // it is read and cleared, so the clear is based on its last write-back.
+  ObserveRange(cs, sizeof(ClientSlot));
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
   cs->get_hits.store(0, std::memory_order_relaxed);
