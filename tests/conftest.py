@@ -233,6 +233,30 @@ def master_factory(pool_path, tmp_path):
         m.stop()
 
 
+# The coherence simulator (coherence_sim.h): a master on simulated host 0.
+SIM_SEED = 11
+
+
+def sim_counters(pool_path):
+    """(conflicts, lost_updates, false_sharing) from the checker's file."""
+    import struct
+    try:
+        with open(pool_path + ".simlines", "rb") as f:
+            return struct.unpack("<3Q", f.read(24))
+    except FileNotFoundError:
+        return (0, 0, 0)
+
+
+@pytest.fixture
+def sim_master(master_factory, monkeypatch):
+    """A master on simulated host 0 of a fresh non-coherent pool (seed SIM_SEED)."""
+    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
+    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SIM_SEED))
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    monkeypatch.delenv("MC_CXL_SIM_HOST")
+    return m
+
+
 @pytest.fixture
 def master(master_factory):
     return master_factory()

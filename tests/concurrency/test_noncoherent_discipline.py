@@ -11,21 +11,11 @@ import sys
 
 import pytest
 
-from conftest import CALL_TIMEOUT
+from conftest import CALL_TIMEOUT, SIM_SEED, sim_counters
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "nc_sim_workers.py")
-SEED = 25
+SEED = SIM_SEED
 N = 40
-
-
-def sim_counters(pool_path):
-    """(conflicts, lost_updates, false_sharing) from the checker's file."""
-    import struct
-    try:
-        with open(pool_path + ".simlines", "rb") as f:
-            return struct.unpack("<3Q", f.read(24))
-    except FileNotFoundError:
-        return (0, 0, 0)
 
 
 def run(master, host, op, prefix, tag="a", n=N, size=4096, churn=20000, mutate=None, rpc="ring"):
@@ -45,16 +35,6 @@ def run(master, host, op, prefix, tag="a", n=N, size=4096, churn=20000, mutate=N
         return {"ok": -1, "bad": [], "rc": [p.returncode]}
     assert p.returncode == 0, f"client on host {host} exited {p.returncode}: {p.stderr[-2000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1])
-
-
-@pytest.fixture
-def sim_master(master_factory, monkeypatch):
-    """A master on simulated host 0 of a fresh non-coherent pool, churn on."""
-    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
-    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SEED))
-    m = master_factory(extra_flags=["--coherence=noncoherent"])
-    monkeypatch.delenv("MC_CXL_SIM_HOST")
-    return m
 
 
 @pytest.mark.parametrize("rpc", ["ring", "tcp"])

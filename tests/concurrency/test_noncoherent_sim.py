@@ -6,25 +6,14 @@ master and the putter write back and the reader invalidates. The checker's
 counters are the header of `<pool>.simlines`."""
 import json
 import os
-import struct
 import subprocess
 import sys
 
-import pytest
 
-from conftest import CALL_TIMEOUT, wait_for_log
+from conftest import CALL_TIMEOUT, SIM_SEED, sim_counters, wait_for_log
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_workers.py")
-SEED = 11
-
-
-def sim_counters(pool_path):
-    """(conflicts, lost_updates, false_sharing) from the checker's file."""
-    try:
-        with open(pool_path + ".simlines", "rb") as f:
-            return struct.unpack("<3Q", f.read(24))
-    except FileNotFoundError:
-        return (0, 0, 0)
+SEED = SIM_SEED
 
 
 def run_client(master, host, op, key, size=4096, churn=0):
@@ -35,16 +24,6 @@ def run_client(master, host, op, key, size=4096, churn=0):
                        capture_output=True, text=True, timeout=CALL_TIMEOUT)
     assert p.returncode == 0, f"client on host {host} exited {p.returncode}: {p.stderr[-2000:]}"
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
-
-
-@pytest.fixture
-def sim_master(master_factory, monkeypatch):
-    """A master on simulated host 0 of a fresh non-coherent pool."""
-    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
-    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SEED))
-    m = master_factory(extra_flags=["--coherence=noncoherent"])
-    monkeypatch.delenv("MC_CXL_SIM_HOST")
-    return m
 
 
 def test_each_process_logs_its_simulated_host_and_seed(sim_master):
