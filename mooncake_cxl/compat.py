@@ -17,7 +17,9 @@ test_put_get_tensor.py imports, dataproto_catalog, async_store, mooncake_config
 and mooncake_store_service, its REST server) load from the wheel's files and so
 run on ours. Every other `mooncake.*` import (the
 transfer engine, native helpers) fails with ModuleNotFoundError rather than
-mixing the two implementations. An explicit install() is the caller asking
+mixing the two implementations; this package's own users of the engine (a
+remote client, the pool's server) load it beside the shim
+(mooncake_cxl.remote.engine). An explicit install() is the caller asking
 for ours, so it installs the shim whether or not the real wheel is there (and
 forgets a real `mooncake` imported before); install(force=False) is the
 conditional form: it leaves a real wheel in charge unless the environment has

@@ -11,6 +11,9 @@ kept too: get_memory_descriptor().buffer_descriptor has size,
 buffer_address (= offset) and transport_endpoint (= segment_name).
 
 Descriptors are read from the pool's index: no master round trip, no lease.
+`read_by` says how this client's reads reach the bytes: "pool" (it maps the
+pool: loads from the mapping) or "transfer_engine" (a host outside the pod:
+Transfer Engine reads from the process serving the pool, `te_session`).
 """
 import logging
 
@@ -45,13 +48,15 @@ class ReplicaDescriptor:
     for an object whose value is in the SSD tier, a COMPLETE LOCAL_DISK replica
     (its file is the tier's directory, shared by every host of the pod)."""
 
-    def __init__(self, segment_name, offset, size, tier="memory", disk_root=""):
+    def __init__(self, segment_name, offset, size, tier="memory", disk_root="", te_session=None):
         from ._core import ReplicaStatus
         self.status = ReplicaStatus.COMPLETE
         self.segment_name = segment_name  # ours
         self.offset = offset              # ours: the object's (or its stub's) offset in the pool
         self.size = size                  # ours: the value's bytes
         self.tier = tier                  # ours: "memory" or "disk"
+        self.read_by = "pool" if te_session is None else "transfer_engine"  # ours: this client's reads
+        self.te_session = te_session or ""  # ours: the engine serving them, when read_by says so
         self._memory = MemoryDescriptor(Descriptor(size, offset, segment_name))
         self._disk = DiskDescriptor(disk_root, size)
 
@@ -76,7 +81,7 @@ class ReplicaDescriptor:
 
     def __repr__(self):
         return (f"ReplicaDescriptor(status={self.status.name}, {self.tier}, segment_name={self.segment_name!r}, "
-                f"offset={self.offset}, size={self.size})")
+                f"offset={self.offset}, size={self.size}, read_by={self.read_by})")
 
 
 class ReplicaMethods:
@@ -87,7 +92,7 @@ class ReplicaMethods:
         if isinstance(info, int):
             return None
         return ReplicaDescriptor(info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
-                                 info.get("disk_root", ""))
+                                 info.get("disk_root", ""), info["te_session"] if info.get("remote") else None)
 
     def get_replica_desc(self, key):
         """[ReplicaDescriptor] of `key`: one memory replica, or [] when missing.

@@ -147,6 +147,22 @@ std::vector<int64_t> GetIntoFlat(Client& c, const std::vector<std::string>& keys
   return out;
 }
 
+// get_into: one key, one destination, no batch vectors; the GIL released
+// only for a copy of kReleaseGilFromBytes or more.
+int64_t GetIntoOne(Store& s, const py::handle& key_obj, uintptr_t ptr, uint64_t size) {
+  auto c = s.Ready("get_into");
+  if (!c) return kNotReady;
+  std::string tmp;
+  std::string_view key = KeyView(key_obj, &tmp);
+  std::optional<py::gil_scoped_release> nogil;
+  if (size >= kReleaseGilFromBytes) nogil.emplace();
+  Status checked = c->CheckRange(ptr, size, "get_into");
+  if (!checked.ok()) return ToInt(checked.error());
+  MutSlice dst{reinterpret_cast<void*>(ptr), size};
+  auto r = c->GetInto(key, &dst, 1);
+  return r ? int64_t(*r) : int64_t(ToInt(r.error()));
+}
+
 // Reads each key's value scattered into caller memory: bytes read or an error.
 std::vector<int64_t> GetIntoRanges(Store& s, const std::vector<std::string>& keys,
                                    const std::vector<std::vector<uintptr_t>>& ptrs,
@@ -296,8 +312,7 @@ void DefineZeroCopyCalls(py::module_& m, StoreClass& store) {
            [](Store& s, const Keys& keys, const PtrLists& ptrs, const SizeLists& sizes, const C& config) {
              return PutFromRanges(s, keys, ptrs, sizes, config, true, "batch_upsert_tensor"); },
            py::arg("keys"), py::arg("all_buffer_ptrs"), py::arg("all_sizes"), py::arg("config") = C())
-      .def("get_into", [](Store& s, const std::string& key, uintptr_t p, uint64_t n) {
-             return GetIntoRanges(s, {key}, {{p}}, {{n}}, "get_into")[0]; },
+      .def("get_into", &GetIntoOne,
            py::arg("key"), py::arg("buffer_ptr"), py::arg("size"))
       .def("batch_get_into", [](Store& s, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes) {
              return GetIntoOnePerKey(s, keys, ptrs, sizes, "batch_get_into"); },

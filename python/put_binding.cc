@@ -7,13 +7,7 @@
 #include "store_core.h"
 
 namespace mcxl::binding {
-namespace {
 
-// A put's key as a view, without pybind11's string_view caster (which
-// registers the str with the call's keep-alive set: an unordered_set insert
-// per call). The argument tuple holds `key` for the whole call; the UTF-8
-// form of a str is cached in the str itself. Other types as the std::string
-// caster would take them, copied into *tmp.
 std::string_view KeyView(const py::handle& key, std::string* tmp) {
   if (PyUnicode_Check(key.ptr())) {
     Py_ssize_t n = 0;
@@ -31,6 +25,8 @@ std::string_view KeyView(const py::handle& key, std::string* tmp) {
   *tmp = std::move(static_cast<std::string&>(c));
   return *tmp;
 }
+
+namespace {
 
 // A Python buffer held for the duration of a put. Non-contiguous arrays are
 // copied to C order first (as the reference does); everything else is used

@@ -85,8 +85,9 @@ namespace {
 
 // get's destination: a new bytes object of the value's size, allocated with
 // the GIL (held when the read starts: the index probe is shorter than a GIL
-// hand-over); the GIL is released for the copy, and taken again only to
-// allocate anew when a retry finds a value of another size.
+// hand-over); the GIL is released for a copy of kReleaseGilFromBytes or
+// more, and taken again only to allocate anew when a retry finds a value of
+// another size.
 class BytesSink final : public ReadSink {
  public:
   ~BytesSink() {
@@ -100,7 +101,7 @@ class BytesSink final : public ReadSink {
       bytes_ = PyBytes_FromStringAndSize(nullptr, Py_ssize_t(size));
       if (bytes_ == nullptr) return ErrorCode::INTERNAL_ERROR;  // MemoryError, raised by Get
     }
-    if (saved_ == nullptr) saved_ = PyEval_SaveThread();
+    if (saved_ == nullptr && size >= kReleaseGilFromBytes) saved_ = PyEval_SaveThread();
     slice_ = {PyBytes_AS_STRING(bytes_), size};
     dest->slices = &slice_;
     dest->nslices = 1;
@@ -123,7 +124,7 @@ class BytesSink final : public ReadSink {
   MutSlice slice_{};
 };
 
-py::bytes Get(Store& s, const std::string& key) {
+py::bytes GetKey(Store& s, std::string_view key) {
   auto c = s.Ready("get");
   if (!c) return py::bytes("");
   BytesSink sink;
@@ -136,27 +137,33 @@ py::bytes Get(Store& s, const std::string& key) {
   return sink.Release();
 }
 
+py::bytes Get(Store& s, const py::handle& key_obj) {
+  std::string tmp;
+  return GetKey(s, KeyView(key_obj, &tmp));
+}
+
 std::vector<py::bytes> GetBatch(Store& s, const std::vector<std::string>& keys) {
   std::vector<py::bytes> out;
   out.reserve(keys.size());
-  for (const auto& k : keys) out.push_back(Get(s, k));
+  for (const auto& k : keys) out.push_back(GetKey(s, k));
   return out;
 }
 
-int IsExist(Store& s, const std::string& key) {
+// With the GIL held: a probe of the index, shorter than a GIL hand-over.
+int IsExist(Store& s, const py::handle& key_obj) {
   auto c = s.Ready("is_exist");
   if (!c) return kNotReady;
-  py::gil_scoped_release nogil;
+  std::string tmp;
+  std::string_view key = KeyView(key_obj, &tmp);
   return c->IsExist(key);
 }
 
 std::vector<int> BatchIsExist(Store& s, const std::vector<std::string>& keys) {
   auto c = s.Ready("batch_is_exist");
   if (!c) return std::vector<int>(keys.size(), kNotReady);
+  std::vector<std::string_view> views(keys.begin(), keys.end());
   py::gil_scoped_release nogil;
-  std::vector<int> out(keys.size());
-  for (size_t i = 0; i < keys.size(); ++i) out[i] = c->IsExist(keys[i]);
-  return out;
+  return c->BatchIsExist(views);
 }
 
 int64_t GetSize(Store& s, const std::string& key) {

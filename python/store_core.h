@@ -3,7 +3,9 @@
 // The binding is small shims over mcxl::Client, one file per concern
 // (module.cc lists them). Every shim follows the same rules: Python buffers
 // and objects are touched with the GIL held, the C++ work runs with the GIL
-// released, and ErrorCode becomes Mooncake's negative integers here and
+// released (but single-key reads of less than kReleaseGilFromBytes, which
+// keep it: releasing and re-taking it cost a 4 KiB get a third of its
+// instructions, and another thread waits a few µs at most), and ErrorCode becomes Mooncake's negative integers here and
 // nowhere else. Signatures, defaults and return types are those of
 // mooncake.store.MooncakeDistributedStore 0.3.13; setup() is completed by
 // the Python façade (dict form, size strings).
@@ -24,6 +26,15 @@ namespace py = pybind11;
 
 constexpr int kNotReady = int(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
 constexpr int kInvalid = int(ErrorCode::INVALID_PARAMS);
+constexpr uint64_t kReleaseGilFromBytes = 64 << 10;
+
+// A key argument as a view (put_binding.cc), without pybind11's string
+// casters (a std::string copy; string_view registers the str with the
+// call's keep-alive set: an unordered_set insert per call). The argument
+// tuple holds `key` for the whole call; the UTF-8 form of a str is cached in
+// the str itself. Other types as the std::string caster would take them,
+// copied into *tmp; a type it refuses raises TypeError.
+std::string_view KeyView(const py::handle& key, std::string* tmp);
 
 // ---- ReplicateConfig (replicate_config.cc) ----
 enum class SoftPinAction : int { PRESERVE = 0, ENABLE = 1, DISABLE = 2 };

@@ -76,8 +76,10 @@ else
 fi
 ctest --test-dir build/ci --output-on-failure
 if [ "$(id -u)" = 0 ] && unshare -n true 2>/dev/null; then
-  # Then the conformance suite once more, every store a remote client (over the Transfer Engine).
+  # Then the conformance suite and vLLM's MooncakeStoreConnector once more, every store a
+  # remote client (over the Transfer Engine).
   exec unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python3 -m pytest -q tests "$@" &&
-    MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 python3 -m pytest -q tests/compat/test_conformance.py -k mooncake_cxl' _ "$@"
+    MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 python3 -m pytest -q tests/compat/test_conformance.py -k mooncake_cxl &&
+    MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 python3 -m pytest -q tests/vllm/test_vllm_mooncake_connector.py' _ "$@"
 fi
 python3 -m pytest -q tests "$@"

@@ -3,6 +3,7 @@ a pool file in /dev/shm, stores attached to it (over rings and TCP), waits on
 a condition (wait_until, wait_for_log, metrics, ...), values any process can
 check, pool fills that measure leaks, and spawned client processes
 (`children`). Every pool file is removed afterwards."""
+import contextlib
 import glob
 import json
 import multiprocessing as mp
@@ -11,6 +12,7 @@ import random
 import re
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import time
@@ -54,6 +56,41 @@ if TEST_COHERENCE:
 # MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 (inside unshare -n): the suite's masters
 # also serve their pool over the Transfer Engine and stores are remote clients.
 REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"
+# MCXL_TEST_SIM_HOSTS=N (N >= 2): the run on N simulated non-coherent hosts
+# (cpp/pool/include/mooncake_cxl/pool/coherence_sim.h): master_factory's
+# masters format --coherence=noncoherent on host 0, this process's stores are
+# on host 1, and each Child on hosts 1..N-1 in turn. sim_counters() is the
+# checker's verdict on a pool.
+SIM_HOSTS = int(os.environ.get("MCXL_TEST_SIM_HOSTS", "0") or 0)
+if SIM_HOSTS >= 2:
+    os.environ["MC_CXL_SIM_HOST"] = "1"
+_sim_children = [0]
+
+
+def sim_counters(pool_path):
+    """(conflicts, lost_updates, false_sharing) the simulator's checker counted on
+    `pool_path` (the header of `<pool>.simlines`; zeros when no simulated host
+    attached it)."""
+    try:
+        with open(pool_path + ".simlines", "rb") as f:
+            return struct.unpack("<3Q", f.read(24))
+    except FileNotFoundError:
+        return (0, 0, 0)
+
+
+@contextlib.contextmanager
+def _sim_host(host):
+    """MC_CXL_SIM_HOST=host for the processes started in the block (a simulated run only)."""
+    saved = os.environ.get("MC_CXL_SIM_HOST")
+    if SIM_HOSTS >= 2:
+        os.environ["MC_CXL_SIM_HOST"] = str(host)
+    try:
+        yield
+    finally:
+        if saved is None:
+            os.environ.pop("MC_CXL_SIM_HOST", None)
+        else:
+            os.environ["MC_CXL_SIM_HOST"] = saved
 
 # --------------------------------------------------------------------------
 # Waiting on a condition. A test waits for what it needs (a log line, a
@@ -194,10 +231,11 @@ def _pool_dir():
 def pool_path():
     path = os.path.join(_pool_dir() or "/tmp", f"mcxl_test_{uuid.uuid4().hex}")
     yield path
-    if os.path.exists(path):
-        os.unlink(path)
-    for f in glob.glob(glob.escape(path) + ".sim*"):  # the non-coherent simulator's files
-        os.unlink(f)
+    # The pool, the session file a killed Transfer Engine process left, and
+    # the non-coherent simulator's files.
+    for p in [path, path + ".te"] + glob.glob(glob.escape(path) + ".sim*"):
+        if os.path.exists(p):
+            os.unlink(p)
 
 
 @pytest.fixture
@@ -223,10 +261,13 @@ def master_factory(pool_path, tmp_path):
             m = RemoteServedMaster(path or pool_path, secret, pool_size=pool_size, format=format,
                                    extra_flags=extra_flags, log_path=log_path)
         else:
+            if SIM_HOSTS >= 2 and not any(f.startswith("--coherence") for f in extra_flags):
+                extra_flags = ["--coherence=noncoherent", *extra_flags]
             m = MasterProcess(path or pool_path, pool_size, format=format, extra_flags=extra_flags,
                               log_path=log_path)
         started.append(m)
-        return m.start()
+        with _sim_host(0):
+            return m.start()
 
     yield start
     for m in started:
@@ -235,16 +276,6 @@ def master_factory(pool_path, tmp_path):
 
 # The coherence simulator (coherence_sim.h): a master on simulated host 0.
 SIM_SEED = 11
-
-
-def sim_counters(pool_path):
-    """(conflicts, lost_updates, false_sharing) from the checker's file."""
-    import struct
-    try:
-        with open(pool_path + ".simlines", "rb") as f:
-            return struct.unpack("<3Q", f.read(24))
-    except FileNotFoundError:
-        return (0, 0, 0)
 
 
 @pytest.fixture
@@ -426,7 +457,9 @@ class Child:
     def __init__(self, target, *args):
         self.conn, child_conn = SPAWN.Pipe()
         self.proc = SPAWN.Process(target=_child_entry, args=(child_conn, target, args), daemon=True)
-        self.proc.start()
+        _sim_children[0] += 1
+        with _sim_host(1 + _sim_children[0] % max(1, SIM_HOSTS - 1)):
+            self.proc.start()
         child_conn.close()
 
     def recv(self, timeout=CALL_TIMEOUT):

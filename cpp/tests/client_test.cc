@@ -268,6 +268,29 @@ TEST_P(ClientTest, OversizedKeysAndEmptyValuesAreRefused) {
   EXPECT_EQ(master_->stats().complete_keys, 2u);
 }
 
+TEST_P(ClientTest, BatchIsExistJudgesEachKeyAndLeasesWhatItFinds) {
+  auto c = Connect();
+  ASSERT_NE(c, nullptr);
+  ASSERT_EQ(PutValue(*c, "here", "v"), ErrorCode::OK);
+  ASSERT_EQ(PutValue(*c, "also", "w"), ErrorCode::OK);
+  ASSERT_EQ(PutValue(*c, "unread", "u"), ErrorCode::OK);
+  const std::string too_long(kMaxKeyLength + 1, 'k');
+  std::vector<std::string_view> keys = {"here", "absent", too_long, "also"};
+  auto got = c->BatchIsExist(keys);
+  ASSERT_EQ(got.size(), keys.size());
+  EXPECT_EQ(got[0], 1);
+  EXPECT_EQ(got[1], 0);
+  EXPECT_LT(got[2], 0);  // refused alone: the other keys are still answered
+  EXPECT_EQ(got[3], 1);
+  // As IsExist, a hit grants a lease: an unforced remove is refused while it
+  // lasts (the key nobody looked up goes).
+  EXPECT_EQ(c->Remove("also", false), ErrorCode::OBJECT_HAS_LEASE);
+  EXPECT_EQ(c->Remove("unread", false), ErrorCode::OK);
+  for (size_t i = 0; i < keys.size(); ++i) EXPECT_EQ(got[i], c->IsExist(keys[i])) << keys[i];
+  EXPECT_TRUE(c->Close().ok());
+  for (int r : c->BatchIsExist(keys)) EXPECT_EQ(r, ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+}
+
 TEST_P(ClientTest, AfterCloseEveryCallIsUnavailableAndANewClientAttaches) {
   auto c = Connect("client_test:first");
   ASSERT_NE(c, nullptr);

@@ -20,6 +20,7 @@ namespace mcxl {
 namespace {
 
 using testutil::Enc;
+using testutil::PinInTable;
 using testutil::kMiB;
 using testutil::StatusOf;
 using testutil::ValueFor;
@@ -124,16 +125,6 @@ TEST_F(MasterRecoveryTest, RestartOnUnformattedOrForeignFileFails) {
 }
 
 // ---- Pins of a live process outlive its attachment.
-
-// What Client::PinValue leaves in the pool: a claimed record.
-static void PinInTable(const Pool& pool, uint32_t slot, uint32_t record, const EntrySnapshot& s) {
-  ClientSlot* cs = pool.client_slot(slot);
-  PinRecord& rec = pool.pin_table(slot)[record];
-  rec.object_offset.store(s.object_offset);
-  rec.generation.store(s.generation());
-  cs->pins_in_use.fetch_add(1);
-  if (cs->pin_high_water.load() < record + 1) cs->pin_high_water.store(record + 1);
-}
 
 TEST_F(MasterRecoveryTest, RestartKeepsALiveClientsPinsAndTheViewedExtent) {
   ClientRef c = Attach();

@@ -2,12 +2,17 @@
 // /dev/shm pool: attach/detach, PutStart + client-side publish + Tick,
 // duplicate puts, upsert, Remove / BatchRemove / RemoveAll / RemoveByRegex,
 // leases, malformed payloads of every request type and unknown types, the
-// index load limit, eviction, and requests that must not stall the master.
+// index load limit, eviction, requests that must not stall the master, and
+// the serving process's session file (DropDeadTeSession).
 // Restarts and views: master_recovery_test.cc.
 #include "mooncake_cxl/master/master.h"
 
 #include <gtest/gtest.h>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -564,6 +569,38 @@ TEST_F(MasterTest, PerRequestListsAreCappedAndAbandonedIdsHashed) {
   RemoveRequest rm{c, many.keys, true};
   EXPECT_EQ(CallFor<RemoveReply>(MessageType::kBatchRemove, Enc(rm)).status, ErrorCode::INVALID_PARAMS);
   EXPECT_EQ(master_->stats().pending_puts, 1u);  // "v" only
+}
+
+// The serving process's session file: only a writer known gone loses it.
+TEST(TeSessionFile, DroppedOnlyWhenItsWriterIsGone) {
+  testutil::ShmDir dir("TeSessionFile");
+  std::string path = dir.File("pool.te");
+  auto write = [&](const std::string& text) {
+    FILE* f = fopen(path.c_str(), "w");
+    ASSERT_NE(f, nullptr);
+    fputs(text.c_str(), f);
+    fclose(f);
+  };
+  auto exists = [&] { return access(path.c_str(), F_OK) == 0; };
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  ASSERT_EQ(waitpid(child, nullptr, 0), child);  // reaped: its pid is gone
+  const std::string dead = std::to_string(child), live = std::to_string(getpid());
+  EXPECT_FALSE(DropDeadTeSession(path));  // no file
+  for (const char* unjudgeable : {"127.0.0.1:1\n", "127.0.0.1:1", "127.0.0.1:1\nx\n", "127.0.0.1:1\n0\n",
+                                  "127.0.0.1:1\n99999999999\n"}) {
+    write(unjudgeable);
+    EXPECT_FALSE(DropDeadTeSession(path)) << unjudgeable;
+    EXPECT_TRUE(exists()) << unjudgeable;
+  }
+  write("127.0.0.1:1\n" + live + "\n");
+  EXPECT_FALSE(DropDeadTeSession(path));
+  EXPECT_TRUE(exists());
+  write("127.0.0.1:1\n" + dead + "\n");
+  EXPECT_TRUE(DropDeadTeSession(path));
+  EXPECT_FALSE(exists());
+  EXPECT_FALSE(DropDeadTeSession(""));
 }
 
 }  // namespace

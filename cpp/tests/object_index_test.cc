@@ -374,6 +374,7 @@ TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {
   for (const auto& [k, slot] : live) {
     idx().ShadowSlots(KeyHash(k), &slots);
     EXPECT_EQ(slots, std::vector<uint64_t>{slot}) << k;
+    EXPECT_TRUE(idx().ShadowAlone(slot)) << k;
   }
   for (const auto& k : removed) {
     idx().ShadowSlots(KeyHash(k), &slots);
@@ -386,9 +387,26 @@ TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {
   ASSERT_TRUE(a.ok() && b.ok());
   idx().ShadowSlots(h, &slots);
   EXPECT_EQ(slots, (std::vector<uint64_t>{*a, *b}));
+  EXPECT_FALSE(idx().ShadowAlone(*a));
+  EXPECT_FALSE(idx().ShadowAlone(*b));
   idx().Tombstone(*a);
   idx().ShadowSlots(h, &slots);
   EXPECT_EQ(slots, std::vector<uint64_t>{*b});
+  EXPECT_TRUE(idx().ShadowAlone(*b));
+  EXPECT_FALSE(idx().ShadowAlone(*a));  // not filed any more
+  // Hashes sharing the shadow's tag (their high half) in one window, one
+  // homed at the last slot (its window wraps): each alone under its own.
+  uint64_t high = KeyHash("tag") & ~0xffffffffull;
+  uint64_t h1 = high | (kCapacity - 1), h2 = high | kCapacity;  // homes: the last slot, slot 0
+  auto s1 = idx().Insert({h1, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  auto s2 = idx().Insert({h2, w_->Extent(4, 1), 1, gen++, NowNs(), 0, 0});
+  ASSERT_TRUE(s1.ok() && s2.ok());
+  EXPECT_TRUE(idx().ShadowAlone(*s1));
+  EXPECT_TRUE(idx().ShadowAlone(*s2));
+  idx().ShadowSlots(h1, &slots);
+  EXPECT_EQ(slots, std::vector<uint64_t>{*s1});
+  idx().ShadowSlots(h2, &slots);
+  EXPECT_EQ(slots, std::vector<uint64_t>{*s2});
 }
 
 TEST_F(ObjectIndexTest, LeaseOnlyGrows) {

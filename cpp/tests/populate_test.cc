@@ -25,6 +25,12 @@ uint64_t AllocatedBytes(const std::string& path) {
 }
 
 // Bytes of `path`'s mapping resident in this process (smaps Rss).
+// A populated 64 MiB mapping's Rss: all of it but a few pages, which the
+// kernel's page migration (compaction) unmaps for a moment on a busy
+// machine (seen: 2 pages short once in ~15 runs); an unpopulated one is
+// short by megabytes.
+constexpr uint64_t kWholePoolResident = (64 << 20) - (64 << 10);
+
 uint64_t ResidentBytes(const std::string& path) {
   std::ifstream smaps("/proc/self/smaps");
   std::string line;
@@ -83,13 +89,13 @@ TEST(Populate, AllocateFillsTheFileAndMapsItAndMapMapsIt) {
   master_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kAllocate);
   WaitDone(master_side);
   EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
-  EXPECT_GE(ResidentBytes(path), 64 * kMiB);  // the master's header writes take no fault
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);  // the master's header writes take no fault
   ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);  // as a fresh client's mapping
   EXPECT_LT(ResidentBytes(path), 32 * kMiB);
   BackgroundPopulator client_side;
   client_side.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
   WaitDone(client_side);
-  EXPECT_GE(ResidentBytes(path), 64 * kMiB);
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);
   EXPECT_EQ(pool->base()[pool->size() - 1], 7);
   EXPECT_TRUE(pool->Verify(nullptr).ok());
 }
@@ -121,6 +127,53 @@ TEST(Populate, StopEndsARunAndCanRestart) {
   pop.Stop();  // idempotent
   pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap);
   WaitDone(pop);
+}
+
+// While the probe says foreground work ran, no step is taken (not a byte
+// allocated or mapped); once it goes quiet the run finishes. Stop ends a
+// run that waits on a busy probe.
+TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
+  testutil::ShmDir dir("populate_defer");
+  std::string path = dir.File("p");
+  auto pool = Formatted(path, 64 * kMiB);
+  ASSERT_TRUE(pool);
+  ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);
+  uint64_t allocated = AllocatedBytes(path), resident = ResidentBytes(path);
+  std::atomic<bool> busy{true};
+  std::atomic<int> asked{0};
+  BackgroundPopulator pop;
+  pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kAllocate, [&] {
+    asked.fetch_add(1);
+    return busy.load();
+  });
+  ASSERT_TRUE(testutil::WaitUntil([&] { return asked.load() >= 5; }));
+  EXPECT_FALSE(pop.done());
+  EXPECT_EQ(AllocatedBytes(path), allocated);
+  EXPECT_LE(ResidentBytes(path), resident);
+  busy = false;
+  WaitDone(pop);
+  EXPECT_GE(AllocatedBytes(path), 64 * kMiB);
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);
+
+  BackgroundPopulator waiting;
+  waiting.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap, [] { return true; });
+  waiting.Stop();
+  EXPECT_FALSE(waiting.done());
+}
+
+// The probe from a counter: busy exactly when the counter moved since the
+// previous call.
+TEST(Populate, BusySinceLastPollFollowsTheCounter) {
+  ActivityCounter c;
+  ForegroundBusy busy = BusySinceLastPoll(&c);
+  EXPECT_FALSE(busy());  // never moved
+  c.Note();
+  EXPECT_TRUE(busy());
+  EXPECT_FALSE(busy());
+  c.Note();
+  c.Note();
+  EXPECT_TRUE(busy());
+  EXPECT_FALSE(busy());
 }
 
 }  // namespace

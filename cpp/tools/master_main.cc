@@ -244,6 +244,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (!cfg.te_protocol.empty() && cfg.te_session_file.empty()) cfg.te_session_file = cfg.cxl_path + ".te";
+  // A killed serving process's session (a dead port) is not advertised.
+  if (!cfg.te_protocol.empty()) (void)mcxl::DropDeadTeSession(cfg.te_session_file);
   if (!auth_token_file.empty()) {
     std::string why;
     if (!mcxl::LoadOrCreateSecret(auth_token_file, &cfg.remote_secret, &why)) {
@@ -351,6 +353,8 @@ int main(int argc, char** argv) {
   rings.Stop();
   http.Stop();
   if (elector) elector->Resign();  // a standby takes over at once
+  // A serving process killed before this master stopped leaves its file.
+  if (!cfg.te_protocol.empty()) (void)mcxl::DropDeadTeSession(cfg.te_session_file);
   MCXL_LOG(kInfo, "master", "stopped");
   return 0;
 }

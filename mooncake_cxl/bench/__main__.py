@@ -63,6 +63,10 @@ def _parser():
                          "remote (a client outside the pod over TE-TCP against Mooncake's store, raw TE "
                          "and a local client; needs the oracle extra and `unshare -n`); "
                          "coherence (coherent vs real non-coherent vs simulated primitives, alternating)")
+    ap.add_argument("--coherence", choices=["coherent", "noncoherent", "simulated"], default="coherent",
+                    help="data, control: the pool's mode (--coherence at format) and, for simulated, every "
+                         "process on simulated host 0 (MC_CXL_SIM_HOST, churn off); the coherence section "
+                         "runs the three alternating")
     ap.add_argument("--pd-parts", default="handoff,ttft",
                     help="with --only pd: which parts (handoff: the KV hand-off, ~5 min; ttft: TTFT in "
                          "vLLM, ~25 min on 2 cores)")
@@ -160,6 +164,8 @@ def _run_section(args, key, module, takes_prefault, pool_dir, results, bodies):
     import importlib
     mod = importlib.import_module(f".{module}", __package__)
     kw = {"prefault": not args.no_prefault} if takes_prefault else {}
+    if key in ("data", "control"):
+        kw["coherence"] = args.coherence
     results[key] = mod.run(quick=args.quick, pool_dir=pool_dir, **kw)
     _show(bodies, key, mod.markdown(results[key]))
 

@@ -113,6 +113,21 @@ def temp_pool(prefix, pool_dir=None):
                 os.unlink(f)
 
 
+def set_environ(env):
+    """Sets `env` in os.environ; returns what restore_environ needs to undo it."""
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    return saved
+
+
+def restore_environ(saved):
+    for k, v in saved.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
 def wait_or_kill(proc, timeout):
     """Wait up to timeout seconds for proc to exit; SIGKILL it (and reap) if it does not."""
     try:
@@ -127,3 +142,12 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def memcpy_baseline(size, working_set, dst_working_set=0, anonymous=False):
+    """The memcpy baseline (mooncake_cxl._bench_core.MemcpyBench): copies of
+    `size` bytes from a /dev/shm mapping (the pool's own medium), or from
+    ordinary anonymous memory (what a user compares against)."""
+    from mooncake_cxl import _bench_core
+    shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
+    return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)

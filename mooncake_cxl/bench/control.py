@@ -11,6 +11,7 @@ import multiprocessing as mp
 import os
 import time
 
+from . import coherence as coh
 from . import common, paced
 from .common import MIB
 
@@ -50,12 +51,14 @@ def _idle_client(address, ready, stop):
     s.close()
 
 
-def run(quick=False, pool_dir="/dev/shm"):
+def run(quick=False, pool_dir="/dev/shm", coherence="coherent"):
     """Both transports against one master of its own, over a fresh pool."""
     from ..launch import MasterProcess
-    with common.temp_pool("mcxl_bench_ctl", pool_dir) as pool, MasterProcess(pool, 256 * MIB, format=True) as m:
+    with coh.build_env(coherence, 0), common.temp_pool("mcxl_bench_ctl", pool_dir) as pool, \
+            MasterProcess(pool, 256 * MIB, format=True, extra_flags=coh.master_flags(coherence)) as m:
         result = measure(m, quick=quick)
     result["paced"] = paced.run(quick=quick, pool_dir=pool_dir)
+    result["coherence"] = coherence
     return result
 
 
@@ -105,6 +108,9 @@ def markdown(result):
         lines.append(f"| {names[r['op']]} | {r['ring_median_us']:.1f} | {r['ring_p99_us']:.1f} | "
                      f"{r['tcp_median_us']:.1f} | {r['tcp_p99_us']:.1f} | {r['reduction'] * 100:.0f}% |")
     lines.append("")
+    if result.get("coherence", "coherent") != "coherent":
+        lines.append(f"Pool mode: {result['coherence']} (--coherence {result['coherence']}).")
+        lines.append("")
     lines.append(f"Master CPU while idle with {result['idle_clients']} clients attached: "
                  f"{result['idle_cpu_percent']:.2f}% of one core (over {result['idle_window_s']:.1f} s).")
     if "paced" in result:

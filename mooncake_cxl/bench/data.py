@@ -18,6 +18,7 @@ import os
 import statistics
 import time
 
+from . import coherence as coh
 from . import common, pages
 from .common import KIB, MIB
 
@@ -53,14 +54,6 @@ def _chunk(size, n):
     # a shared VM); small ones in tenths of the run, so that the baseline's
     # copies do not flush the caches before every store call.
     return 1 if size >= MIB else max(10, n // 10)
-
-
-def _baseline(size, working_set, dst_working_set=0, anonymous=False):
-    from mooncake_cxl import _bench_core
-    # From a /dev/shm mapping (the pool's own medium), or from ordinary
-    # anonymous memory (what a user compares against).
-    shm = "/dev/shm" if os.path.isdir("/dev/shm") and not anonymous else ""
-    return _bench_core.MemcpyBench(size, working_set, dst_working_set, shm)
 
 
 def _connect(address, prefault, pool):
@@ -116,7 +109,7 @@ def writer(address, plan, out, prefault=True, cpu=None, pool=None, new_keys=None
             if rc != 0:
                 raise RuntimeError(f"timed put of {size} B failed: {rc}")
 
-        base = _baseline(size, size * nkeys)
+        base = common.memcpy_baseline(size, size * nkeys)
         for i in range(WARMUP_ROUNDS):
             put(nputs + i)
             s.remove(tmp_key(nputs + i), force=True)
@@ -167,7 +160,7 @@ def reader(address, plan, out, prefault=True, pool=None):
             if s.get(_key(size, i)) != common.value(size, i):
                 raise RuntimeError(f"wrong bytes for {_key(size, i)}")
         keys = [_key(size, i) for i in range(nkeys)]
-        base = _baseline(size, size * nkeys)
+        base = common.memcpy_baseline(size, size * nkeys)
         chunk = _chunk(size, ngets)
         rows = results.setdefault(size, {})
 
@@ -210,9 +203,9 @@ def reader(address, plan, out, prefault=True, pool=None):
             # Baselines: BATCH plain memcpys of 64 KiB into BATCH distinct
             # buffers, from /dev/shm and from anonymous memory; and one plain
             # memcpy of the same 2 MiB from anonymous memory (the goal's bar).
-            per = _baseline(size, size * nkeys, size * BATCH)
-            per_anon = _baseline(size, size * nkeys, size * BATCH, anonymous=True)
-            whole_anon = _baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
+            per = common.memcpy_baseline(size, size * nkeys, size * BATCH)
+            per_anon = common.memcpy_baseline(size, size * nkeys, size * BATCH, anonymous=True)
+            whole_anon = common.memcpy_baseline(size * BATCH, size * BATCH * max(1, nkeys // BATCH), size * BATCH,
                                    anonymous=True)
             nb = max(20, ngets // BATCH)
             lat, mc, mc_anon, mc_whole = [], [], [], []
@@ -234,13 +227,20 @@ def reader(address, plan, out, prefault=True, pool=None):
     out.put(("read", results))
 
 
-def run(quick=False, pool_dir="/dev/shm", prefault=True):
+def run(quick=False, pool_dir="/dev/shm", prefault=True, coherence="coherent"):
+    with coh.build_env(coherence, 0):
+        result = _run(quick, pool_dir, prefault, coh.master_flags(coherence), coh.mapped_suffix(coherence))
+    result["coherence"] = coherence
+    return result
+
+
+def _run(quick, pool_dir, prefault, coherence_flags, mapped_suffix):
     from ..launch import MasterProcess
     plan = [(s, max(2, k // 4), max(10, p // 10), max(20, g // 10)) for s, k, p, g in PLAN] if quick else PLAN
     pool_bytes = sum(size * (nkeys + 2) for size, nkeys, _, _ in plan) * 2 + 64 * MIB + 2 * NEW_KEY_WINDOW_BYTES
     ctx = mp.get_context("spawn")
     new_keys = {s: max(10, n // 10) for s, n in NEW_KEY_PUTS.items()} if quick else NEW_KEY_PUTS
-    flags = [] if prefault else ["--prefault_pool=false"]
+    flags = ([] if prefault else ["--prefault_pool=false"]) + coherence_flags
     t0 = time.perf_counter()
     with common.temp_pool("mcxl_bench", pool_dir) as pool, \
             MasterProcess(pool, pool_bytes, format=True, extra_flags=flags) as m:
@@ -250,13 +250,13 @@ def run(quick=False, pool_dir="/dev/shm", prefault=True):
         rows = {}
         for target in (writer, reader):
             p = ctx.Process(target=target, args=(m.address, plan, q, prefault),
-                            kwargs={"pool": (pool, m.pool_size)} if target is reader else
-                            {"pool": (pool, m.pool_size), "new_keys": new_keys})
+                            kwargs={"pool": (pool + mapped_suffix, m.pool_size)} if target is reader else
+                            {"pool": (pool + mapped_suffix, m.pool_size), "new_keys": new_keys})
             p.start()
             kind, data = q.get(timeout=600)
             p.join()
             rows[kind] = data
-        placed = None if quick else _put_on_separate_cores(ctx, m, prefault, (pool, m.pool_size))
+        placed = None if quick else _put_on_separate_cores(ctx, m, prefault, (pool + mapped_suffix, m.pool_size))
     setup = {"master_start_s": master_start_s, "writer_setup_s": rows["put"].pop("setup_s"),
              "reader_setup_s": rows["read"].pop("setup_s"), "master_populated_s": populated_s}
     page = rows["read"].pop("page")
@@ -311,12 +311,17 @@ def _put_on_separate_cores(ctx, master, prefault, pool):
     return {"median_us": med, "p99_us": p99, "writer_cpu": cpus[0], "master_cpu": cpus[-1], "samples": len(lat)}
 
 
+def _coherence_note(result):
+    mode = result.get("coherence", "coherent")
+    return "" if mode == "coherent" else f" Pool mode: {mode} (--coherence {mode})."
+
+
 def markdown(result):
     lines = ["Latency per call through the Python API; writer and reader are separate processes. "
              "Each row's memcpy is a plain single-thread memcpy of the same size from a /dev/shm "
              "mapping (the pool's medium), timed in the same process, interleaved with that row's "
              "calls so that both see the same drift; from 1 MiB up they alternate one by one and "
-             "the ratio is the median of the per-pair ratios.", "",
+             "the ratio is the median of the per-pair ratios." + _coherence_note(result), "",
              "| op | size | pool page | median µs | p99 µs | p99 ÷ median | GB/s (median) | memcpy median µs | memcpy GB/s | store ÷ memcpy bandwidth |",
              "|---|---|---|---:|---:|---:|---:|---:|---:|---:|"]
     for r in result["rows"]:

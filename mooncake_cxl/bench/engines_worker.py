@@ -4,15 +4,20 @@ alternates them). Reads commands from stdin, one JSON object a line, and
 answers each with one JSON line on stdout:
 
     {"op": "sglang", "page_bytes": N, "batch": 32, "iters": I}
-        -> {"set_gbps": ..., "get_gbps": ..., "exact": bool}  (a batch's bytes / its median time)
+        -> {"set_gbps": ..., "get_gbps": ..., "memcpy_gbps": ..., "exact": bool}
+           (a batch's bytes / its median time)
     {"op": "lmcache", "batch": B, "iters": I}
-        -> {"put_gbps": ..., "get_gbps": ..., "exact": bool}
+        -> {"put_gbps": ..., "get_gbps": ..., "memcpy_gbps": ..., "exact": bool}
+
+memcpy_gbps: one memcpy of a batch's bytes from a /dev/shm mapping, timed
+after each batch (common.memcpy_baseline, the data section's baseline).
 
 argv: master address, "ours"|"reference". Every batch writes fresh keys (both
 backends skip keys that exist) and reads them back into other host memory.
 """
 import asyncio
 import json
+import os
 import statistics
 import sys
 import time
@@ -21,6 +26,26 @@ import torch
 
 LAYERS, HEADS = 4, 2
 _sglang = {}
+_memcpy = {}
+
+
+def wait_for_pool_mapping():
+    """With MCXL_BENCH_POOL=path:size (ours, prefault on): once, after the
+    first store's setup, until this process has the whole pool mapped."""
+    spec = os.environ.pop("MCXL_BENCH_POOL", None)
+    if spec:
+        from mooncake_cxl.bench import pages
+        path, size = spec.rsplit(":", 1)
+        pages.wait_resident(os.getpid(), path, int(size))
+
+
+def memcpy_ns(nbytes):
+    """One memcpy of nbytes from a /dev/shm mapping (cycling over 64 MiB, as
+    a store's reads cycle over its pool) into a warm destination: ns."""
+    if nbytes not in _memcpy:
+        from mooncake_cxl.bench import common
+        _memcpy[nbytes] = common.memcpy_baseline(nbytes, max(nbytes, 64 << 20), nbytes)
+    return _memcpy[nbytes].run(1)[0]
 
 
 def _sglang_store(master, page_bytes, batch):
@@ -48,6 +73,7 @@ def _sglang_store(master, page_bytes, batch):
                                              "global_segment_size": "1gb"})
     store = MooncakeStore(cfg, host)
     store.register_mem_pool_host(host)
+    wait_for_pool_mapping()
     return store, host, page
 
 
@@ -58,7 +84,7 @@ def sglang(master, page_bytes, batch, iters, tag):
     store, host, page = _sglang[key]
     src = torch.arange(0, batch * page)
     dst = torch.arange(batch * page, 2 * batch * page)
-    t_set, t_get = [], []
+    t_set, t_get, t_copy = [], [], []
     exact = True
     for i in range(iters):
         keys = [f"{tag}-{page_bytes}-{i}-{j}" for j in range(batch)]
@@ -69,13 +95,14 @@ def sglang(master, page_bytes, batch, iters, tag):
         t2 = time.perf_counter()
         t_set.append(t1 - t0)
         t_get.append(t2 - t1)
+        t_copy.append(memcpy_ns(batch * page_bytes) / 1e9)
         exact &= all(ok_set) and all(ok_get)
     a = host.kv_buffer[:, :batch * page].contiguous().view(torch.uint8)
     b = host.kv_buffer[:, batch * page:2 * batch * page].contiguous().view(torch.uint8)
     exact &= torch.equal(a, b)
     moved = batch * page_bytes / 1e9
     return {"set_gbps": moved / statistics.median(t_set), "get_gbps": moved / statistics.median(t_get),
-            "exact": bool(exact)}
+            "memcpy_gbps": moved / statistics.median(t_copy), "exact": bool(exact)}
 
 
 _lm = {}
@@ -104,11 +131,12 @@ def lmcache(master, batch, iters, tag):
         backend = LocalCPUBackend(config, metadata)
         _lm.update(loop=loop, backend=backend, metadata=metadata,
                    connector=CreateConnector(config.remote_url, loop, backend, config, metadata))
+        wait_for_pool_mapping()
     loop, backend, connector = _lm["loop"], _lm["backend"], _lm["connector"]
     shape = _lm["metadata"].get_shapes()[0]
     values = [torch.randint(0, 256, (2 * shape.numel(),), dtype=torch.uint8) for _ in range(batch)]
     chunk = values[0].numel()
-    t_put, t_get = [], []
+    t_put, t_get, t_copy = [], [], []
     exact = True
     for i in range(iters):
         keys = [CacheEngineKey("bench", 1, 0, hash((tag, i, j)) & (2**62 - 1), torch.bfloat16) for j in range(batch)]
@@ -122,13 +150,14 @@ def lmcache(master, batch, iters, tag):
         t2 = time.perf_counter()
         t_put.append(t1 - t0)
         t_get.append(t2 - t1)
+        t_copy.append(memcpy_ns(batch * chunk) / 1e9)
         exact &= all(g is not None and torch.equal(g.tensor.view(torch.uint8).reshape(-1), v)
                      for g, v in zip(got, values))
         for o in objs + [g for g in got if g is not None]:
             o.ref_count_down()
     moved = batch * chunk / 1e9
     return {"put_gbps": moved / statistics.median(t_put), "get_gbps": moved / statistics.median(t_get),
-            "exact": bool(exact), "chunk_bytes": chunk}
+            "memcpy_gbps": moved / statistics.median(t_copy), "exact": bool(exact), "chunk_bytes": chunk}
 
 
 def main():

@@ -22,6 +22,8 @@ from .common import KIB, MIB
 
 BATCH = 1000
 LOADS = (0.5, 0.8, 0.9, 0.95)
+# Fill levels (objects put, in index capacities) the batch times are split by.
+LEVELS = ((0, 0.5), (0.5, 0.8), (0.8, 1.0), (1.0, 2.0), (2.0, 3.0))
 _SAMPLE = re.compile(r'^(\w+)(?:\{(.*)\})? (\S+)$')
 
 
@@ -89,6 +91,7 @@ def _batches(size, pool_bytes, pool_dir):
         after = _metrics(m.metrics_url)
     empty = statistics.median(times[:max(1, int(0.2 * cap) // BATCH)])
     return {
+        "levels": _by_level(times, cap, empty),
         "value_bytes": size, "index_capacity": cap, "batch_s": times, "empty_batch_s": empty,
         "worst_ratio": max(times) / empty, "worst_batch_ms": max(times) * 1e3,
         "p99_ratio": sorted(times)[int(0.99 * (len(times) - 1))] / empty,
@@ -102,6 +105,17 @@ def _batches(size, pool_bytes, pool_dir):
                           for op in ("put_lookup", "insert")},
         "steady_hit": _share(_buckets(after, "mooncake_cxl_index_hit_probe_entries_bucket", "hit")),
     }
+
+
+def _by_level(times, cap, empty):
+    """Per fill level: median, p99 and worst batch against the empty-pool batch."""
+    out = []
+    for lo, hi in LEVELS:
+        seg = sorted(times[int(lo * cap) // BATCH:int(hi * cap) // BATCH])
+        if seg:
+            out.append({"from": lo, "to": hi, "median": seg[len(seg) // 2] / empty,
+                        "p99": seg[int(0.99 * (len(seg) - 1))] / empty, "worst": seg[-1] / empty})
+    return out
 
 
 def _probes_by_load(pool_bytes, pool_dir):
@@ -172,6 +186,14 @@ def markdown(r):
         lines.append(f"| {f['value_bytes']} B | {f['empty_batch_s'] * 1e3:.2f} ms | {f['worst_batch_ms']:.1f} ms "
                      f"| {f['worst_ratio']:.1f}x | {f['p99_ratio']:.1f}x | {100 * f['within_2x']:.0f}% "
                      f"| {f['over_50ms']} | {f['index_evicted']:,.0f} ({f['window_evicted']:,.0f}) |")
+    lines += ["", "Batch time by fill level (objects put, in index capacities), against the empty-pool batch: "
+              "median / p99 / worst:", "",
+              "| values | " + " | ".join(f"{lo:g}-{hi:g}x" for lo, hi in LEVELS) + " |",
+              "|---|" + "---|" * len(LEVELS)]
+    for f in r["fills"]:
+        cells = {(lv["from"], lv["to"]): f"{lv['median']:.1f} / {lv['p99']:.1f} / {lv['worst']:.1f}"
+                 for lv in f.get("levels", [])}
+        lines.append(f"| {f['value_bytes']} B | " + " | ".join(cells.get(lh, "-") for lh in LEVELS) + " |")
     lines += ["", "Probe lengths (index slots read; share within 1 / 4 / 16 / 64 slots; 64 is the bound):", "",
               "| index load | put's lookup of a new key | insert | a lookup that finds its entry |",
               "|---|---|---|---|"]

@@ -115,20 +115,6 @@ def _drop_cache(tier_dir):
                 os.close(fd)
 
 
-def _with_env(env):
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)
-    return saved
-
-
-def _restore(saved):
-    for k, v in saved.items():
-        if v is None:
-            os.environ.pop(k, None)
-        else:
-            os.environ[k] = v
-
-
 def _flags(tier_dir):
     return ["--enable_offload", "--offload_on_evict", "--promotion_on_hit",
             f"--promotion_admission_threshold={THRESHOLD}", f"--root_fs_dir={tier_dir}"]
@@ -138,7 +124,7 @@ def _reads(size, quick, tier_root, logdir):
     import numpy as np
     segment = _segment(size)
     tier_dir = tempfile.mkdtemp(prefix="mcref_bench_tier_", dir=tier_root)
-    saved = _with_env(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
+    saved = common.set_environ(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
     m = reference.ReferenceMaster(os.path.join(logdir, f"master_{size}.log"), _flags(tier_dir)).start()
     try:
         s = _client(m.address, segment, tier_dir)
@@ -204,7 +190,7 @@ def _reads(size, quick, tier_root, logdir):
                 "not_disk_reads": not_disk, "promotion_timeouts": promo_fail}
     finally:
         m.stop()
-        _restore(saved)
+        common.restore_environ(saved)
         shutil.rmtree(tier_dir, ignore_errors=True)
 
 
@@ -236,13 +222,13 @@ def _puts(quick, tier_root, logdir):
             out["without"] = _put_rate(m.address, segment, None, n, value, "p")
         finally:
             m.stop()
-        saved = _with_env(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
+        saved = common.set_environ(dict(_env(size), MOONCAKE_OFFLOAD_FILE_STORAGE_PATH=tier_dir))
         m = reference.ReferenceMaster(os.path.join(logdir, "master_offload.log"), _flags(tier_dir)).start()
         try:
             out["with"] = _put_rate(m.address, segment, tier_dir, n, value, "p")
         finally:
             m.stop()
-            _restore(saved)
+            common.restore_environ(saved)
     finally:
         shutil.rmtree(tier_dir, ignore_errors=True)
     out["slowdown"] = 1 - out["with"]["gbps"] / out["without"]["gbps"] if out["without"]["gbps"] else None

@@ -172,8 +172,8 @@ class RemoteClient:
             raise RemoteError(UNAVAILABLE, "the master advertises no Transfer Engine for its pool "
                                            "(start it with --pool_te_protocol=tcp)")
         if self.te is None:
-            from mooncake.engine import TransferEngine
-            te = TransferEngine()
+            from .engine import transfer_engine_class
+            te = transfer_engine_class()()
             host = self.hostname.rpartition(":")[0] or "127.0.0.1"
             if te.initialize(host, "P2PHANDSHAKE", reply["te_protocol"] or self.protocol, "") != 0:
                 raise RemoteError(TRANSFER_FAIL, "the local Transfer Engine did not start")

@@ -10,6 +10,7 @@ import logging
 
 from .. import _core
 from ..errors import ErrorCode
+from .announce import open_reader
 from .client import INVALID, OK, RemoteClient, RemoteError
 from .wire import LOCATE_PEEK
 
@@ -17,6 +18,7 @@ log = logging.getLogger("mooncake_cxl")
 
 NOT_READY = int(ErrorCode.UNAVAILABLE_IN_CURRENT_STATUS)
 NOT_FOUND = int(ErrorCode.OBJECT_NOT_FOUND)
+NOT_SUPPORTED = int(ErrorCode.NOT_SUPPORTED)
 
 
 def _key(key):
@@ -548,4 +550,15 @@ class RemoteStoreMethods:
         return 0
 
     def _announce_open(self, name, producer, from_start=False):
-        raise RuntimeError("announcement channels live in the pool: a remote client cannot open them")
+        """A reader over the engine (remote/announce.py); producing needs the pool."""
+        c = self._ready("announce_open")
+        if c is None:
+            return NOT_READY
+        if producer:
+            log.warning("announce_open(%r): a remote client cannot produce (claiming a channel is a CAS "
+                        "the Transfer Engine does not have): %d", name, NOT_SUPPORTED)
+            return NOT_SUPPORTED
+        try:
+            return open_reader(c, name, from_start)
+        except RemoteError as e:
+            return e.code

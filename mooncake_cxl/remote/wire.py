@@ -11,7 +11,7 @@ MAX_PAYLOAD = 64 << 20
 
 PING, ATTACH, DETACH, PUT_START, REMOVE, BATCH_REMOVE = 1, 2, 3, 4, 5, 6
 REMOVE_BY_REGEX, REMOVE_ALL, HEARTBEAT, PROMOTE, SETTLE = 7, 8, 9, 10, 11
-ANNOUNCE_OPEN, ANNOUNCE_CLOSE, LOCATE, PUBLISH = 12, 13, 14, 15  # announce: not used remotely
+ANNOUNCE_OPEN, ANNOUNCE_CLOSE, LOCATE, PUBLISH = 12, 13, 14, 15
 
 MAX_REQUEST_KEYS = 4096
 LOCATE_TO_VALIDATE = 1  # kLocateToValidate: a re-check, not a second read
@@ -167,6 +167,14 @@ def settle(ref, items):
     return e.bytes()
 
 
+def announce_open(ref, name):
+    return Encoder().ref(ref).str(name).bytes()
+
+
+def announce_close(ref, channel, name_hash):
+    return Encoder().ref(ref).u32(channel).u64(name_hash).bytes()
+
+
 def ref_only(ref):
     return Encoder().ref(ref).bytes()
 
@@ -228,6 +236,11 @@ def locate_reply(p):
                       d.str().decode(errors="replace")))
     # (status, entry_offset, version, state_gen, value_offset, value_size, put_time_ns, writer)
     return status, items
+
+
+def announce_open_reply(p):
+    d = Decoder(p)
+    return d.i32(), d.u32(), d.u64()  # (status, channel, name_hash)
 
 
 def ticket_reply(p):

@@ -61,6 +61,49 @@ def test_key_forms(store):
     assert store.get("a") == b""
 
 
+def test_single_key_reads_take_str_or_bytes_keys_and_refuse_others(store):
+    # get, is_exist and get_into read their key without a std::string copy;
+    # the forms they accept and refuse are those of put.
+    value = bytes(range(256)) * 16
+    assert store.put("rk/4k", value) == OK
+    assert store.get(b"rk/4k") == value and store.is_exist(b"rk/4k") == 1
+    dst = np.zeros(len(value), dtype=np.uint8)
+    assert store.register_buffer(dst.ctypes.data, dst.nbytes) == OK
+    assert store.get_into(b"rk/4k", dst.ctypes.data, dst.nbytes) == len(value)
+    assert dst.tobytes() == value
+    for bad in ("\ud800", 5, None):
+        for call in (lambda k: store.get(k), lambda k: store.is_exist(k),
+                     lambda k: store.get_into(k, dst.ctypes.data, dst.nbytes)):
+            with pytest.raises(TypeError):
+                call(bad)
+    assert store.unregister_buffer(dst.ctypes.data) == OK
+    assert store.get("rk/4k") == value
+
+
+def test_reads_below_and_above_the_gil_threshold_beside_another_thread(store):
+    # Values under 64 KiB are copied with the GIL held, larger ones without:
+    # both stay correct while another Python thread reads too.
+    import threading
+    values = {f"gil/{n}": bytes([n % 251]) * n for n in (4096, 65535, 65536, 1 << 20)}
+    for k, v in values.items():
+        assert store.put(k, v) == OK
+    errors = []
+
+    def reader(keys):
+        for _ in range(200):
+            for k in keys:
+                if store.get(k) != values[k] or store.is_exist(k) != 1:
+                    errors.append(k)
+
+    threads = [threading.Thread(target=reader, args=(list(values),)),
+               threading.Thread(target=reader, args=(list(reversed(values)),))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
 def test_empty_key_and_value_are_invalid(store):
     assert store.put("", b"x") == ErrorCode.INVALID_PARAMS
     assert store.put("k", b"") == ErrorCode.INVALID_PARAMS

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import tensor_workers
-from conftest import connect, wait_until
+from conftest import REMOTE_RUN, connect, wait_until
 
 INVALID, NOT_FOUND, EXISTS = -600, -704, -705
 
@@ -25,6 +25,7 @@ def test_replica_desc_describes_the_cxl_replica(master):
         assert d.status == ReplicaStatus.COMPLETE
         assert (d.is_memory_replica(), d.is_disk_replica(), d.is_local_disk_replica()) == (True, False, False)
         assert d.segment_name == "127.0.0.1:14001" and d.size == 11 and d.offset > 0
+        assert d.read_by == ("transfer_engine" if REMOTE_RUN else "pool")  # how this client reads it
         bd = d.get_memory_descriptor().buffer_descriptor
         assert (bd.size, bd.buffer_address, bd.transport_endpoint) == (11, d.offset, "127.0.0.1:14001")
         with pytest.raises(RuntimeError):

@@ -1,6 +1,7 @@
 """Shared by the engine tests: the interpreter that has SGLang and LMCache
 (scripts/run_tests.sh installs them in .venv-engines and exports
 MCXL_ENGINES_PYTHON), and how a worker script runs in it."""
+import contextlib
 import os
 import subprocess
 import sys
@@ -55,3 +56,18 @@ def run_engine_worker(python, worker, spec_path, out_path, log_path, compat, tim
     text = open(log_path).read()
     assert rc == 0, f"{os.path.basename(worker)} exited {rc}:\n{text[-4000:]}"
     return json.load(open(out_path))
+
+
+@contextlib.contextmanager
+def reference_master(tmp_path):
+    """Mooncake 0.3.13's master for an oracle run, stopped after; skips,
+    naming why, where the reference cannot run (outside `unshare -n`)."""
+    import oracle
+    why = oracle.reference_skip_reason()
+    if why:
+        pytest.skip(why)
+    m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
+    try:
+        yield m
+    finally:
+        m.stop()

@@ -7,10 +7,7 @@ retrieves in another. The connector's writer also runs against Mooncake 0.3.13."
 import json
 import os
 
-import pytest
-
-import oracle
-from engines_common import run_engine_worker
+from engines_common import reference_master, run_engine_worker
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lmcache_workers.py")
 CHUNKS = 6
@@ -40,14 +37,8 @@ def test_lmcache_second_process_reads_byte_exact(engines_python, master, tmp_pat
 
 
 def test_lmcache_connector_on_reference_mooncake(engines_python, tmp_path):
-    why = oracle.reference_skip_reason()
-    if why:
-        pytest.skip(why)
-    m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
-    try:
+    with reference_master(tmp_path) as m:
         spec = {"mode": "write", "master": m.address, "seed": 11, "chunks": CHUNKS, "reference": True}
         every = {"exists": [1] * CHUNKS, "exact": [True] * CHUNKS}
         w = _run(engines_python, tmp_path, "ref_write", spec, compat=False)
         assert w == {"impl": "reference", "batch_put_from": every, "put_parts": every}, w
-    finally:
-        m.stop()

@@ -6,10 +6,7 @@ another route, reads what the first wrote. The same writer runs against Mooncake
 import json
 import os
 
-import pytest
-
-import oracle
-from engines_common import run_engine_worker
+from engines_common import reference_master, run_engine_worker
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sglang_workers.py")
 CASES = [["mha_page_first", False, "page_first"], ["mha_page_first_direct", False, "page_first_direct"],
@@ -58,14 +55,8 @@ def test_sglang_mooncake_store_second_process_reads_byte_exact(engines_python, m
 
 
 def test_sglang_mooncake_store_on_reference_mooncake(engines_python, tmp_path):
-    why = oracle.reference_skip_reason()
-    if why:
-        pytest.skip(why)
-    m = oracle.ReferenceMaster(log_path=str(tmp_path / "ref_master.log")).start()
-    try:
+    with reference_master(tmp_path) as m:
         spec = {"mode": "write", "master": m.address, "seed": 7, "cases": [c + ["extra"] for c in CASES]}
         out = _run(engines_python, tmp_path, "ref_write", spec, compat=False)
         _assert_exact(out, "reference", write=True)
         assert out["cases"]["mha_page_first"]["legacy"] is True
-    finally:
-        m.stop()

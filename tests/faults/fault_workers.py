@@ -197,11 +197,15 @@ class Channel:
     tenant and name, user words slot and life): announce_foreign; an open
     refused for want of a free channel is announce_exhausted (the master
     runs with few channels). Opens and publishes fail while the master is
-    down or the slot was reclaimed: retried later, never a violation."""
+    down or the slot was reclaimed: retried later, never a violation. A
+    remote client (produce=False: a claim needs the pool) only holds and
+    reads the idle channel, over the engine; its holds must be reclaimed
+    with it too."""
 
-    def __init__(self, store, slot, life, viol, stats):
+    def __init__(self, store, slot, life, viol, stats, produce=True):
         import zlib
         self.store, self.slot, self.life, self.viol, self.stats = store, slot, life, viol, stats
+        self.produce = produce
         self.name = f"fc/{slot // NT}/{life}"
         self.tag = zlib.crc32(f"{tenant_of(slot)}/{self.name}".encode())
         self.ann = self.lis = self.idle = None
@@ -213,9 +217,9 @@ class Channel:
         if time.monotonic() < self.next_try:
             return False
         try:
-            if self.lis is None or self.lis.channel_lost:
+            if self.produce and (self.lis is None or self.lis.channel_lost):
                 self.lis = Listener(self.store, self.name, from_start=True)
-            if self.ann is None:
+            if self.produce and self.ann is None:
                 self.ann = Announcer(self.store, self.name, tag=self.tag)
             if self.idle is None or self.idle.channel_lost:
                 self.idle = Listener(self.store, self.name + "/idle", from_start=True)
@@ -230,18 +234,25 @@ class Channel:
 
     def announce(self, idx, seq):
         from mooncake_cxl.kv.cache import KVCacheError
+        from mooncake_cxl.remote.client import RemoteError
         if not self._open():
             return
         try:
-            self.ann.blocks_ready(idx, seq & 0xFFFFFFFF, seq >> 32, user=(self.slot, self.life))
-            self.stats["announced"] += 1
+            if self.produce:
+                self.ann.blocks_ready(idx, seq & 0xFFFFFFFF, seq >> 32, user=(self.slot, self.life))
+                self.stats["announced"] += 1
         except KVCacheError:
             self.ann.close()
             self.ann = None  # lost (reclaimed while stopped): claim it again
-        for a in self.idle.poll():
+        try:
+            idle = self.idle.poll()
+        except RemoteError:  # an engine read failed (the serving process restarting): later
+            idle = []
+        self.stats["idle_polled"] += 1
+        for a in idle:
             self.viol.add("announce_foreign", self.name + "/idle", f"record {a.number} on a channel nobody "
                           f"of this tenant produces on: tag {a.tag:#x}, user words {a.user}")
-        for a in self.lis.poll():
+        for a in (self.lis.poll() if self.produce else ()):
             self.stats["announce_read"] += 1
             if a.tag != self.tag or a.user[0] != self.slot or a.user[1] > self.life:
                 self.viol.add("announce_foreign", self.name, f"record {a.number} of another channel, tenant or "
@@ -279,14 +290,13 @@ def worker(a):
                             "release_hold", "get",
                             "get_buffer", "ok", "failed",
                             "hit", "miss", "foreign_read", "view_checked", "view_refused", "announced",
-                            "announce_read")}
+                            "announce_read", "idle_polled")}
     rcs = {}
     s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
     print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
           flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
-    # A remote client has no announcement channels (they live in the pool).
-    channel = None if getattr(s, "_remote", None) is not None else Channel(s, slot, life, viol, stats)
+    channel = Channel(s, slot, life, viol, stats, produce=getattr(s, "_remote", None) is None)
     own = [key_name(slot, i) for i in range(nkeys)]
     tiny = [key_name(slot, nkeys + i) for i in range(a.get("ntiny", 0))]
     recent = []  # own keys written lately

@@ -54,8 +54,62 @@ def roundtrip(master, nkeys):
     rc_put = s.put_batch(keys, [checked_value(k, 1, 70000) for k in keys])
     big = checked_value("big", 1, 3 << 20)
     rc_big = s.put("big", big)
+    (desc,) = s.get_replica_desc("big")
     emit(local_ok=all(local), put=rc_put, big=rc_big, big_back=s.get("big") == big,
+         read_by=desc.read_by, te_session=desc.te_session,
          batch_back=[check_value(k, v)[0] for k, v in zip(keys, s.get_batch(keys))])
+    s.close()
+
+
+def compat_engine(master):
+    """Under MOONCAKE_CXL_COMPAT=1: setup, whether the program may import
+    mooncake.engine, then a put and a get over the engine."""
+    s, rc = setup(master)
+    try:
+        import mooncake.engine  # noqa: F401
+        imported = "imported"
+    except ModuleNotFoundError:
+        imported = "refused"
+    emit(setup=rc, program_import=imported)
+    if rc == 0:
+        v = checked_value("compat", 1, 70000)
+        emit(put=s.put("compat", v), back=s.get("compat") == v)
+        s.close()
+
+
+def record_words(n):
+    """The payload producer and reader agree on for record n (a torn copy mixes two)."""
+    return [n] + [(n * 1000003 + k) & ((1 << 64) - 1) for k in range(1, 7)]
+
+
+def listen(master, channel, count):
+    """Follows `channel` from its start until record count-1 is read (or
+    the channel is lost, or 120 s pass), checking every record's words."""
+    s, rc = setup(master)
+    refused = s._announce_open(channel, True)
+    r = s._announce_open(channel, False, True)
+    emit(setup=rc, producer=refused if isinstance(refused, int) else "opened",
+         reader=r if isinstance(r, int) else "opened")
+    if isinstance(r, int):
+        return
+    seen = {"ok": 0, "lapped": 0, "bad": 0, "last": -1, "lost": False}
+    deadline = time.monotonic() + 120
+    while seen["last"] < int(count) - 1 and time.monotonic() < deadline:
+        got = r.next()
+        if got is None:
+            r.wait(1.0)
+        elif got[0] == "lapped":
+            seen["lapped"] += got[1]
+        elif got[0] == "lost":
+            seen["lost"] = True
+            break
+        else:
+            n, words = got
+            seen["ok"] += 1
+            seen["bad"] += words != record_words(n) or n <= seen["last"]
+            seen["last"] = n
+    r.close()
+    emit(done=seen)
     s.close()
 
 
@@ -132,4 +186,5 @@ def survive(master, key):
 
 if __name__ == "__main__":
     cmd, *args = sys.argv[1:]
-    {"roundtrip": roundtrip, "no_secret": no_secret, "reader": reader, "survive": survive}[cmd](*args)
+    {"roundtrip": roundtrip, "no_secret": no_secret, "reader": reader, "survive": survive,
+     "compat_engine": compat_engine, "listen": listen}[cmd](*args)

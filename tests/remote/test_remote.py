@@ -14,11 +14,13 @@ import select
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
 import oracle
 from conftest import WAIT_TIMEOUT, connect, wait_until
+from mooncake_cxl import ErrorCode
 from mooncake_cxl.launch import PoolTEProcess, RemoteServedMaster
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -36,8 +38,8 @@ def _can_unshare_mount():
 class RemoteHost:
     """A worker command in its own mount namespace with an empty /dev/shm."""
 
-    def __init__(self, *args, secret=None, pool=None):
-        env = dict(os.environ)
+    def __init__(self, *args, secret=None, pool=None, env_extra=None):
+        env = dict(os.environ, **(env_extra or {}))
         env.pop("MC_CXL_REMOTE", None)  # it must decide by itself
         if secret:
             env["MC_CXL_AUTH_TOKEN_FILE"] = secret
@@ -119,10 +121,48 @@ def test_remote_host_chooses_remote_and_every_byte_round_trips(served, remote_ho
     r = h.next()
     assert r["local_ok"] and r["put"] == 0 and r["big"] == 0 and r["big_back"]
     assert r["batch_back"] == [1] * 8
+    assert (r["read_by"], r["te_session"]) == ("transfer_engine", served.te.session)
+    assert local.get_replica_desc("big")[0].read_by == "pool"
     # What the remote host wrote, read here straight from the pool.
     for i in range(8):
         assert check_value(f"remote-{i}", local.get(f"remote-{i}")) == (1, None)
     assert local.get("big") == checked_value("big", 1, 3 << 20)
+    local.close()
+
+
+def test_remote_host_under_the_compat_switch(served, remote_hosts):
+    """MOONCAKE_CXL_COMPAT=1 (vLLM's MooncakeStoreConnector on our store) makes
+    `mooncake` the shim, which refuses mooncake.engine to the program; the
+    remote client still gets its engine, and the program's import stays refused."""
+    h = remote_hosts("compat_engine", served.address, secret=served.auth_token_file,
+                     env_extra={"MOONCAKE_CXL_COMPAT": "1"})
+    assert h.next() == {"setup": 0, "program_import": "refused"}
+    r = h.next()
+    assert r["put"] == 0 and r["back"]
+
+
+def test_remote_reader_follows_a_local_producers_channel(served, remote_hosts):
+    """A local producer publishes records while a remote host follows the
+    channel over the engine: every record it accepts is whole and in order
+    (a lapped stretch is counted, never returned torn), it reads up to the
+    last one, and it may not produce."""
+    from remote_workers import record_words
+    local = connect(served)
+    p = local._announce_open("pd", True)
+    assert not isinstance(p, int), p
+    total = 20000  # many laps of the channel's 512 slots while the reader reads
+    for n in range(100):
+        assert p.publish(record_words(n)) == n
+    h = remote_hosts("listen", served.address, "pd", str(total), secret=served.auth_token_file)
+    assert h.next() == {"setup": 0, "producer": int(ErrorCode.NOT_SUPPORTED), "reader": "opened"}
+    for n in range(100, total):
+        assert p.publish(record_words(n)) == n
+        if n % 16 == 0:
+            time.sleep(0.0001)  # paces the producer so that its writes overlap the reader's copies
+    done = h.until(lambda m: "done" in m)["done"]
+    assert done["bad"] == 0 and not done["lost"] and done["last"] == total - 1, done
+    assert done["ok"] + done["lapped"] == total, done
+    p.close()
     local.close()
 
 

@@ -17,8 +17,8 @@ BENCH_PRIVATE_ALLOWED = {
     # The memcpy baseline is a native module of its own (mooncake_cxl._bench_core,
     # not the product binding), measured in the same process as the store calls
     # it is compared with.
-    ("mooncake_cxl.bench.data", "mooncake_cxl._bench_core"),
-    ("mooncake_cxl.bench.data", "mooncake_cxl._bench_core.MemcpyBench"),
+    ("mooncake_cxl.bench.common", "mooncake_cxl._bench_core"),
+    ("mooncake_cxl.bench.common", "mooncake_cxl._bench_core.MemcpyBench"),
 }
 
 

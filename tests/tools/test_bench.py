@@ -10,7 +10,7 @@ import sys
 import pytest
 
 import oracle
-from mooncake_cxl.bench import compare, control, data, eviction, index_fill, paced
+from mooncake_cxl.bench import coherence, compare, control, data, eviction, index_fill, paced
 
 
 # ---------------------------------------------------------------- our sections
@@ -40,18 +40,30 @@ def test_bench_control_and_eviction_quick_runs():
     assert "bytes/object" in eviction.markdown(ev)
 
 
+def test_bench_coherence_quick_run_times_every_build():
+    r = coherence.run(quick=True)
+    assert [row["op"] for row in r["rows"]] == list(coherence.OPS)
+    assert all(row[f"{b}_median_us"] > 0 for row in r["rows"] for b in coherence.BUILDS)
+    assert r["values_checked"] == {b: True for b in coherence.BUILDS}
+    assert "| get_into 4 MiB |" in coherence.markdown(r)
+
+
 def test_bench_index_quick_run_fills_to_3x_and_reports_probes():
     r = index_fill.run(quick=True, pool_dir="/dev/shm")
     assert [f["value_bytes"] for f in r["fills"]] == [64, 4096]
     for f in r["fills"]:
         assert len(f["batch_s"]) == -(-3 * f["index_capacity"] // index_fill.BATCH)
         assert f["index_evicted"] > 0 and f["empty_batch_s"] > 0
+        # Every fill level has its distribution (median <= p99 <= worst).
+        assert [(lv["from"], lv["to"]) for lv in f["levels"]] == list(index_fill.LEVELS)
+        assert all(0 < lv["median"] <= lv["p99"] <= lv["worst"] for lv in f["levels"])
     loads = [p["load"] for p in r["probes"]]
     # A put into a full probe window evicts one object of it: the last levels lag a little.
     assert loads == sorted(loads) and loads[0] == pytest.approx(0.5, abs=0.01) and loads[-1] > 0.9
     assert all(p["put_lookup"] and p["hit"] for p in r["probes"])
     text = index_fill.markdown(r)
     assert "| 64 B |" in text and "| 4096 B |" in text and "at the watermark after 3x" in text
+    assert "Batch time by fill level" in text
 
 
 # ---------------------------------------------------------------- against Mooncake (--compare mooncake)

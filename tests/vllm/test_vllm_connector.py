@@ -15,6 +15,7 @@ process (tests/vllm/vllm_workers.py), on a tiny random Llama built once here.
 vLLM runs only in subprocesses of the `vllm_python` interpreter (conftest):
 the test process needs neither vLLM nor torch.
 """
+import contextlib
 import json
 import os
 import queue
@@ -106,29 +107,29 @@ class Engine:
         self.proc.wait()
 
 
-@pytest.fixture(scope="module")
-def pd(vllm_python, tmp_path_factory):
-    """A master, a producer (chunked prefill: 128 tokens a step) and a consumer."""
-    work = tmp_path_factory.mktemp("vllm_conn")
+@contextlib.contextmanager
+def engine_pair(vllm_python, tmp_path_factory, name, start_master, prod_env=None, cons_env=None):
+    """The tiny model, a master (start_master(pool, work) starts it), a
+    producer (chunked prefill: 128 tokens a step) and a consumer; yields them
+    with a store of this process and the model path; stops everything and
+    removes the pool at the end."""
+    work = tmp_path_factory.mktemp(name)
     model = str(work / "model")
     build_tiny_model(vllm_python, model)
-    pool = f"/dev/shm/mcxl_vllm_conn_{os.getpid()}.pool"
-    master = MasterProcess(pool_path=pool, pool_size=512 << 20, format=True)
-    master.start()
+    pool = f"/dev/shm/mcxl_{name}_{os.getpid()}.pool"
+    master = start_master(pool, work)
     pause = str(work / "pause")
     engines, store = [], None
     try:
         prod = Engine(vllm_python, "producer", model, "kv_producer", master.address, str(work),
-                      {"MCXL_VLLM_TEST_PAUSE_FILE": pause}, max_batched=128)
+                      {"MCXL_VLLM_TEST_PAUSE_FILE": pause, **(prod_env or {})}, max_batched=128)
         engines.append(prod)
-        cons = Engine(vllm_python, "consumer", model, "kv_consumer", master.address, str(work))
+        cons = Engine(vllm_python, "consumer", model, "kv_consumer", master.address, str(work), cons_env)
         engines.append(cons)
         prod.ready()
         cons.ready()
         store = open_store(master.address)
-        layout = KVLayout(LAYERS, BS, 8, 64, "bfloat16", order="block_first")
-        cache = BlockKVCache(store, layout, Namespace(model), blocks_per_object=16, layer_groups=LAYERS)
-        yield dict(prod=prod, cons=cons, master=master, store=store, cache=cache, pause=pause)
+        yield dict(prod=prod, cons=cons, master=master, store=store, pause=pause, model=model)
     finally:
         for e in engines:
             e.stop()
@@ -137,6 +138,18 @@ def pd(vllm_python, tmp_path_factory):
         master.stop()
         if os.path.exists(pool):
             os.unlink(pool)
+
+
+@pytest.fixture(scope="module")
+def pd(vllm_python, tmp_path_factory):
+    """A master, a producer and a consumer, all in the pod."""
+    def start_master(pool, work):
+        return MasterProcess(pool_path=pool, pool_size=512 << 20, format=True).start()
+    with engine_pair(vllm_python, tmp_path_factory, "vllm_conn", start_master) as pair:
+        layout = KVLayout(LAYERS, BS, 8, 64, "bfloat16", order="block_first")
+        pair["cache"] = BlockKVCache(pair["store"], layout, Namespace(pair["model"]), blocks_per_object=16,
+                                     layer_groups=LAYERS)
+        yield pair
 
 
 def prompt(seed, n=9 * BS + 20):
@@ -183,15 +196,12 @@ def test_pd_pair_prefix_hits_same_tokens_and_write_back(pd):
     assert got["tokens"] == ref["tokens"]
 
 
-@pytest.mark.parametrize("asynchronous", [True, False], ids=["load-as-announced", "wait-then-load"])
-def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchronous):
-    """Asynchronous: vLLM parks the request while our worker loads blocks as
-    they are announced; otherwise the scheduler asks again each step. The
-    prompt ends on a run boundary: the last run (stored once the producer
-    finishes it) is found and loaded up to the last-token block."""
+def consumer_waits_for_announcements(pd, asynchronous, seed):
+    """The producer pauses after its first chunk; the consumer, asked then,
+    waits, loads every block and recomputes nothing."""
     prod, cons = pd["prod"], pd["cons"]
     lis = Listener(pd["store"], CHANNEL, from_start=False)
-    x = prompt(3 if asynchronous else 5, RUN * BS)
+    x = prompt(seed, RUN * BS)
     need = RUN - 1
     open(pd["pause"], "w").close()  # the producer stops after its first chunk (4 blocks)
     try:
@@ -214,6 +224,16 @@ def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchrono
     else:
         assert f"for the producer, {need} of {need} blocks in the pool" in log, log
     assert "recomput" not in log.lower()
+    lis.close()
+
+
+@pytest.mark.parametrize("asynchronous", [True, False], ids=["load-as-announced", "wait-then-load"])
+def test_consumer_waits_for_announcements_while_producer_prefills(pd, asynchronous):
+    """Asynchronous: vLLM parks the request while our worker loads blocks as
+    they are announced; otherwise the scheduler asks again each step. The
+    prompt ends on a run boundary: the last run (stored once the producer
+    finishes it) is found and loaded up to the last-token block."""
+    consumer_waits_for_announcements(pd, asynchronous, 3 if asynchronous else 5)
 
 
 def test_killed_producer_consumer_recomputes(pd):

@@ -128,6 +128,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
   if (s.ok()) s = c->MapPool();
   if (s.ok()) s = c->Attach(true);
+  if (s.ok() && NonCoherent()) s = c->CheckMasterFoldsLeases();
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
       // Attached but could not use the pool: give the slot back at once.
@@ -165,7 +166,8 @@ Status Client::MapPool() {
   pool_ = std::shared_ptr<Pool>(std::move(pool.value()));
   // Off the setup path: a put or read reaching a page first maps it itself.
   if (options_.prefault_pool)
-    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap);
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap,
+                     BusySinceLastPoll(&calls_seen_));
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -331,6 +333,7 @@ Result<std::string> Client::RingCall(MessageType type, const std::string& payloa
 }
 
 Status Client::RingCallInto(MessageType type, std::string_view payload, std::string* reply_out) {
+  calls_seen_.Note();
   std::lock_guard<std::mutex> lock(ring_mu_);
   if (!ring_requests_.valid()) return ErrorCode::NOT_SUPPORTED;
   uint64_t id = RingRequestId(ring_generation_, ring_next_id_++);

@@ -29,9 +29,20 @@ namespace mcxl {
 
 std::vector<ErrorCode> Client::ForEachLocated(const std::vector<std::string_view>& keys,
                                               const std::function<ErrorCode(const EntrySnapshot&)>& act) {
+  std::vector<BatchKey> ks(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i) PrepareLookup(keys[i], "get", &ks[i]);
   std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  std::shared_lock<std::shared_mutex> lock(life_mu_);  // once for the batch
+  if (closed_ || pool_->failed()) {
+    out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+    return out;
+  }
   for (size_t i = 0; i < keys.size(); ++i) {
-    auto snap = Locate(keys[i]);
+    if (!ks[i].ok) {
+      out[i] = ErrorCode::INVALID_PARAMS;
+      continue;
+    }
+    auto snap = index_->FindComplete(ks[i].stored, ks[i].hash);
     out[i] = snap ? act(*snap) : snap.error();
   }
   return out;

@@ -73,6 +73,21 @@ std::vector<int32_t> Client::SendLeases(const std::vector<LeaseItem>& items) {
   return out;
 }
 
+Status Client::CheckMasterFoldsLeases() {
+  LeasesRequest req;
+  req.client = Ref();
+  Encoder e;
+  Encode(req, &e);
+  auto r = rpc_->Call(MessageType::kLeases, e.data());
+  if (!r) return r.error();
+  PublishReply reply;
+  Decoder d(*r);
+  if (Decode(&d, &reply) && reply.status == ErrorCode::OK && reply.results.empty()) return ErrorCode::OK;
+  MCXL_LOG(kError, "client", "the master of non-coherent pool %s does not take leases (kLeases): it predates the "
+           "non-coherent discipline; run a master of this version", pool_->path().c_str());
+  return ErrorCode::INVALID_VERSION;
+}
+
 void Client::FlushLeases() {
   if (!NonCoherent()) return;  // a coherent pool's leases are in the entries already
   // Held across the send: a flush before a remove waits for the lease

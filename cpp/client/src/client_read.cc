@@ -133,23 +133,12 @@ void Client::RecordReads(uint64_t hits, uint64_t misses) {
 void Client::BatchGetInto(const std::vector<std::string_view>& user_keys, const std::vector<MutSlice>& dsts,
                           const std::vector<size_t>& first, std::vector<int64_t>* out) {
   size_t n = user_keys.size();
-  struct Key {
-    std::string buf;
-    std::string_view stored;
-    uint64_t hash = 0;
-  };
-  std::vector<Key> keys(n);
-  // Pass 1: scope and hash every key and start loading its home index entry,
-  // so that the lookups below overlap their cache misses.
+  std::vector<BatchKey> keys(n);
+  // Pass 1: scope and hash every key and start loading its home index entry.
   for (size_t i = 0; i < n; ++i) {
     if ((*out)[i] != 0) continue;  // refused by the caller
-    Key& k = keys[i];
-    if (!ScopeKey(user_keys[i], "get", &k.buf, &k.stored)) {
-      (*out)[i] = ToInt(ErrorCode::INVALID_PARAMS);
-      continue;
-    }
-    k.hash = KeyHash(k.stored);
-    __builtin_prefetch(&index_->entry(index_->HomeSlot(k.hash)));
+    PrepareLookup(user_keys[i], "get", &keys[i]);
+    if (!keys[i].ok) (*out)[i] = ToInt(ErrorCode::INVALID_PARAMS);
   }
   std::shared_lock<std::shared_mutex> lock(life_mu_);  // once for the batch
   if (closed_ || pool_->failed()) {
@@ -185,6 +174,25 @@ void Client::BatchGetInto(const std::vector<std::string_view>& user_keys, const 
     (*out)[i] = size ? int64_t(*size) : int64_t(ToInt(size.error()));
   }
   RecordReads(tally.hits, tally.misses);  // one counter update per batch
+}
+
+void Client::PrepareLookup(std::string_view key, const char* op, BatchKey* k) const {
+  k->ok = ScopeKey(key, op, &k->buf, &k->stored);
+  if (!k->ok) return;
+  k->hash = KeyHash(k->stored);
+  __builtin_prefetch(&index_->entry(index_->HomeSlot(k->hash)));
+}
+
+std::vector<int> Client::BatchIsExist(const std::vector<std::string_view>& keys) {
+  const uint64_t lease_until = NowNs() + LeaseTtlNs();  // one clock read for the batch
+  auto found = ForEachLocated(keys, [&](const EntrySnapshot& snap) {
+    index_->ExtendLease(snap.slot, lease_until);
+    return ErrorCode::OK;
+  });
+  std::vector<int> out(keys.size());
+  for (size_t i = 0; i < keys.size(); ++i)
+    out[i] = found[i] == ErrorCode::OK ? 1 : found[i] == ErrorCode::OBJECT_NOT_FOUND ? 0 : ToInt(found[i]);
+  return out;
 }
 
 int Client::IsExist(std::string_view key) {

@@ -27,6 +27,7 @@ constexpr int kReadRetries = 1000;
 template <class Step>
 Result<uint64_t> Client::ReadLoop(std::string_view stored, uint64_t hash, const EntrySnapshot* first,
                                   uint64_t lease_until_ns, ReadTally* tally, Step&& step) {
+  calls_seen_.Note();
   EntrySnapshot located;
   for (int attempt = 0; attempt < kReadRetries; ++attempt) {
     const EntrySnapshot* snap = first;

@@ -7,7 +7,13 @@
 
 namespace mcxl {
 
-SimMutation ActiveSimMutation() {
+namespace sim_mutation_detail {
+std::atomic<uint32_t> g_active{0};
+}  // namespace sim_mutation_detail
+
+namespace {
+
+SimMutation ParseSimMutation() {
   const char* v = getenv("MC_CXL_SIM_MUTATE");
   if (v == nullptr || *v == 0) return SimMutation::kNone;
   struct Name {
@@ -25,6 +31,13 @@ SimMutation ActiveSimMutation() {
   MCXL_LOG(kWarn, "sim", "MC_CXL_SIM_MUTATE=%s is not a mutation (drop_publish_writeback, drop_read_invalidate, "
            "drop_ring_invalidate); none applied", v);
   return SimMutation::kNone;
+}
+
+}  // namespace
+
+void LoadSimMutation(bool noncoherent) {
+  static const SimMutation parsed = ParseSimMutation();  // once per process: one log line
+  sim_mutation_detail::g_active.store(uint32_t(noncoherent ? parsed : SimMutation::kNone), std::memory_order_relaxed);
 }
 
 }  // namespace mcxl

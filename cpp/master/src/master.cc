@@ -139,7 +139,8 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
   AdoptPool(std::move(pool_), fresh);
   // Off the start path: a put reaching a page first faults it in itself.
   if (config_.prefault_pool)
-    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate);
+    populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate,
+                     BusySinceLastPoll(&requests_seen_));
   if (tier_) {
     std::lock_guard<FencedMutex> lock(mu_);
     tier_->Recover(fresh);
@@ -326,7 +327,8 @@ void MasterImpl::CheckReplacedDevice() {
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
   if (config_.prefault_pool)
-    populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate);
+    populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate,
+                     BusySinceLastPoll(&requests_seen_));
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),
@@ -445,6 +447,7 @@ bool MasterImpl::PoolLost() {
 }
 
 std::string MasterImpl::Handle(uint16_t type, std::string_view payload, uint32_t* conn_slot) {
+  requests_seen_.Note();
   // A client about to map the pool by its path: serve what is there now.
   if (type == uint16_t(MessageType::kPing) || type == uint16_t(MessageType::kAttach)) CheckReplacedDevice();
   if (RunsInSlices(type)) {
@@ -477,6 +480,7 @@ void MasterImpl::CountOp(uint16_t type, const std::string& reply) {
 }
 
 void MasterImpl::ServeRing(uint32_t slot) {
+  requests_seen_.Note();
   std::lock_guard<FencedMutex> lock(mu_);
   if (pool_lost_ || slot >= clients_.size() || !clients_[slot].attached) return;
   // Only the current attachment's requests are served (see shm_ring.h): a

@@ -311,6 +311,7 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   ClientInfo was = c;
   c = ClientInfo{};
   SetAttached(slot, false);
+  UnmarkPinTable(slot);  // its table stays live only if RetireOrClearPins retires it
   ClientSlot* cs = pool_->client_slot(slot);
   // The client's line (counters) was written on its host: observed before
   // it is read and cleared, so the clear is based on its last write-back.

@@ -8,7 +8,9 @@
 // kInlineIndexEntries; the ahead slices bring it down to the watermark
 // minus --eviction_ratio), and a key whose probe window is full gets a slot
 // there (EvictInWindow). Which objects? The least recently used ones that
-// nothing protects.
+// nothing protects; when slots are wanted, disk-resident (kOnDisk) ones are
+// among them, and one that goes takes its SSD record along
+// (EvictCandidate), so an index full of stubs still takes new puts.
 //
 // Recency. Reads never reach the master (they are one-sided), so there is no
 // global LRU list to maintain and none is wanted: a list touched by every
@@ -45,6 +47,7 @@
 // Atomics follow the three rules stated in master_impl.h.
 #include <algorithm>
 #include <cstdint>
+#include <span>
 #include <unordered_set>
 
 #include "mooncake_cxl/common/clock.h"
@@ -87,7 +90,8 @@ bool MasterImpl::SoftPinActive(uint64_t slot, uint64_t now) const {
 MasterImpl::Protection MasterImpl::Protected(uint64_t slot, uint64_t now, const PinSet& pins) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
-  if (StateOf(sg) != EntryState::kComplete) return Protection::kTransient;  // unfinished or gone
+  EntryState st = StateOf(sg);
+  if (st != EntryState::kComplete && st != EntryState::kOnDisk) return Protection::kTransient;  // unfinished or gone
   if (e.flags.load(std::memory_order_relaxed) & kFlagHardPin) return Protection::kPermanent;
   if (index_->LeaseUntil(slot) > now || pins.Has(GenOf(sg))) return Protection::kTransient;
   return Protection::kNone;
@@ -159,8 +163,24 @@ std::vector<uint64_t> MasterImpl::GroupMembers(uint64_t slot) const {
   return {slot};
 }
 
+bool MasterImpl::MemberHeld(uint64_t m, uint64_t now, const PinSet& pins, bool check_older) {
+  Protection p = Protected(m, now, pins);
+  // An older upsert of the key still being written would become the key's
+  // value once this one is gone: wait for it (transient).
+  if (p == Protection::kNone && check_older && OlderUnfinished(m)) p = Protection::kTransient;
+  if (p == Protection::kTransient) round_blocked_transiently_ = true;
+  return p != Protection::kNone;
+}
+
 uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
-  std::vector<uint64_t> members = GroupMembers(slot);
+  // Most objects have no group: no member list to allocate for them.
+  uint64_t single[1] = {slot};
+  std::vector<uint64_t> grouped;
+  std::span<const uint64_t> members(single);
+  if (group_of_.count(slot) != 0) members = grouped = GroupMembers(slot);
+  // The common case: no other entry of its key, so no older upsert to wait
+  // for or take along (one shadow count instead of a key lookup, twice).
+  const bool alone = members.size() == 1 && AloneUnderItsHash(slot);
   for (uint64_t m : members) {
     // Already in the SSD tier: its bytes left the pool; the rest follow.
     if (entry_meta_[m].live &&
@@ -172,12 +192,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
         StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
       return 0;
     if (!CheckedLive(m)) return 0;  // a corrupt member: Tick reclaims it first
-    Protection p = Protected(m, now, pins);
-    // An older upsert of the key still being written would become the
-    // key's value once this one is gone: wait for it (transient).
-    if (p == Protection::kNone && OlderUnfinished(m)) p = Protection::kTransient;
-    if (p == Protection::kTransient) round_blocked_transiently_ = true;
-    if (p != Protection::kNone) return 0;  // the whole group stays
+    if (MemberHeld(m, now, pins, !alone)) return 0;  // the whole group stays
   }
   // Each member goes with the older values of its key (an upsert the master
   // has not settled yet): evicting only the newest would bring an older
@@ -185,7 +200,7 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   uint64_t evicted = 0;
   // A member the tier cannot take (its append failed): the group goes whole,
   // its disk-resident members too, rather than split across the tiers.
-  if (members.size() > 1 && tier_ && tier_->GroupDropsWhole(members)) {
+  if (members.size() > 1 && tier_ && tier_->GroupDropsWhole(grouped)) {
     for (uint64_t m : members)
       if (entry_meta_[m].live && Readable(StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire))))
         evicted += UnlinkWithOlder(m, bytes);
@@ -193,9 +208,21 @@ uint64_t MasterImpl::EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& p
   }
   for (uint64_t m : members) {
     if (StateOf(index_->entry(m).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete) continue;
-    evicted += EvictOrDemote(m, bytes);  // to the SSD tier when there is one
+    // To the SSD tier when there is one (and bytes, not slots, are wanted).
+    evicted += alone && (!tier_ || evict_drop_) ? UnlinkOne(m, bytes) : EvictOrDemote(m, bytes);
   }
   return evicted;
+}
+
+uint64_t MasterImpl::EvictCandidate(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes) {
+  if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kOnDisk)
+    return EvictWithGroup(slot, now, pins, bytes);
+  if (!tier_ || !CheckedLive(slot)) return 0;  // a corrupt stub: Tick reclaims it first
+  for (uint64_t m : GroupMembers(slot))
+    if (entry_meta_[m].live && MemberHeld(m, now, pins, true)) return 0;  // the whole group stays
+  uint64_t n = tier_->DropForIndex(slot, now);  // entries and records; a stub's bytes are not counted
+  stats_.index_evicted_disk_keys += n;
+  return n;
 }
 
 uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
@@ -211,10 +238,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
   round_blocked_transiently_ = !pending_.empty() || !pinned_.empty();
   evict_drop_ = entries > 0;  // index slots are wanted: demoting would not free any
   auto met = [&] { return freed_bytes >= bytes && freed >= entries; };
-  struct Candidate {
-    uint64_t last_access, slot;
-  };
-  std::vector<Candidate> window;
+  std::vector<SampledSlot> window;
   // Bytes wanted (not index slots): first from the ahead rounds' sorted
   // window when it is fresh, as an ahead slice would; a new sample (a scan
   // of up to 4096 headers and a sort, ~1-2 ms on the put path) only if that
@@ -229,7 +253,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
       uint64_t complete = 0;
       for (; scanned < cap && complete < kSampleSize; ++scanned) {
         uint64_t slot = SampleSlot(start, scanned);
-        if (StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)) != EntryState::kComplete)
+        if (!Evictable(StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire)), entries > 0))
           continue;
         // No header check here (a miss per sampled object, most of a round's
         // cost): EvictWithGroup checks each candidate it evicts (CheckedLive),
@@ -239,16 +263,26 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
         Protection p = Protected(slot, now, pins);
         if (p == Protection::kTransient) round_blocked_transiently_ = true;
         if (p != Protection::kNone) continue;
-        window.push_back({LastAccessNs(slot, ttl), slot});
+        window.push_back({LastAccessNs(slot, ttl), slot, index_->entry(slot).state_gen.load(std::memory_order_relaxed)});
       }
-      std::sort(window.begin(), window.end(),
-                [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
-      for (const Candidate& c : window) {
-        if (met()) break;
+      std::sort(window.begin(), window.end());
+      size_t used = 0;
+      for (; used < window.size() && !met(); ++used) {
+        const SampledSlot& c = window[used];
         // An earlier group eviction may have taken this one already.
-        if (StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)) != EntryState::kComplete)
+        if (!Evictable(StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)), entries > 0))
           continue;
-        freed += EvictWithGroup(c.slot, now, pins, &freed_bytes);
+        freed += EvictCandidate(c.slot, now, pins, &freed_bytes);
+      }
+      // The rest of a fresh sample becomes the ahead rounds' window: the next
+      // round, inline or ahead, continues from it rather than sampling and
+      // sorting again (each candidate is re-checked when evicted, and one
+      // whose slot changed since is skipped by its state_gen).
+      if (!soft_pass && used < window.size()) {
+        ahead_window_.assign(window.begin() + long(used), window.end());
+        ahead_next_ = 0;
+        ahead_sampled_mono_ns_ = MonoNs();
+        ahead_scanned_ = ahead_complete_ = 0;
       }
     }
   }
@@ -278,9 +312,11 @@ uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint
   uint64_t cap = index_->capacity(), freed = 0;
   while ((*freed_bytes < bytes || freed < entries) && ahead_next_ < ahead_window_.size()) {
     const SampledSlot& c = ahead_window_[ahead_next_++];
-    // Still the object sampled; re-checked whole by EvictWithGroup.
-    if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen)
-      freed += EvictWithGroup(c.slot, now, pins, freed_bytes);
+    // Still the object sampled; re-checked whole when evicted. A stub
+    // gains only a slot: taken only when slots are wanted.
+    if (c.slot < cap && index_->entry(c.slot).state_gen.load(std::memory_order_relaxed) == c.state_gen &&
+        Evictable(StateOf(c.state_gen), entries > 0))
+      freed += EvictCandidate(c.slot, now, pins, freed_bytes);
   }
   return freed;
 }
@@ -353,13 +389,15 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   if (ahead_next_ == SIZE_MAX) {
     // Scanning, in stretches of a few µs: index fields only (as in
     // EvictRound, the header checks are left to the candidates evicted),
-    // 128 COMPLETE entries per stretch.
+    // 128 COMPLETE entries per stretch; disk-resident ones too while the
+    // index is past its low mark (their slots are wanted).
+    bool slots_wanted = live_entries_ > index_low;
     while (ahead_scanned_ < cap && ahead_complete_ < kSampleSize && !out_of_time()) {
       for (uint64_t n = 0, seen = 0; n < 4096 && seen < 128 && ahead_scanned_ < cap &&
                                      ahead_complete_ < kSampleSize; ++n) {
         uint64_t slot = SampleSlot(ahead_start_, ahead_scanned_++);
         uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_acquire);
-        if (StateOf(sg) != EntryState::kComplete) continue;
+        if (!Evictable(StateOf(sg), slots_wanted)) continue;
         ++seen;
         ++ahead_complete_;
         if (SoftPinActive(slot, now)) continue;
@@ -385,9 +423,10 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
     uint64_t slot = c.slot;
     // Still the object sampled (not gone, nor its slot reused since); the
     // window may predate a replaced pool device: bounded by this index.
-    if (slot < cap && index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen) {
+    if (slot < cap && index_->entry(slot).state_gen.load(std::memory_order_relaxed) == c.state_gen &&
+        Evictable(StateOf(c.state_gen), for_index)) {
       uint64_t b = 0;
-      uint64_t n = EvictWithGroup(slot, now, pins, &b);
+      uint64_t n = EvictCandidate(slot, now, pins, &b);
       ahead_freed_ += n;
       ahead_freed_bytes_ += b;
       stats_.evicted_keys += n;
@@ -474,7 +513,7 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
       uint64_t slot = (home + i) & (cap - 1);
       EntryState st = StateOf(index_->entry(slot).state_gen.load(std::memory_order_acquire));
       if (st == EntryState::kWriting) round_blocked_transiently_ = true;  // its put may finish and go
-      if (st != EntryState::kComplete) continue;
+      if (!Evictable(st, true)) continue;
       if (SoftPinActive(slot, now) != (pass == 1)) continue;
       Protection p = Protected(slot, now, pins);
       if (p == Protection::kTransient) round_blocked_transiently_ = true;
@@ -486,7 +525,7 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
   uint64_t freed = 0, bytes = 0;
   // The oldest that goes (its group whole): its slot is in the window.
   for (const Candidate& c : window)
-    if ((freed = EvictWithGroup(c.slot, now, pins, &bytes)) > 0) break;
+    if ((freed = EvictCandidate(c.slot, now, pins, &bytes)) > 0) break;
   stats_.evicted_keys += freed;
   stats_.evicted_bytes += bytes;
   stats_.index_evicted_keys += freed;

@@ -223,6 +223,9 @@ void MasterImpl::WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) con
             stats_.index_evicted_keys);
   w->Metric("mooncake_cxl_index_window_evictions_total", "counter",
             "Of those, objects evicted because a new key's probe window was full", stats_.index_window_evictions);
+  w->Metric("mooncake_cxl_index_evicted_disk_keys_total", "counter",
+            "Of the objects evicted for the index, disk-resident ones (entry and SSD record dropped)",
+            stats_.index_evicted_disk_keys);
   // Cumulative histograms of the puts' probes, and a snapshot of the entries'.
   w->Header("mooncake_cxl_index_probe_length", "histogram",
             "Index slots read by each put's lookup of its key (op=put_lookup) and to place its entry (op=insert)");

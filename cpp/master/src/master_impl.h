@@ -277,6 +277,12 @@ class MasterImpl final : public Master, private TierHost {
   // True when an older entry of `slot`'s key is still WRITING: it may yet be
   // published, so `slot` must not go before it (it would become current).
   bool OlderUnfinished(uint64_t slot) const;
+  // The shadow files no other slot under `slot`'s key hash: the key has no
+  // other entry (OtherWriting and UnlinkWithOlder skip their key lookup).
+  bool AloneUnderItsHash(uint64_t slot) const;
+  // Unlinks readable `slot` alone (its older values are the caller's):
+  // adds its extent's size to *bytes (when given); returns 1.
+  uint64_t UnlinkOne(uint64_t slot, uint64_t* bytes);
   // Another entry of slot's key, newer (or older) than slot, is still WRITING.
   bool OtherWriting(uint64_t slot, bool newer) const;
   // The members of slot's group (slot alone when ungrouped): a copy, since
@@ -310,10 +316,13 @@ class MasterImpl final : public Master, private TierHost {
   // master restart: while a BufferHandle lives its bytes never change.
   bool PinTableLive(uint32_t slot) const { return clients_[slot].attached || retired_[slot].active; }
   // A superset of the slots whose PinTableLive holds, for ScanPins: set
-  // wherever a table becomes live (attach, retire), cleared by ScanPins
-  // when it finds a table no longer live. A bit missing would lose pins;
+  // wherever a table becomes live (attach, retire at reclaim, retire at
+  // recovery), cleared where an attachment ends (reclaim: its retire sets
+  // it again) and by ScanPins when it finds a table no longer live. A bit
+  // missing would lose pins (pin_tables_test.cc fails for each set point);
   // a stale one costs one check.
   void MarkPinTable(uint32_t slot) { pin_tables_[slot / 64] |= 1ull << (slot % 64); }
+  void UnmarkPinTable(uint32_t slot) const { pin_tables_[slot / 64] &= ~(1ull << (slot % 64)); }
   mutable std::vector<uint64_t> pin_tables_;
   bool TableHasPins(uint32_t slot) const;
   // At reclaim (after the slot's generation was cleared): keeps the table as
@@ -365,6 +374,20 @@ class MasterImpl final : public Master, private TierHost {
   // Evicts `slot` and, when it belongs to a group, every member of the group;
   // nothing when any member is protected. Adds to *bytes; returns objects.
   uint64_t EvictWithGroup(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
+  // A group member that keeps its group: protected (Protected), or, with
+  // `check_older`, an older upsert of its key still WRITING. Notes a
+  // transient hold for the round.
+  bool MemberHeld(uint64_t m, uint64_t now, const PinSet& pins, bool check_older);
+  // What a round may take: COMPLETE objects, and when index slots are
+  // wanted (`for_index`) disk-resident ones too (their pool bytes left
+  // already; only their slot is gained).
+  bool Evictable(EntryState st, bool for_index) const {
+    return st == EntryState::kComplete || (for_index && tier_ && st == EntryState::kOnDisk);
+  }
+  // EvictWithGroup for a COMPLETE `slot`; for a kOnDisk one, drops it with
+  // its group, entries and SSD records (TierManager::DropForIndex), by the
+  // same protection rules.
+  uint64_t EvictCandidate(uint64_t slot, uint64_t now, const PinSet& pins, uint64_t* bytes);
   // Group membership is the master's own (group_of_), not re-read from the
   // header: `group` is the hash the master wrote or recovery checked.
   void AddToGroup(uint64_t slot, uint64_t group);
@@ -470,6 +493,9 @@ class MasterImpl final : public Master, private TierHost {
   std::vector<ReplacedPool> replaced_;
   // The tokens of pools replaced, for a clear refusal of their clients.
   std::vector<std::pair<std::string, std::array<uint8_t, 16>>> replaced_tokens_;
+  // Bumped per request served (ring or TCP): the populator defers its
+  // steps while requests keep coming (populate.h).
+  ActivityCounter requests_seen_;
   // Populates pool_'s pages after start (--prefault_pool); stopped before
   // a replacement retires the pool it reads (under replace_mu_, not mu_).
   BackgroundPopulator populator_;

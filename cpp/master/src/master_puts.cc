@@ -203,6 +203,7 @@ void MasterImpl::ClearSupersededIfSettled(std::string_view key, uint64_t hash) {
 bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
   const IndexEntry& e = index_->entry(slot);
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_acquire));
+  if (AloneUnderItsHash(slot)) return false;
   std::vector<uint64_t> live;
   FindLive(KeyOf(slot), e.key_hash.load(std::memory_order_relaxed), &live);
   for (uint64_t s : live) {
@@ -215,10 +216,27 @@ bool MasterImpl::OtherWriting(uint64_t slot, bool newer) const {
 
 bool MasterImpl::OlderUnfinished(uint64_t slot) const { return OtherWriting(slot, false); }
 
+uint64_t MasterImpl::UnlinkOne(uint64_t slot, uint64_t* bytes) {
+  Extent ext;  // the size our allocator handed out, not the header's claim
+  if (bytes != nullptr && alloc_->Lookup(entry_meta_[slot].extent, &ext)) *bytes += ext.size;
+  Unlink(slot, true, 0);
+  return 1;
+}
+
+bool MasterImpl::AloneUnderItsHash(uint64_t slot) const {
+  // FindLive returns a subset of the shadow's slots of the hash: when that
+  // is `slot` alone, the key has no other entry (no header read needed).
+  // The hash the master filed, not the pool entry's: a rewritten key_hash
+  // makes FindLive look elsewhere, so that case takes the long way.
+  return index_->ShadowAlone(slot) &&
+         index_->entry(slot).key_hash.load(std::memory_order_relaxed) == index_->ShadowHash(slot);
+}
+
 uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   const IndexEntry& e = index_->entry(slot);
   uint64_t sg = e.state_gen.load(std::memory_order_acquire);
   if (!Readable(StateOf(sg))) return 0;
+  if (AloneUnderItsHash(slot)) return UnlinkOne(slot, bytes);  // no older value to take along: no key read
   std::string key(KeyOf(slot));  // a copy: the header goes with the extent
   std::vector<uint64_t> live;
   FindLive(key, e.key_hash.load(std::memory_order_relaxed), &live);
@@ -232,11 +250,7 @@ uint64_t MasterImpl::UnlinkWithOlder(uint64_t slot, uint64_t* bytes) {
   }
   std::sort(doomed.begin(), doomed.end());
   doomed.emplace_back(GenOf(sg), slot);  // the newest last
-  for (const auto& d : doomed) {
-    Extent ext;  // the size our allocator handed out, not the header's claim
-    if (bytes != nullptr && alloc_->Lookup(entry_meta_[d.second].extent, &ext)) *bytes += ext.size;
-    Unlink(d.second, true, 0);
-  }
+  for (const auto& d : doomed) UnlinkOne(d.second, bytes);
   return doomed.size();
 }
 

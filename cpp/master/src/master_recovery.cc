@@ -138,6 +138,19 @@ void MasterImpl::Recover() {
   for (size_t i = 0; i < complete.size(); ++i) {
     if (i + kHeaderPrefetch < complete.size()) __builtin_prefetch(&entry_meta_[complete[i + kHeaderPrefetch].slot], 1);
     const Found& f = complete[i];
+    // Insert never places an entry kMaxProbeSlots or more from its home:
+    // one there was written by someone else, and the master's lookups (its
+    // shadow's window) would not see it, so a new put of its key could
+    // leave it behind to come back after a remove.
+    uint64_t distance = (f.slot - index_->HomeSlot(f.key_hash)) & (capacity - 1);
+    if (distance >= ObjectIndex::kMaxProbeSlots) {
+      MCXL_LOG(kWarn, "master", "recovery: entry %llu lies %llu slots past its key's home (Insert places none past "
+               "%llu); dropped", (unsigned long long)f.slot, (unsigned long long)distance,
+               (unsigned long long)(ObjectIndex::kMaxProbeSlots - 1));
+      index_->Tombstone(f.slot);
+      ++stats_.dropped_on_recovery;
+      continue;
+    }
     auto ext = alloc_->Reserve(f.offset, f.extent);
     if (!ext) {
       MCXL_LOG(kWarn, "master", "recovery: entry %llu overlaps another object; dropped",
@@ -150,7 +163,7 @@ void MasterImpl::Recover() {
     AddToGroup(f.slot, f.group);
     ++live_entries_;
     // The header's key hash, checked equal to the entry's (no second random read of it).
-    max_probe = std::max(max_probe, (f.slot - index_->HomeSlot(f.key_hash)) & (capacity - 1));
+    max_probe = std::max(max_probe, distance);
     CountComplete(f.slot);
     if (f.seen != WarmScan::kNone) kept[f.seen] = 1;  // taken in the scan's order below
     else by_hash.emplace_back(f.key_hash, f.slot);

@@ -13,6 +13,8 @@
 
 #include <algorithm>
 #include <cstddef>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 
 #include "master_impl.h"
@@ -35,10 +37,32 @@ std::string MasterImpl::TeSession() const {
   close(fd);
   if (n <= 0) return {};
   std::string s(buf, size_t(n));
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  s.resize(std::min(s.find('\n'), s.size()));  // the first line; the writer's pid follows
+  while (!s.empty() && s.back() == ' ') s.pop_back();
   for (char c : s)
     if (c < 0x21 || c > 0x7e) return {};  // not a session name
   return s;
+}
+
+bool DropDeadTeSession(const std::string& path) {
+  if (path.empty()) return false;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+  if (fd < 0) return false;
+  char buf[256];
+  ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n < 0) return false;
+  buf[n] = 0;
+  // No second line (a writer of another format) or no number there: the
+  // writer cannot be judged, so the file is left for it to replace.
+  const char* nl = static_cast<const char*>(memchr(buf, '\n', size_t(n)));
+  if (nl == nullptr) return false;
+  char* end = nullptr;
+  unsigned long long pid = strtoull(nl + 1, &end, 10);
+  if (end == nl + 1 || pid == 0 || pid > uint64_t(INT32_MAX) || !LocalPidDead(pid)) return false;
+  if (unlink(path.c_str()) != 0) return false;
+  MCXL_LOG(kInfo, "master", "removed %s: its Transfer Engine process (pid %llu) is gone", path.c_str(), pid);
+  return true;
 }
 
 void MasterImpl::FillRemoteReply(AttachReply* reply) const {

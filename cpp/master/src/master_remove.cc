@@ -40,7 +40,7 @@ bool MasterImpl::ScanPins(const std::function<bool(uint64_t generation)>& visit)
       uint32_t c = w * 64 + uint32_t(__builtin_ctzll(bits));
       if (c >= clients_.size()) break;
       if (!PinTableLive(c)) {
-        pin_tables_[w] &= ~(1ull << (c % 64));
+        UnmarkPinTable(c);
         continue;
       }
       ClientSlot* cs = pool_->client_slot(c);

@@ -136,6 +136,10 @@ class TierManager {
   // (0 freed, *round_waits set: the round is blocked transiently), else
   // unlinks it. Returns objects freed (as TierHost::UnlinkWithOlder).
   uint64_t EvictOrDemote(uint64_t slot, uint64_t* bytes, bool* round_waits);
+  // Index pressure (eviction wants slots, not bytes): drops kOnDisk `slot`
+  // with its group, entries and records, by the rules of the tier's own
+  // LRU (DropWithGroup). Returns objects unlinked.
+  uint64_t DropForIndex(uint64_t slot, uint64_t now) { return DropWithGroup(slot, now, nullptr); }
   // Extent bytes of objects queued for demotion by eviction: leaving soon.
   uint64_t evict_pending_bytes() const { return evict_pending_bytes_; }
   // Eviction of a group one of whose members the tier could not take (its

@@ -206,6 +206,8 @@ Result<std::unique_ptr<SimHost>> SimHost::Attach(const std::string& pool_path, i
   auto* g = reinterpret_cast<GlobalHeader*>(s->global_map_);
   if (!gok) {
     g->pool_size = size, g->pool_dev = uint64_t(st.st_dev), g->pool_ino = uint64_t(st.st_ino);
+    // Release: the fields before the magic; the next attacher also reads
+    // them under the flock. Crosses simulated hosts (one real machine).
     Word(g->magic).store(kGlobalMagic, std::memory_order_release);
   }
   CloseUnlocked(gfd);  // the file is initialised
@@ -261,7 +263,7 @@ Result<std::unique_ptr<SimHost>> SimHost::Attach(const std::string& pool_path, i
       }
     }
     hdr->pool_size = size, hdr->pool_dev = uint64_t(st.st_dev), hdr->pool_ino = uint64_t(st.st_ino);
-    Word(hdr->magic).store(kHostMagic, std::memory_order_release);
+    Word(hdr->magic).store(kHostMagic, std::memory_order_release);  // as the global magic above
   }
   CloseUnlocked(sfd);
   // Relaxed: an ordinal only has to be unique among this host's processes.
@@ -358,6 +360,8 @@ void SimHost::RefetchLocked(uint64_t line) {
   auto* snap_words = reinterpret_cast<uint64_t*>(snap_ + off);
   for (int i = 0; i < 8; ++i) {
     // A word stored locally since it was last clean keeps the local value.
+    // Relaxed: the line lock orders the snapshot and pool copies; the local
+    // stores it races are unordered relaxed stores of this host anyway.
     uint64_t expected = snap_words[i];
     Word(host_words[i]).compare_exchange_strong(expected, now[i], std::memory_order_relaxed);
   }
@@ -376,34 +380,49 @@ void SimHost::Flag(uint64_t line, int other_host, const uint64_t* mine) {
   // Relaxed: counters, read by tests after the processes are done.
   Word(g->conflicts).fetch_add(1, std::memory_order_relaxed);
   Word(overlap ? g->lost_updates : g->false_sharing).fetch_add(1, std::memory_order_relaxed);
-  if (flags_logged_.fetch_add(1, std::memory_order_relaxed) < kMaxFlagLogs)
-    MCXL_LOG(kError, "sim", "checker: host %d wrote back the line at pool offset %llu over a write-back of host %d "
-             "it had not observed (%s)", host_, (unsigned long long)off, other_host,
-             overlap ? "the same bytes: a lost update" : "other bytes of the line: false sharing");
+  if (flags_logged_.fetch_add(1, std::memory_order_relaxed) >= kMaxFlagLogs) return;
+  std::string where = "pool offset " + std::to_string(off);
+  {
+    std::lock_guard<std::mutex> lock(regions_mu_);
+    for (const SimRegion& r : regions_) {
+      if (off < r.offset || r.stride == 0 || (off - r.offset) / r.stride >= r.count) continue;
+      where += " (" + r.name + " " + std::to_string((off - r.offset) / r.stride) + " +" +
+               std::to_string((off - r.offset) % r.stride) + ")";
+      break;
+    }
+  }
+  MCXL_LOG(kError, "sim", "checker: host %d wrote back the line at %s over a write-back of host %d it had not "
+           "observed (%s)", host_, where.c_str(), other_host,
+           overlap ? "the same bytes: a lost update" : "other bytes of the line: false sharing");
+}
+
+void SimHost::SetRegions(std::vector<SimRegion> regions) {
+  std::lock_guard<std::mutex> lock(regions_mu_);
+  regions_ = std::move(regions);
+}
+
+template <typename Fn>
+void SimHost::ForEachLine(const void* p, size_t n, Fn fn) {
+  uint64_t a = uint64_t(static_cast<const char*>(p) - copy_);
+  if (n == 0 || a >= size_) return;
+  uint64_t end = std::min<uint64_t>(size_, a + n);
+  for (uint64_t line = a / kLine; line * kLine < end; ++line) {
+    LockLine(line);
+    fn(line);
+    UnlockLine(line);
+  }
 }
 
 void SimHost::WriteBack(const void* p, size_t n) {
-  uint64_t a = uint64_t(static_cast<const char*>(p) - copy_);
-  if (n == 0 || a >= size_) return;
-  uint64_t end = std::min<uint64_t>(size_, a + n);
-  for (uint64_t line = a / kLine; line * kLine < end; ++line) {
-    LockLine(line);
-    WriteBackLocked(line);
-    UnlockLine(line);
-  }
+  ForEachLine(p, n, [this](uint64_t line) { WriteBackLocked(line); });
 }
 
 void SimHost::Invalidate(const void* p, size_t n) {
-  uint64_t a = uint64_t(static_cast<const char*>(p) - copy_);
-  if (n == 0 || a >= size_) return;
-  uint64_t end = std::min<uint64_t>(size_, a + n);
-  for (uint64_t line = a / kLine; line * kLine < end; ++line) {
-    LockLine(line);
+  ForEachLine(p, n, [this](uint64_t line) {
     WriteBackLocked(line);
     if (before_refetch_ != nullptr) before_refetch_(before_refetch_arg_, line);
     RefetchLocked(line);
-    UnlockLine(line);
-  }
+  });
 }
 
 void SimHost::ChurnSteps(uint64_t n) {

@@ -14,6 +14,30 @@ namespace mcxl {
 namespace {
 constexpr int kSpinLimit = 20000;  // ~ms: longer than any master rewrite
 constexpr int kLookupRetries = 64;
+
+// How many of a[0..n) equal t: four tags per SSE2 step (each match adds -1).
+uint64_t CountEqual(const uint32_t* a, uint64_t n, uint32_t t) {
+  const __m128i key = _mm_set1_epi32(int32_t(t));
+  __m128i matches = _mm_setzero_si128();
+  uint64_t i = 0;
+  for (; i + 4 <= n; i += 4)
+    matches = _mm_sub_epi32(matches, _mm_cmpeq_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + i)), key));
+  uint32_t lanes[4];
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lanes), matches);
+  uint64_t count = uint64_t(lanes[0]) + lanes[1] + lanes[2] + lanes[3];
+  for (; i < n; ++i) count += a[i] == t;
+  return count;
+}
+
+uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
+  uint64_t count = 0;
+  for (uint64_t i = 0; i < n; ++i) count += a[i] == h;
+  return count;
+}
+
+// The shadow's 4-byte tag of a filed hash: its high half (the low bits pick
+// the home slot, so they repeat within a window), never 0 (unfiled).
+uint32_t TagOf(uint64_t hash) { return uint32_t(hash >> 32) | 1; }
 }  // namespace
 
 ObjectIndex::ObjectIndex(const Pool* pool)
@@ -54,6 +78,14 @@ bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
     }
   }
   return false;
+}
+
+void ObjectIndex::PrefetchObject(uint64_t object_offset) const {
+  // Unchecked: a prefetch never faults, and KeyMatches bounds-checks before
+  // any load. Integer arithmetic: the offset may be garbage.
+  uintptr_t at = reinterpret_cast<uintptr_t>(pool_->base()) + object_offset;
+  for (uint64_t line = 0; line < kPrefetchObjectLines; ++line)
+    __builtin_prefetch(reinterpret_cast<const void*>(at + line * 64));
 }
 
 bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
@@ -101,6 +133,7 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       }
       if (s.state() == EntryState::kEmpty) break;
       if (!Readable(s.state()) || s.key_hash != hash) continue;
+      PrefetchObject(s.object_offset);
       if (!KeyMatches(s, key)) continue;
       if ((s.state() == EntryState::kOnDisk ? (const void*)StubPtr(s, key) : (const void*)ValuePtr(s, key)) ==
           nullptr) {
@@ -350,45 +383,60 @@ bool ObjectIndex::RestoreMaxProbe() {
 
 void ObjectIndex::EnableShadow() {
   shadow_hash_.assign(capacity_, 0);
-  shadow_filed_.assign(capacity_, false);
-  shadow_.clear();
-  shadow_.reserve(capacity_);  // never rehashed while puts wait
+  shadow_tag_.assign(capacity_, 0);
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
     if (st != EntryState::kEmpty && st != EntryState::kTombstone)
       ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
   }
+  shadowed_ = true;
 }
 
 void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
-  // A slot still filed (someone else turned a live entry into a free one
-  // and the master reused it) leaves its old list first: one list a slot.
-  if (shadow_filed_[slot]) ShadowRemove(slot);
+  // One hash a slot: a slot still filed (someone else turned a live entry
+  // into a free one and the master reused it) is simply refiled. A stored
+  // hash of 0 (never a KeyHash) files under no hash.
   shadow_hash_[slot] = hash;
-  shadow_filed_[slot] = true;
-  shadow_.emplace(hash, slot);
+  shadow_tag_[slot] = hash == kUnfiled ? 0 : TagOf(hash);
 }
 
 void ObjectIndex::ShadowRemove(uint64_t slot) {
-  if (!shadow_filed_[slot]) return;
-  shadow_filed_[slot] = false;
-  uint64_t hash = shadow_hash_[slot];
-  auto [it, end] = shadow_.equal_range(hash);
-  for (; it != end; ++it)
-    if (it->second == slot) {
-      shadow_.erase(it);
-      return;
-    }
+  shadow_hash_[slot] = kUnfiled;
+  shadow_tag_[slot] = 0;
+}
+
+uint64_t ObjectIndex::ShadowCount(uint64_t hash, bool exact) const {
+  // Insert files a slot only within kMaxProbeSlots of its home (and within
+  // the master's max_probe), so the slots of a hash lie in that window: one
+  // DRAM stretch (two where it wraps), counted without branches, tags
+  // first (64 of them are 256 bytes), whole hashes only where one matched.
+  uint64_t home = HomeSlot(hash), n = ShadowWindow();
+  uint64_t first = std::min(n, capacity_ - home);
+  uint32_t tag = TagOf(hash);
+  const uint32_t* t = shadow_tag_.data();
+  uint64_t tagged = CountEqual(t + home, first, tag) + CountEqual(t, n - first, tag);
+  if (!exact || tagged == 0) return tagged;
+  const uint64_t* a = shadow_hash_.data();
+  return CountEqual(a + home, first, hash) + CountEqual(a, n - first, hash);
 }
 
 void ObjectIndex::ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const {
   out->clear();
-  auto [it, end] = shadow_.equal_range(hash);
-  for (; it != end; ++it) out->push_back(it->second);
-  if (out->size() > 1)
-    std::sort(out->begin(), out->end(),
-              [&](uint64_t a, uint64_t b) { return Distance(a, hash) < Distance(b, hash); });
+  if (hash == kUnfiled) return;
+  uint64_t want = ShadowCount(hash, true);
+  uint64_t home = HomeSlot(hash);
+  for (uint64_t i = 0; out->size() < want; ++i) {  // in probe order
+    uint64_t slot = (home + i) & (capacity_ - 1);
+    if (shadow_hash_[slot] == hash) out->push_back(slot);
+  }
+}
+
+bool ObjectIndex::ShadowAlone(uint64_t slot) const {
+  uint64_t hash = shadow_hash_[slot];
+  if (hash == kUnfiled || Distance(slot, hash) >= ShadowWindow()) return false;
+  // The slot's own tag is in the window: a count of one is the slot alone.
+  return ShadowCount(hash, false) == 1 || ShadowCount(hash, true) == 1;
 }
 
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {

@@ -222,6 +222,22 @@ void Pool::InvalidateOwn(const void* p, size_t n) const {
   ObserveRange(p, n);
 }
 
+void Pool::NameSimRegions() const {
+  if (!sim_) return;
+  const PoolGeometry& g = geo_;
+  uint64_t announce = AnnounceChannelBytes(g.announce_slots);
+  sim_->SetRegions({
+      {"superblock", 0, kSuperblockSize, 1},
+      {"client slot", g.client_table_offset, sizeof(ClientSlot), g.client_slot_count},
+      {"pin table of client", g.pin_table_offset, uint64_t(g.pins_per_client) * sizeof(PinRecord),
+       g.client_slot_count},
+      {"ring (client*2+dir)", g.ring_region_offset, g.ring_bytes, uint64_t(g.client_slot_count) * 2},
+      {"announce channel", g.announce_offset, announce, g.announce_channels},
+      {"index entry", g.index_offset, sizeof(IndexEntry), g.index_capacity},
+      {"data region", g.data_offset, g.data_size, 1},
+  });
+}
+
 Status Pool::CheckSimMode(CoherenceMode mode) const {
   if (!sim_ || mode == CoherenceMode::kNonCoherent) return ErrorCode::OK;
   MCXL_LOG(kError, "pool", "MC_CXL_SIM_HOST=%d simulates a host without coherence, but pool %s is %s coherent: "
@@ -474,6 +490,7 @@ Status Pool::Format(const FormatOptions& options) {
   reinterpret_cast<std::atomic<uint64_t>*>(&sb->magic)->store(kPoolMagic, std::memory_order_release);
   WriteBackOwn(sb, sizeof(uint64_t), options.coherence);
   if (sim_) sim_->SetHotBytes(off);
+  NameSimRegions();
   MCXL_LOG(kInfo, "pool", "formatted %s: %llu bytes, uuid %s, index %llu entries, data %llu bytes",
            path_.c_str(), (unsigned long long)size_, UuidString().c_str(),
            (unsigned long long)capacity, (unsigned long long)sb->data_size);
@@ -602,6 +619,7 @@ Status Pool::Verify(const uint8_t* expected_uuid) const {
   geo_ = g;
   geo_set_ = true;
   if (sim_) sim_->SetHotBytes(g.data_offset);
+  NameSimRegions();
   return ErrorCode::OK;
 }
 

@@ -1,10 +1,8 @@
 #include "mooncake_cxl/pool/populate.h"
 
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -12,6 +10,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <ctime>
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/common/log.h"
@@ -65,13 +64,32 @@ Status AllocateRange(const Pool& pool, uint64_t offset, uint64_t len) {
   return rc == 0 ? Status(ErrorCode::OK) : Status(ErrorCode::INTERNAL_ERROR);
 }
 
-void BackgroundPopulator::Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode) {
+ForegroundBusy BusySinceLastPoll(const ActivityCounter* counter) {
+  return [counter, seen = uint64_t(0)]() mutable {
+    uint64_t now = counter->count.load(std::memory_order_relaxed);
+    bool moved = now != seen;
+    seen = now;
+    return moved;
+  };
+}
+
+void BackgroundPopulator::Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
+                                ForegroundBusy busy) {
   Stop();
   stop_.store(false, std::memory_order_relaxed);
   done_.store(false, std::memory_order_relaxed);
-  thread_ = std::thread([this, pool, plan = std::move(plan), who = std::move(who), mode]() mutable {
-    Run(pool, std::move(plan), std::move(who), mode);
-  });
+  thread_ = std::thread([this, pool, plan = std::move(plan), who = std::move(who), mode,
+                         busy = std::move(busy)]() mutable { Run(pool, std::move(plan), std::move(who), mode, busy); });
+}
+
+bool BackgroundPopulator::WaitQuiet(const ForegroundBusy& busy) {
+  while (busy && busy()) {
+    if (stop_.load(std::memory_order_relaxed)) return false;
+    // A pause between polls, not a synchronisation: the probe is a hint.
+    struct timespec ts {0, long(kQuietPollNs)};
+    nanosleep(&ts, nullptr);
+  }
+  return !stop_.load(std::memory_order_relaxed);
 }
 
 void BackgroundPopulator::Stop() {
@@ -79,26 +97,27 @@ void BackgroundPopulator::Stop() {
   if (thread_.joinable()) thread_.join();
 }
 
-void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode) {
+void BackgroundPopulator::Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
+                              const ForegroundBusy& busy) {
   bool allocate = mode == PopulateMode::kAllocate && PopulateDataPays(*pool);
-  // Zeroing pages yields the core to ring threads and putters (nice 19, not
-  // SCHED_IDLE: a fault on a page this thread holds waits for it, and an
-  // idle-class thread on a busy machine made such waits last 100s of ms).
-  // Mapping allocated pages is cheap and holds the mapping's lock: it runs
-  // at normal priority, to be done before large puts need it.
-  if (allocate) (void)setpriority(PRIO_PROCESS, pid_t(syscall(SYS_gettid)), 19);
+  // Normal priority: the run yields to foreground work by deferring its
+  // steps (WaitQuiet), not by niceness. At nice 19 on a busy machine a step
+  // was preempted for ms while it held pages or a mapping lock, and the put
+  // that faulted on one of them waited that long.
   uint64_t step = allocate ? kAllocateStepBytes : kMapStepBytes;
   uint64_t t0 = MonoNs(), total = 0;
   for (const PoolRange& r : plan) {
     for (uint64_t off = r.offset; off < r.offset + r.len; off += step) {
-      if (stop_.load(std::memory_order_relaxed)) return;  // closing: nothing to log
+      if (!WaitQuiet(busy)) return;  // closing: nothing to log
       if (pool->failed()) return;
       uint64_t n = std::min(step, r.offset + r.len - off);
       Status st = allocate ? AllocateRange(*pool, off, n) : PopulateRange(*pool, off, n);
       // The master writes each new object's header into its extent: mapped
       // here, that first write takes no page fault on the put's path.
-      for (uint64_t m = 0; allocate && st.ok() && m < n; m += kMapStepBytes)
+      for (uint64_t m = 0; allocate && st.ok() && m < n; m += kMapStepBytes) {
+        if (!WaitQuiet(busy)) return;
         st = PopulateRange(*pool, off + m, std::min(kMapStepBytes, n - m));
+      }
       if (st.error() == ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS) return;  // shrank: CheckSize logs it
       if (!st.ok()) {
         int err = errno;

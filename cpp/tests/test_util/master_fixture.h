@@ -43,6 +43,16 @@ inline void SetToken(const Pool& pool, AttachRequest* req) {
 }
 
 // Value bytes derived from the key, so that a read can be checked.
+// What Client::PinValue leaves in the pool: a claimed record.
+inline void PinInTable(const Pool& pool, uint32_t slot, uint32_t record, const EntrySnapshot& s) {
+  ClientSlot* cs = pool.client_slot(slot);
+  PinRecord& rec = pool.pin_table(slot)[record];
+  rec.object_offset.store(s.object_offset);
+  rec.generation.store(s.generation());
+  cs->pins_in_use.fetch_add(1);
+  if (cs->pin_high_water.load() < record + 1) cs->pin_high_water.store(record + 1);
+}
+
 inline std::string ValueFor(const std::string& key, size_t size) {
   std::string v(size, '\0');
   for (size_t i = 0; i < size; ++i) v[i] = char(KeyHash(key) >> (i % 8 * 8)) ^ char(i);

@@ -198,6 +198,9 @@ class Client {
                     const std::vector<size_t>& first, std::vector<int64_t>* out);
   // 1 present, 0 absent, negative on error. Grants a lease like Mooncake's.
   int IsExist(std::string_view key);
+  // IsExist of many keys, every key's lookup started before any is probed
+  // (their cache misses overlap), one lease deadline for the batch.
+  std::vector<int> BatchIsExist(const std::vector<std::string_view>& keys);
   Result<uint64_t> GetSize(std::string_view key);
   // Per range: bytes copied, INVALID_PARAMS (range outside the value) or the
   // lookup's error; the ranges are copied from one consistent version.
@@ -257,10 +260,22 @@ class Client {
   std::shared_ptr<Pool> pool() const { return pool_; }
 
  private:
-  // Locates each key and applies `act` to its entry (HoldLeases, ReleaseLeases):
-  // the per-key result is the lookup's error or act's.
+  // Locates each key and applies `act` to its entry (HoldLeases,
+  // ReleaseLeases, BatchIsExist), with life_mu_ held shared: the per-key
+  // result is the lookup's error or act's. Every key is scoped and its home
+  // entry's load started (BatchKey) before the first lookup.
   std::vector<ErrorCode> ForEachLocated(const std::vector<std::string_view>& keys,
                                         const std::function<ErrorCode(const EntrySnapshot&)>& act);
+  // A key of a batch lookup: as stored, its hash, and whether ScopeKey took it.
+  struct BatchKey {
+    std::string buf;
+    std::string_view stored;
+    uint64_t hash = 0;
+    bool ok = false;
+  };
+  // Scopes and hashes `key` into *k and starts loading its home index entry,
+  // so that a batch's lookups overlap their cache misses; k->ok as ScopeKey.
+  void PrepareLookup(std::string_view key, const char* op, BatchKey* k) const;
   explicit Client(const ClientOptions& options);
   Status Attach(bool initial);
   // One master call; re-attaches after a lost connection or a reclaimed slot
@@ -376,6 +391,9 @@ class Client {
   void FlushLeases();
   void LeaseLoop();
   void StopLeaseThread();
+  // At setup on a non-coherent pool: an empty kLeases, which a master
+  // without the discipline answers "unknown type" (INVALID_VERSION then).
+  Status CheckMasterFoldsLeases();
   // HoldLeases / ReleaseLeases (lower) on a non-coherent pool: one kLeases.
   std::vector<ErrorCode> HoldByMaster(const std::vector<std::string_view>& keys, uint64_t until_ns, bool lower);
   // kPublish of (entry_slot, generation) items whose values this client
@@ -461,6 +479,9 @@ class Client {
   std::unordered_map<uint64_t, LeaseItem> pending_leases_;
   bool lease_stop_ = false;
   std::thread lease_thread_;
+  // Bumped per ring call and per read: the populator defers while the
+  // store is in use (populate.h).
+  ActivityCounter calls_seen_;
   BackgroundPopulator populator_;  // reads pool_; stopped by Close
 };
 

@@ -144,6 +144,7 @@ struct MasterStats {
   uint64_t index_live_entries = 0;  // entries in use (complete, unfinished, aborted)
   uint64_t index_evicted_keys = 0;  // of evicted_keys, while the index, not the data region, was over its watermark
   uint64_t index_window_evictions = 0;  // of those, to free a slot of a key's full probe window
+  uint64_t index_evicted_disk_keys = 0;  // of index_evicted_keys, kOnDisk objects (entry and SSD record dropped)
   uint64_t recovered_objects = 0, dropped_on_recovery = 0;
   uint64_t refused_requests = 0;  // no credential, or not from the named client's connection
   uint64_t announce_refusals = 0;        // channel opens refused: per-client cap, or every channel held
@@ -225,5 +226,13 @@ class Master : public Service {
  protected:
   Master() = default;
 };
+
+// The serving process (mooncake_cxl.pool_te) writes "session\npid\n" to
+// te_session_file and removes it when it stops cleanly; a killed one leaves
+// it. This removes such a file when the pid it names is gone from this host
+// (the serving process runs beside the master), so a dead session is neither
+// advertised nor left behind; a live writer's file stays, since the serving
+// process may outlive masters. True if it removed one.
+bool DropDeadTeSession(const std::string& path);
 
 }  // namespace mcxl

@@ -89,6 +89,13 @@ SimCounters ReadSimCounters(const std::string& pool_path);
 // The files the simulator keeps beside `pool_path` for hosts [0, hosts).
 std::vector<std::string> SimFilePaths(const std::string& pool_path, int hosts);
 
+// A region of the pool, for the checker's log lines: "<name> <i> +<byte>"
+// for an offset in [offset, offset + count * stride).
+struct SimRegion {
+  std::string name;
+  uint64_t offset = 0, stride = 0, count = 0;
+};
+
 // The deterministic line schedule of the churn (see the contract).
 class ChurnSchedule {
  public:
@@ -127,6 +134,9 @@ class SimHost {
   void Invalidate(const void* p, size_t n);
   // Bytes of pool metadata from offset 0 (the churn's hot half).
   void SetHotBytes(uint64_t n) { hot_lines_.store(n / 64, std::memory_order_relaxed); }
+  // Names the pool's regions in the checker's log lines (set once the
+  // layout is known).
+  void SetRegions(std::vector<SimRegion> regions);
   // n spontaneous line operations of this process's schedule, now.
   void ChurnSteps(uint64_t n);
   // Tests: fn(arg, line) runs inside Invalidate between the line's
@@ -138,6 +148,9 @@ class SimHost {
 
  private:
   SimHost() = default;
+  // fn(line) under the line's lock for each line of [p, p+n) in the mapping.
+  template <typename Fn>
+  void ForEachLine(const void* p, size_t n, Fn fn);
   void LockLine(uint64_t line);
   void UnlockLine(uint64_t line);
   // REQUIRES: the line's lock. True when written back.
@@ -161,13 +174,16 @@ class SimHost {
   uint64_t global_bytes_ = 0;
   uint64_t* locks_ = nullptr;
   uint64_t* versions_ = nullptr;
-  std::atomic<uint64_t> hot_lines_{0};
+  std::atomic<uint64_t> hot_lines_{0};  // relaxed: a hint for the churn's picks
   std::mutex churn_mu_;  // guards schedule_ and the stop flag's wait
   ChurnSchedule schedule_{0, 0, 0};
   std::condition_variable stop_cv_;
   bool stop_ = false;
   std::thread churn_;
+  // Relaxed, process-local counters (diagnostics and the log cap).
   std::atomic<uint64_t> write_backs_{0}, fetches_{0}, flags_logged_{0};
+  std::mutex regions_mu_;
+  std::vector<SimRegion> regions_;  // guarded by regions_mu_
   void (*before_refetch_)(void*, uint64_t) = nullptr;
   void* before_refetch_arg_ = nullptr;
 };

@@ -13,10 +13,10 @@
 //     re-checks StillValid afterwards and retries when it fails.
 //   * The master (the only structural writer): Insert, Tombstone, SetFlags,
 //     all of which bump the entry's version to odd before and to even after.
-//     Its own lookups use a DRAM shadow (EnableShadow): key hash -> the
-//     slots it inserted and has not tombstoned since, kept exact by Insert
-//     and Tombstone, so they never walk the pool's tombstones; what the
-//     shadow names is still checked against the pool entry.
+//     Its own lookups use a DRAM shadow (EnableShadow): per slot, the key
+//     hash it inserted there and has not tombstoned since, kept exact by
+//     Insert and Tombstone, so they never read the pool's tombstones; what
+//     the shadow names is still checked against the pool entry.
 // The putting client's only write is PublishComplete/Abort: a CAS of
 // state_gen that names the generation it was given, so it cannot touch an
 // entry the master has since revoked or reused.
@@ -33,10 +33,10 @@
 // Master methods REQUIRE the master's single thread.
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <string_view>
-#include <unordered_map>
 #include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
@@ -140,13 +140,20 @@ class ObjectIndex {
   bool RestoreMaxProbe();
   // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
   // (under the key hash it holds now); from then on Insert and Tombstone
-  // keep it. Costs about 17 bytes a slot plus a map node per live entry.
+  // keep it. Flat DRAM arrays, 12 bytes a slot (the hash filed there, 0 for
+  // none, and a 4-byte tag of it): filing and unfiling are two stores, no
+  // allocation.
   void EnableShadow();
-  bool shadowed() const { return !shadow_hash_.empty(); }
-  // The shadow's slots of key hash `hash`, in probe order from its home
-  // (REQUIRES shadowed()). A superset of the master's live entries of the
-  // hash: the caller checks state, hash and key in the pool entry.
+  bool shadowed() const { return shadowed_; }
+  // The shadow's slots of key hash `hash` within max_probe of its home, in
+  // probe order (REQUIRES shadowed()): every entry a reader's probe can
+  // reach. A superset of the master's live entries of the hash there: the
+  // caller checks state, hash and key in the pool entry.
   void ShadowSlots(uint64_t hash, std::vector<uint64_t>* out) const;
+  // `slot` is filed and no other slot under its hash (REQUIRES shadowed()):
+  // the master has no other entry of its key.
+  bool ShadowAlone(uint64_t slot) const;
+  uint64_t ShadowHash(uint64_t slot) const { return shadow_hash_[slot]; }  // 0: not filed
   // Slots a reader's lookup of an absent key of hash `hash` reads now (to
   // the first EMPTY, at most max_probe + 1): the probe-length statistic.
   uint64_t MissProbeLength(uint64_t hash) const;
@@ -155,6 +162,11 @@ class ObjectIndex {
   const Pool* pool() const { return pool_; }
 
  private:
+  // Lines loaded ahead from an object's start once its entry matches the
+  // hash (header, key, the value's first bytes): the key compare and the
+  // copy that follows then wait on one miss instead of two in a row.
+  static constexpr uint64_t kPrefetchObjectLines = 4;
+  void PrefetchObject(uint64_t object_offset) const;
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
@@ -164,17 +176,22 @@ class ObjectIndex {
   void MakeEmpty(uint64_t slot);
   void ShadowAdd(uint64_t slot, uint64_t hash);
   void ShadowRemove(uint64_t slot);
+  // Slots filed under `hash` in its window (`exact`), or those whose tag
+  // matches (a superset).
+  uint64_t ShadowCount(uint64_t hash, bool exact) const;
+  uint64_t ShadowWindow() const { return std::min({capacity_, max_probe_ + 1, kMaxProbeSlots}); }
 
   const Pool* pool_;
   IndexEntry* entries_;
   uint64_t capacity_;
   Superblock* sb_;
   uint64_t max_probe_ = 0;  // master side only
-  // The shadow (master side only): slot -> the hash it is filed under (when
-  // filed), and hash -> slots.
+  // The shadow (master side only): slot -> the hash filed there, kUnfiled
+  // for none (KeyHash is never 0).
+  static constexpr uint64_t kUnfiled = 0;
   std::vector<uint64_t> shadow_hash_;
-  std::vector<bool> shadow_filed_;
-  std::unordered_multimap<uint64_t, uint64_t> shadow_;
+  std::vector<uint32_t> shadow_tag_;  // a 4-byte tag of each filed hash, 0 for none: what lookups scan
+  bool shadowed_ = false;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};
   mutable std::atomic<uint64_t> corrupt_last_log_ns_{0};

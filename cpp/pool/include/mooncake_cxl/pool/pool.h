@@ -212,6 +212,7 @@ class Pool {
   void WriteBackOwn(const void* p, size_t n, CoherenceMode mode) const;
   void InvalidateOwn(const void* p, size_t n) const;
   Status CheckSimMode(CoherenceMode mode) const;
+  void NameSimRegions() const;  // the checker's log lines name regions
   std::string path_;
   int fd_;  // kept open for DeviceSize
   char* base_;

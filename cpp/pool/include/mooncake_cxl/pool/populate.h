@@ -11,11 +11,20 @@
 // others read and write the pool. BackgroundPopulator runs one of them over
 // a plan on its own thread in steps, so neither master start nor client
 // setup waits for it; a put that reaches a page first takes that fault.
-// The master allocates (kAllocate, nice 19, 2 MiB steps), then maps each
+// The master allocates (kAllocate, 2 MiB steps), then maps each
 // step in 256 KiB parts (it writes every new object's header: unmapped, each
 // new page cost a put a fault); a client maps
 // (kMap, 256 KiB steps: each holds the mapping's lock for reading, which an
 // mmap or munmap of that process, a large malloc, then waits for).
+// Foreground work comes first: before each step (and each 256 KiB part of an
+// allocate step) the run asks its ForegroundBusy probe, and while that says
+// a request or store call ran since the last ask it waits kQuietPollNs and
+// asks again. A step starts only after a quiet poll period, so population
+// never takes a core from a burst of puts; under a steady stream a put that
+// reaches a page first takes that fault, as without prefault. The run keeps
+// normal priority (a niced step, preempted while it holds a page or the
+// mapping lock, stalls the put that waits for it). BusySinceLastPoll builds
+// the probe from a counter the foreground bumps (ActivityCounter).
 // The plan (PopulatePlan) is the metadata regions first (superblock, tables,
 // rings, channels, index), then the data region only where it pays
 // (PopulateDataPays: tmpfs or hugetlbfs). A device-DAX node maps 2 MiB per
@@ -28,6 +37,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -40,7 +50,27 @@ namespace mcxl {
 constexpr uint64_t kAllocateStepBytes = 2ull << 20;
 constexpr uint64_t kMapStepBytes = 256ull << 10;
 
+constexpr uint64_t kQuietPollNs = 200'000;
+
 enum class PopulateMode { kAllocate, kMap };
+
+// True while foreground work ran lately: the run waits. Called on the
+// populating thread only.
+using ForegroundBusy = std::function<bool()>;
+
+// Bumped by the foreground (a request served, a store call) at a cost of
+// one relaxed load and store: a hint, so concurrent bumps may lose a count
+// (the value still moves). On its own line: the bumping threads own it.
+struct alignas(64) ActivityCounter {
+  // Relaxed: only "did it move" is read, by one populating thread,
+  // host-local; nothing is published through it.
+  std::atomic<uint64_t> count{0};
+  void Note() { count.store(count.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed); }
+};
+
+// A probe that says busy when `counter` moved since the probe's previous
+// call (the first call: busy when it ever moved). `counter` must outlive it.
+ForegroundBusy BusySinceLastPoll(const ActivityCounter* counter);
 
 struct PoolRange {
   uint64_t offset = 0;
@@ -71,15 +101,20 @@ class BackgroundPopulator {
   // Starts populating `plan` of `pool`; `who` names the process in its one
   // log line (done, with the time taken, or why it stopped). kAllocate
   // falls back to kMap where allocating does not pay (PopulateDataPays).
-  // Stops a previous run first.
-  void Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode);
+  // `busy`, when set, defers each step to a quiet moment (above); it is
+  // called on the run's thread. Stops a previous run first.
+  void Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
+             ForegroundBusy busy = nullptr);
   // Ends the run within one step and joins it. Idempotent.
   void Stop();
   // True once the whole plan was populated.
   bool done() const { return done_.load(std::memory_order_acquire); }
 
  private:
-  void Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode);
+  void Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
+           const ForegroundBusy& busy);
+  // Waits while `busy` says so; false when stopped meanwhile.
+  bool WaitQuiet(const ForegroundBusy& busy);
   std::thread thread_;
   // Relaxed: a stop hint polled between steps; Stop's join orders the rest.
   std::atomic<bool> stop_{false};

@@ -17,7 +17,9 @@
 //   simulated (MC_CXL_SIM_HOST set, coherence_sim.h): the same two
 //     operations on this process's simulated host copy of the pool.
 // WriteBackRange / InvalidateRange are the line operations without the
-// fence, for a caller that orders them itself (several ranges, one fence).
+// release / acquire fence, for a caller that orders them itself (several
+// ranges, one fence); the real build still ends each with its sfence /
+// mfence, which completes the range's lines.
 // A range may start and end anywhere: every line it touches is covered.
 //
 // Cost in coherent mode: one relaxed load of a process-wide word and a
