@@ -178,6 +178,11 @@ Status Client::MapPool() {
 
 Status Client::Attach(bool initial) {
   std::lock_guard<std::mutex> lock(attach_mu_);
+  // Held across the attach: a ring call of another thread in flight (the
+  // lease thread's, say) ends first, so it cannot write the ring's caller
+  // or consumer_waiting words after the master reset them for this
+  // attachment (a lost update on a non-coherent pool).
+  std::lock_guard<std::mutex> ring_lock(ring_mu_);
   AttachRequest req;
   req.local_hostname = options_.local_hostname;
   char machine[256] = {};
@@ -237,7 +242,6 @@ Status Client::Attach(bool initial) {
   term_.store(pool_->superblock()->master_term.load(std::memory_order_acquire), std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> ring_lock(ring_mu_);
     uint32_t ring_bytes = pool_->geometry().ring_bytes;
     // The slot may have been another host's attachment: this host's copies
     // of its lines (slot, both rings, pin table) go before we write any of
@@ -254,6 +258,12 @@ Status Client::Attach(bool initial) {
   }
   LoadTier();
   ClientSlot* cs = pool_->client_slot(reply.slot);
+  // Our line: this attachment's counters start at 0 (the master retired the
+  // last one's, and counts ours once heartbeat_generation names us).
+  cs->get_hits.store(0, std::memory_order_relaxed);
+  cs->get_misses.store(0, std::memory_order_relaxed);
+  cs->disk_hits.store(0, std::memory_order_relaxed);
+  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
   cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
   PublishRange(&cs->heartbeat_ns, kCacheLine);

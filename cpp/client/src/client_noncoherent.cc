@@ -28,8 +28,6 @@
 
 namespace mcxl {
 
-bool Client::NonCoherent() { return GetCoherenceMode() == CoherenceMode::kNonCoherent; }
-
 void Client::RaiseLease(const EntrySnapshot& s, uint64_t until_ns) {
   if (!NonCoherent()) {
     index_->ExtendLease(s.slot, until_ns);

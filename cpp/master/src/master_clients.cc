@@ -314,16 +314,21 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   UnmarkPinTable(slot);  // its table stays live only if RetireOrClearPins retires it
   ClientSlot* cs = pool_->client_slot(slot);
   // The client's line (counters) was written on its host: observed before
-  // it is read and cleared, so the clear is based on its last write-back.
+  // it is read. Its counts are retired into ours; the next attachment
+  // zeroes them (Client::Attach), and ReadCounts skips them until then. On
+  // a non-coherent pool the master never writes that line: a live
+  // reclaimed client (detached with views, stopped) may still write it.
   ObserveRange(cs, sizeof(ClientSlot));
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
-  cs->get_hits.store(0, std::memory_order_relaxed);
-  cs->get_misses.store(0, std::memory_order_relaxed);
   retired_disk_hits_ += cs->disk_hits.load(std::memory_order_relaxed);
   retired_disk_bad_ += cs->disk_checksum_failures.load(std::memory_order_relaxed);
-  cs->disk_hits.store(0, std::memory_order_relaxed);
-  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
+  if (GetCoherenceMode() == CoherenceMode::kCoherent || was.remote) {  // a remote client's line is ours
+    cs->get_hits.store(0, std::memory_order_relaxed);
+    cs->get_misses.store(0, std::memory_order_relaxed);
+    cs->disk_hits.store(0, std::memory_order_relaxed);
+    cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
+  }
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // The generation store first, then the caller word (a Dekker pair with

@@ -465,6 +465,7 @@ class MasterImpl final : public Master, private TierHost {
   struct ReadCountsResult {
     uint64_t hits, misses, clients;
   };
+  bool CountsAreCurrent(uint32_t slot) const;  // the slot's counters are its attachment's
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
   // The index's load, its evictions and probe lengths; `hit` from the scan.
   void WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const;  // under mu_

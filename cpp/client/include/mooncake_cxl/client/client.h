@@ -43,6 +43,7 @@
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
 #include "mooncake_cxl/pool/populate.h"
+#include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/etcd_client.h"
 #include "mooncake_cxl/control/rpc_client.h"
 #include "mooncake_cxl/control/shm_ring.h"
@@ -380,7 +381,7 @@ class Client {
 
   // ---- a non-coherent pool (client_noncoherent.cc): the master writes ----
   // True when the pool was formatted --coherence=noncoherent.
-  static bool NonCoherent();
+  static bool NonCoherent() { return NonCoherentMode(); }
   // A read's lease: the entry CAS on a coherent pool, else queued for the
   // master (kLeases, sent by the lease thread).
   void RaiseLease(const EntrySnapshot& s, uint64_t until_ns);

@@ -64,6 +64,10 @@ inline bool LineOpsOn() {
 }
 }  // namespace publish_detail
 
+// GetCoherenceMode() == kNonCoherent, inline: a line build other than the
+// fences runs exactly on a non-coherent pool.
+inline bool NonCoherentMode() { return publish_detail::LineOpsOn(); }
+
 // Write back [p, p+n) to the pool without a fence (no-op when coherent).
 inline void WriteBackRange(const void* p, size_t n) {
   if (publish_detail::LineOpsOn()) publish_detail::WriteBackSlow(p, n);
