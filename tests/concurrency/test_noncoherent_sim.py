@@ -36,7 +36,8 @@ def test_each_process_logs_its_simulated_host_and_seed(sim_master):
     assert os.path.exists(sim_master.pool_path + ".simhost-1")
 
 
-def test_a_coherent_pool_refuses_a_simulated_host(master):
+def test_a_coherent_pool_refuses_a_simulated_host(master_factory):
+    master = master_factory(extra_flags=["--coherence=coherent"])  # also under MCXL_TEST_COHERENCE=noncoherent
     env = dict(os.environ, MC_CXL_SIM_HOST="1", MC_CXL_SIM_CHURN="0")
     p = subprocess.run([sys.executable, WORKER, master.address, "exists", "k"], env=env,
                        capture_output=True, text=True, timeout=CALL_TIMEOUT)

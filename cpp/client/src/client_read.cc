@@ -13,7 +13,6 @@
 #include "mooncake_cxl/pool/key_hash.h"
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/pool/publish.h"
-#include "mooncake_cxl/common/sim_mutation.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "client_internal.h"
 #include "read_loop.h"
@@ -88,7 +87,7 @@ Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key,
   if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dest);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
-  if (!SimMutated(SimMutation::kDropReadInvalidate)) ObserveRange(src, snap.value_size);
+  ObserveRangeUnless(SimMutation::kDropReadInvalidate, src, snap.value_size);
   CopyOut(src, snap.value_size, dest);
   // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;

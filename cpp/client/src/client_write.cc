@@ -25,7 +25,6 @@
 #include "mooncake_cxl/pool/key_hash.h"
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/pool/publish.h"
-#include "mooncake_cxl/common/sim_mutation.h"
 #include "mooncake_cxl/control/doorbell.h"
 #include "client_internal.h"
 #include "mooncake_cxl/pool/pool_copy.h"
@@ -65,7 +64,7 @@ bool Client::CopyValueChecked(const ConstSlice* parts, size_t nparts, char* dst,
       uint64_t n = std::min<uint64_t>(budget, s.size - done);
       if (stream) StreamToPool(p, src + done, n);
       else memcpy(p, src + done, n);
-      if (!SimMutated(SimMutation::kDropPublishWriteback)) PublishRange(p, n);
+      PublishRangeUnless(SimMutation::kDropPublishWriteback, p, n);
       p += n;
       done += n;
       budget -= n;

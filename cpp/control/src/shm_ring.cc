@@ -12,7 +12,6 @@
 
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/pool/publish.h"
-#include "mooncake_cxl/common/sim_mutation.h"
 
 namespace mcxl {
 namespace {
@@ -142,7 +141,7 @@ ShmRing::PopResult ShmRing::Peek(std::string* frame, Position* at) const {
     }
     uint64_t rec = RecordBytes(len);
     if (rec > to_end || rec > head - tail) return PopResult::kCorrupt;
-    if (!SimMutated(SimMutation::kDropRingInvalidate)) ObserveRange(data_ + pos + kRecordHeader, len);
+    ObserveRangeUnless(SimMutation::kDropRingInvalidate, data_ + pos + kRecordHeader, len);
     frame->assign(data_ + pos + kRecordHeader, len);
     *at = Position{tail + rec, expected + 1};
     return PopResult::kOk;

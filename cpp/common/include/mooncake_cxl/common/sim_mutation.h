@@ -2,9 +2,9 @@
 // §7): MC_CXL_SIM_MUTATE names one write-back or invalidate to drop, so a
 // test can show that the coherence simulator (MC_CXL_SIM_HOST) catches its
 // absence. Read at attach of a non-coherent pool only (SetCoherenceMode);
-// unset, or a coherent pool, nothing is dropped, and the hot paths pay one
-// relaxed load of a process-wide word. A process with a mutation logs it
-// once.
+// unset, or a coherent pool, nothing is dropped; the call sites check it
+// only where line operations run (publish.h PublishRangeUnless), so the
+// coherent build pays nothing. A process with a mutation logs it once.
 //   drop_publish_writeback  the write-back of a put's value before its publish
 //   drop_read_invalidate    the invalidate of a value's lines before a get copies them
 //   drop_ring_invalidate    the invalidate of a ring record's body before it is read
