@@ -62,6 +62,7 @@ REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"
 # on host 1, and each Child on hosts 1..N-1 in turn. sim_counters() is the
 # checker's verdict on a pool.
 SIM_HOSTS = int(os.environ.get("MCXL_TEST_SIM_HOSTS", "0") or 0)
+NONCOHERENT_RUN = NONCOHERENT_RUN or SIM_HOSTS >= 2  # its pools are non-coherent too
 if SIM_HOSTS >= 2:
     os.environ["MC_CXL_SIM_HOST"] = "1"
 _sim_children = [0]
@@ -231,11 +232,14 @@ def _pool_dir():
 def pool_path():
     path = os.path.join(_pool_dir() or "/tmp", f"mcxl_test_{uuid.uuid4().hex}")
     yield path
+    # A simulated run (MCXL_TEST_SIM_HOSTS): the checker flagged nothing.
+    flagged = sim_counters(path) if SIM_HOSTS >= 2 else (0, 0, 0)
     # The pool, the session file a killed Transfer Engine process left, and
     # the non-coherent simulator's files.
     for p in [path, path + ".te"] + glob.glob(glob.escape(path) + ".sim*"):
         if os.path.exists(p):
             os.unlink(p)
+    assert flagged == (0, 0, 0), f"the simulator's checker flagged write-backs (conflicts, lost, false sharing): {flagged}"
 
 
 @pytest.fixture

@@ -45,33 +45,34 @@ def test_publish_and_leases_go_through_the_master_only_when_noncoherent(master_f
         s.close()
 
 
-def test_read_lease_reaches_the_master_without_a_remove(master_factory):
+@pytest.fixture
+def nc_store(master_factory):
+    """(master, store) on a fresh non-coherent pool; the store closed after."""
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    s = connect(m)
+    yield m, s
+    s.close()
+
+
+def test_read_lease_reaches_the_master_without_a_remove(nc_store):
     """The lease thread sends a read's lease on its own: /query_key shows it."""
-    m = master_factory(extra_flags=["--coherence=noncoherent"])
-    s = connect(m)
-    try:
-        assert s.put("leased", b"x" * 100) == 0
-        assert lease_remaining_ms(m, "leased") == 0
-        assert s.get("leased") == b"x" * 100
-        wait_until(lambda: lease_remaining_ms(m, "leased") > 0, "the read's lease on the master", master=m)
-    finally:
-        s.close()
+    m, s = nc_store
+    assert s.put("leased", b"x" * 100) == 0
+    assert lease_remaining_ms(m, "leased") == 0
+    assert s.get("leased") == b"x" * 100
+    wait_until(lambda: lease_remaining_ms(m, "leased") > 0, "the read's lease on the master", master=m)
 
 
-def test_holds_and_releases_on_a_noncoherent_pool(master_factory):
+def test_holds_and_releases_on_a_noncoherent_pool(nc_store):
     import time
-    m = master_factory(extra_flags=["--coherence=noncoherent"])
-    s = connect(m)
-    try:
-        assert s.put("held", b"h" * 100) == 0
-        until = time.time_ns() + 600 * 10**9  # a deadline (the stimulus), not a wait
-        assert s._hold(["held", "absent"], until) == [0, -704]
-        assert lease_remaining_ms(m, "held") > 60_000
-        assert s.remove("held") == HAS_LEASE
-        assert s._release_hold(["held"]) == [0]
-        assert lease_remaining_ms(m, "held") < 60_000
-    finally:
-        s.close()
+    m, s = nc_store
+    assert s.put("held", b"h" * 100) == 0
+    until = time.time_ns() + 600 * 10**9  # a deadline (the stimulus), not a wait
+    assert s._hold(["held", "absent"], until) == [0, -704]
+    assert lease_remaining_ms(m, "held") > 60_000
+    assert s.remove("held") == HAS_LEASE
+    assert s._release_hold(["held"]) == [0]
+    assert lease_remaining_ms(m, "held") < 60_000
 
 
 def test_two_processes_share_a_noncoherent_pool(master_factory, children):
