@@ -89,3 +89,14 @@ def test_two_processes_share_a_noncoherent_pool(master_factory, children):
 @pytest.mark.skipif(not NONCOHERENT_RUN, reason="checks the MCXL_TEST_COHERENCE switch itself")
 def test_the_suite_switch_formats_noncoherent(master):
     assert "is non-coherent" in master.log_tail(1 << 20)
+
+
+def test_batch_is_exist_sends_its_lease_to_the_master(nc_store):
+    """Every read kind queues its lease for the master (kLeases), batch_is_exist too:
+    a client of a non-coherent pool never writes an index entry."""
+    m, s = nc_store
+    assert s.put("probed", b"p" * 100) == 0
+    before = requests(m, "leases")
+    assert s.batch_is_exist(["probed"]) == [1]
+    assert s.remove("probed") == HAS_LEASE  # the remove flushes the queued lease first
+    assert requests(m, "leases") > before

@@ -185,7 +185,7 @@ void Client::PrepareLookup(std::string_view key, const char* op, BatchKey* k) co
 std::vector<int> Client::BatchIsExist(const std::vector<std::string_view>& keys) {
   const uint64_t lease_until = NowNs() + LeaseTtlNs();  // one clock read for the batch
   auto found = ForEachLocated(keys, [&](const EntrySnapshot& snap) {
-    index_->ExtendLease(snap.slot, lease_until);
+    RaiseLease(snap, lease_until);  // queued for the master on a non-coherent pool
     return ErrorCode::OK;
   });
   std::vector<int> out(keys.size());
