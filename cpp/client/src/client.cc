@@ -128,6 +128,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
   if (s.ok()) s = c->MapPool();
   if (s.ok()) s = c->Attach(true);
+  if (s.ok() && NonCoherent()) s = c->CheckMasterFoldsLeases();
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
       // Attached but could not use the pool: give the slot back at once.
@@ -179,6 +180,11 @@ Status Client::MapPool() {
 
 Status Client::Attach(bool initial) {
   std::lock_guard<std::mutex> lock(attach_mu_);
+  // Held across the attach: a ring call of another thread in flight (the
+  // lease thread's, say) ends first, so it cannot write the ring's caller
+  // or consumer_waiting words after the master reset them for this
+  // attachment (a lost update on a non-coherent pool).
+  std::lock_guard<std::mutex> ring_lock(ring_mu_);
   AttachRequest req;
   req.local_hostname = options_.local_hostname;
   char machine[256] = {};
@@ -238,8 +244,15 @@ Status Client::Attach(bool initial) {
   term_.store(pool_->superblock()->master_term.load(std::memory_order_acquire), std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> ring_lock(ring_mu_);
     uint32_t ring_bytes = pool_->geometry().ring_bytes;
+    // The slot may have been another host's attachment: this host's copies
+    // of its lines (slot, both rings, pin table) go before we write any of
+    // them (a non-coherent pool; a fence elsewhere).
+    const char* rings = reinterpret_cast<const char*>(pool_->ring(reply.slot, 0));
+    const char* second = reinterpret_cast<const char*>(pool_->ring(reply.slot, 1));
+    ObserveRange(rings, size_t(2 * (second - rings)));
+    ObserveRange(pool_->client_slot(reply.slot), sizeof(ClientSlot));
+    ObserveRange(pool_->pin_table(reply.slot), pool_->geometry().pins_per_client * sizeof(PinRecord));
     ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
     ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
     ring_slot_ = reply.slot;
@@ -247,6 +260,12 @@ Status Client::Attach(bool initial) {
   }
   LoadTier();
   ClientSlot* cs = pool_->client_slot(reply.slot);
+  // Our line: this attachment's counters start at 0 (the master retired the
+  // last one's, and counts ours once heartbeat_generation names us).
+  cs->get_hits.store(0, std::memory_order_relaxed);
+  cs->get_misses.store(0, std::memory_order_relaxed);
+  cs->disk_hits.store(0, std::memory_order_relaxed);
+  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
   cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
   PublishRange(&cs->heartbeat_ns, kCacheLine);
@@ -341,7 +360,9 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
   auto master_gone = [&](bool probe, uint64_t mono) {
     // Restarted (a new incarnation), silent for longer than any Tick gap,
-    // or exited (its pid, when on this machine).
+    // or exited (its pid, when on this machine). One line, the master's
+    // only: observed first (a non-coherent pool's stale copy of it goes).
+    ObserveRange(&sb->master_incarnation, kCacheLine);
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) return true;
     if (TermSuperseded()) return true;
     // The heartbeat and pid checks cost a clock read (~25 ns) and a syscall
@@ -470,6 +491,7 @@ Status Client::Close() {
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
+  StopLeaseThread();
   populator_.Stop();
   Encoder e;
   Encode(Ref(), &e);

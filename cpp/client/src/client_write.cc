@@ -64,7 +64,7 @@ bool Client::CopyValueChecked(const ConstSlice* parts, size_t nparts, char* dst,
       uint64_t n = std::min<uint64_t>(budget, s.size - done);
       if (stream) StreamToPool(p, src + done, n);
       else memcpy(p, src + done, n);
-      PublishRange(p, n);
+      PublishRangeUnless(SimMutation::kDropPublishWriteback, p, n);
       p += n;
       done += n;
       budget -= n;
@@ -148,6 +148,14 @@ ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size
   NoteAbandoned(r.ok(), req.abandoned, req.put_id);
   if (whole != ErrorCode::OK) return whole;
   const PutStartItem& it = reply.items[0];
+  if (NonCoherent()) {
+    std::vector<std::pair<uint64_t, uint64_t>> deferred;
+    ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room, &deferred);
+    if (rc != ErrorCode::OK || deferred.empty()) return rc;
+    std::vector<ErrorCode> results;
+    ErrorCode call = PublishByMaster(deferred, &results);
+    return call != ErrorCode::OK ? call : results[0];
+  }
   ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room);
   if (rc != ErrorCode::OK || !it.settle || it.status != ErrorCode::OK) return rc;
   // An older value of the key has a record on disk: tombstoned durably
@@ -172,7 +180,8 @@ void Client::NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uin
 }
 
 ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                                const PutStartItem& it, const ClientRef& owner, bool* no_room) {
+                                const PutStartItem& it, const ClientRef& owner, bool* no_room,
+                                std::vector<std::pair<uint64_t, uint64_t>>* deferred) {
   if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) return ErrorCode::OK;  // first value kept: success
   if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
     *no_room = true;
@@ -181,16 +190,27 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
   if (it.status != ErrorCode::OK) return it.status;
   if (!pool_->InDataRegion(it.value_offset, size) || it.entry_slot >= index_->capacity()) {
     MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
-    (void)index_->Abort(it.entry_slot, it.generation);
+    // On a non-coherent pool the entry is the master's alone: it revokes
+    // the put when its discard timeout passes.
+    if (deferred == nullptr) (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
   }
   put_frontier_.store(it.value_offset + size, std::memory_order_relaxed);  // relaxed: a hint (client.h)
+  // The extent's lines may be in this host's cache from an earlier object
+  // (and its first line holds the master's header and key): dropped first,
+  // so the write-backs below are based on the pool's bytes (a fence when
+  // coherent).
+  ObserveRange(pool_->base() + it.value_offset, size);
   if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;
   }
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;  // the copy may have gone to replacement pages (see PoolFaultAction)
+  if (deferred != nullptr) {  // the master publishes (client_noncoherent.cc)
+    deferred->emplace_back(it.entry_slot, it.generation);
+    return ErrorCode::OK;
+  }
   if (!index_->PublishComplete(it.entry_slot, it.generation)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
              int(key.size()), key.data());
@@ -304,17 +324,31 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   }
   std::vector<std::pair<std::string, uint64_t>> settle;  // published puts the master asked to settle
   std::vector<size_t> settled;
+  // A non-coherent pool: the master publishes the copied values (and
+  // settles upserts), one kPublish for the batch.
+  const bool by_master = NonCoherent();
+  std::vector<std::pair<uint64_t, uint64_t>> deferred;
+  std::vector<size_t> deferred_keys;
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     bool busy = false;
+    size_t before = deferred.size();
     ErrorCode rc = FinishPutItem(keys[i], values[i].data(), values[i].size(), sizes[i], reply.items[j], req.client,
-                                 &busy);
+                                 &busy, by_master ? &deferred : nullptr);
+    if (deferred.size() != before) deferred_keys.push_back(i);
     if (busy) no_room->push_back(i);
     else if (rc != ErrorCode::OK) (*out)[i] = rc;
     else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {
       settle.emplace_back(std::string(keys[i]), reply.items[j].generation);
       settled.push_back(i);
     }
+  }
+  if (!deferred.empty()) {
+    std::vector<ErrorCode> results;
+    ErrorCode call = PublishByMaster(deferred, &results);
+    for (size_t j = 0; j < deferred_keys.size(); ++j)
+      (*out)[deferred_keys[j]] = call != ErrorCode::OK ? call : results[j];
+    return;  // the master settled them
   }
   if (settle.empty()) return;
   // An older value of these keys has a record on disk: it is tombstoned
@@ -384,6 +418,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
   std::string_view stored;
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  FlushLeases();  // a non-coherent pool: our reads' leases land before the master judges them
   std::vector<int32_t> out(keys.size(), 0);
   RemoveRequest req;
   req.force = force;
@@ -434,6 +469,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
@@ -452,6 +488,7 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
 Result<uint64_t> Client::RemoveAll(bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveAll, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), "", force}, &e);

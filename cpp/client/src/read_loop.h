@@ -45,7 +45,7 @@ Result<uint64_t> Client::ReadLoop(std::string_view stored, uint64_t hash, const 
     Result<bool> done = step(*snap);
     if (!done) return done.error();
     if (*done) {
-      index_->ExtendLease(snap->slot, lease_until_ns != 0 ? lease_until_ns : NowNs() + LeaseTtlNs());
+      RaiseLease(*snap, lease_until_ns != 0 ? lease_until_ns : NowNs() + LeaseTtlNs());
       ++tally->hits;
       return snap->value_size;
     }

@@ -45,6 +45,7 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kAnnounceClose: return "AnnounceClose";
     case MessageType::kLocate: return "Locate";
     case MessageType::kPublish: return "Publish";
+    case MessageType::kLeases: return "Leases";
   }
   return "Unknown";
 }

@@ -112,6 +112,14 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
     Status s = pool_->Verify(nullptr);
     if (!s.ok()) return s;
   }
+  if (config_.ha_term != 0 && pool_->geometry().coherence == CoherenceMode::kNonCoherent) {
+    // The leaders' fence (master_writing against master_term) is a
+    // store->load pair across hosts, which needs coherence.
+    MCXL_LOG(kError, "ha", "--enable_ha on the non-coherent pool %s refused: the fence between an old and a new "
+             "leader needs cross-host coherence (docs/architecture.md section 7); run a single master there",
+             config_.cxl_path.c_str());
+    return ErrorCode::INVALID_PARAMS;
+  }
   std::string huge = pool_->TmpfsHugePolicy();
   if (huge == "never" || huge == "deny")
     MCXL_LOG(kInfo, "master", "pool %s is on a tmpfs with 4 KiB pages (huge=%s); mounted with huge=advise "
@@ -203,6 +211,9 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
+  if (geo.coherence == CoherenceMode::kNonCoherent)
+    MCXL_LOG(kInfo, "master", "pool %s is non-coherent: the master publishes puts and applies leases for its "
+             "clients, rings are polled", pool_->path().c_str());
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   index_->EnableShadow();  // before Recover: its tombstones keep it exact
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
@@ -583,6 +594,7 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kAnnounceClose: return HandleAnnounceClose(&d);
     case MessageType::kLocate: return HandleLocate(&d);
     case MessageType::kPublish: return HandlePublish(&d);
+    case MessageType::kLeases: return HandleLeases(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

@@ -17,6 +17,10 @@ uint32_t HeaderChecksum(const ObjectHeader* fixed, const char* key, uint32_t key
 void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f,
                        std::string_view key) {
   auto* h = pool.At<ObjectHeader>(offset);
+  // The extent's lines may be in this host's cache from an earlier object
+  // another host wrote: dropped first, so the write-back below is based on
+  // the pool's bytes (a non-coherent pool; a fence when coherent).
+  ObserveRange(h, sizeof(ObjectHeader) + key.size());
   h->magic = kObjectMagic;
   h->key_hash = f.key_hash;
   h->generation = f.generation;

@@ -91,10 +91,12 @@ void ObjectIndex::PrefetchObject(uint64_t object_offset) const {
 }
 
 bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
-  // Acquire fence: orders the caller's earlier reads of the value before the
-  // version re-load (the seqlock reader's closing check).
-  std::atomic_thread_fence(std::memory_order_acquire);
   const IndexEntry& e = entries_[s.slot];
+  // Acquire fence (ObserveRange): orders the caller's earlier reads of the
+  // value before the version re-load (the seqlock reader's closing check);
+  // on a non-coherent pool it also drops this host's copy of the line, so
+  // the re-check sees the master's latest write-back.
+  ObserveRange(&e, sizeof(e));
   if (e.version.load(std::memory_order_relaxed) != s.version) return false;
   // A client's CAS does not bump the version; make sure it is still COMPLETE.
   return e.state_gen.load(std::memory_order_relaxed) == s.state_gen;
@@ -119,7 +121,9 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
     // than failing every lookup that probes past it.
     bool last = attempt == kLookupRetries;
     // Acquire: pairs with the master's release when it raises max_probe, so
-    // an entry inserted further away is reached.
+    // an entry inserted further away is reached (observed: a stale copy on
+    // a non-coherent pool would be a false miss).
+    ObserveRange(&sb_->max_probe, sizeof(uint64_t));
     uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);  // clamped: shared word
     if (max_probe >= capacity_) max_probe = capacity_ - 1;
     bool found = false, retry = false;
