@@ -201,6 +201,24 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
 std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
                                    const std::vector<PutParts>& values, const PutOptions& options,
                                    bool upsert) {
+  if (values.size() != user_keys.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", user_keys.size(), values.size());
+    return std::vector<ErrorCode>(user_keys.size(), ErrorCode::INVALID_PARAMS);
+  }
+  std::vector<ConstSlice> parts;
+  std::vector<size_t> first;
+  first.reserve(values.size() + 1);
+  for (const PutParts& v : values) {
+    first.push_back(parts.size());
+    parts.insert(parts.end(), v.begin(), v.end());
+  }
+  first.push_back(parts.size());
+  return Put(user_keys, parts, first, options, upsert);
+}
+
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
+                                   const std::vector<ConstSlice>& parts, const std::vector<size_t>& first,
+                                   const PutOptions& options, bool upsert) {
   // The keys as stored (tenant.h); an invalid one stays empty and is refused below.
   std::vector<std::string> bufs(tenant_prefix_.empty() ? 0 : user_keys.size());
   std::vector<std::string_view> keys(user_keys.size());
@@ -213,15 +231,16 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
     out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
     return out;
   }
-  if (values.size() != keys.size()) {
-    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", keys.size(), values.size());
+  if (first.size() != keys.size() + 1 || first.back() > parts.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu part offsets", keys.size(), first.size());
     out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
     return out;
   }
   std::vector<size_t> todo;  // key indices still to place
+  todo.reserve(keys.size());
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    for (const ConstSlice& s : values[i]) sizes[i] += s.size;
+    for (size_t k = first[i]; k < first[i + 1]; ++k) sizes[i] += parts[k].size;
     if (!key_ok[i]) {
       out[i] = ErrorCode::INVALID_PARAMS;
       continue;
@@ -254,7 +273,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
         ++end;
       }
       std::vector<size_t> part(todo.begin() + begin, todo.begin() + end);
-      PutOnce(keys, values, sizes, options, upsert, part, &out, &no_room);
+      PutOnce(keys, parts, first, sizes, options, upsert, part, &out, &no_room);
       begin = end;
     }
     todo.clear();
@@ -267,35 +286,47 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
   return out;
 }
 
-void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-                     const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
-                     const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
-                     std::vector<size_t>* no_room) {
-  PutStartRequest req;
+void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                     const std::vector<size_t>& first, const std::vector<uint64_t>& sizes,
+                     const PutOptions& options, bool upsert, const std::vector<size_t>& todo,
+                     std::vector<ErrorCode>* out, std::vector<size_t>* no_room) {
+  // Encoded from views into per-thread buffers (as PutOnceOne): the batch
+  // copies no key and, once the buffers have grown, allocates only its
+  // three view vectors.
+  thread_local std::string req_buf, reply_buf;
+  thread_local PutStartReply reply;
+  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartViews)
   FillPutStartHead(options, upsert, &req);
   const auto& g = options.group_ids;
+  std::vector<std::string_view> send_keys, send_groups;
+  std::vector<uint64_t> send_sizes;
+  send_keys.reserve(todo.size());
+  send_groups.reserve(todo.size());
+  send_sizes.reserve(todo.size());
   for (size_t i : todo) {
-    req.keys.emplace_back(keys[i]);
-    req.sizes.push_back(sizes[i]);
-    req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
+    send_keys.push_back(keys[i]);
+    send_sizes.push_back(sizes[i]);
+    send_groups.push_back(g.size() == keys.size() ? std::string_view(g[i])
+                          : g.empty()               ? std::string_view()
+                                                    : std::string_view(g[0]));
   }
-  auto build = [&] {
+  auto build = [&](std::string* buf) {
     req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
-    e.mutable_data().reserve(128);
-    Encode(req, &e);
-    return std::move(e.mutable_data());  // e ends here: no copy
+    buf->clear();
+    std::swap(e.mutable_data(), *buf);  // encode into the reused buffer
+    EncodePutStartViews(req, todo.size(), send_keys.data(), send_sizes.data(), send_groups.data(), &e);
+    std::swap(e.mutable_data(), *buf);
   };
-  auto r = MasterCall(MessageType::kPutStart, build, false);
-  PutStartReply reply;
-  static const std::string kNoReply;
-  const std::string& reply_bytes = r.ok() ? *r : kNoReply;  // no copy
-  Decoder d(reply_bytes);
-  ErrorCode whole = !r.ok() ? r.error()
-                    : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
-                    : reply.status != ErrorCode::OK ? reply.status
-                    : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
-                                                        : ErrorCode::OK;
+  Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
+  ErrorCode whole = r.error();
+  if (r.ok()) {
+    Decoder d(reply_buf);
+    whole = !Decode(&d, &reply)                  ? ErrorCode::RPC_FAIL
+            : reply.status != ErrorCode::OK        ? reply.status
+            : reply.items.size() != todo.size()    ? ErrorCode::RPC_FAIL
+                                                   : ErrorCode::OK;
+  }
   NoteAbandoned(r.ok(), req.abandoned, req.put_id);
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
@@ -306,8 +337,8 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     bool busy = false;
-    ErrorCode rc = FinishPutItem(keys[i], values[i].data(), values[i].size(), sizes[i], reply.items[j], req.client,
-                                 &busy);
+    ErrorCode rc = FinishPutItem(keys[i], parts.data() + first[i], first[i + 1] - first[i], sizes[i],
+                                 reply.items[j], req.client, &busy);
     if (busy) no_room->push_back(i);
     else if (rc != ErrorCode::OK) (*out)[i] = rc;
     else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {

@@ -163,6 +163,10 @@ class Client {
   std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys,
                              const std::vector<PutParts>& values, const PutOptions& options,
                              bool upsert);
+  // The same, the values as one flat list: key i's parts are
+  // parts[first[i] .. first[i+1]) (first: keys.size() + 1 entries).
+  std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                             const std::vector<size_t>& first, const PutOptions& options, bool upsert);
   // Put of one key whose value is `parts` (same results), without per-key
   // vectors: the small-put fast path.
   ErrorCode PutOne(std::string_view key, const ConstSlice* parts, size_t nparts, const PutOptions& options,
@@ -343,8 +347,8 @@ class Client {
   std::atomic<uint64_t> offload_reads_{0};
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
-  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-               const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+               const std::vector<size_t>& first, const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
                const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
   // SSD tier: waits until Superblock::tier_tombs_durable reaches `ticket`
