@@ -113,41 +113,51 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
 }
 
-ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
-  // PutOnce for one key. The request and reply buffers are per thread and
-  // reused: a put allocates nothing here once they have grown.
+ErrorCode Client::PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                               const std::string_view* groups, const PutStartReply** reply) {
+  // The request and reply buffers are per thread and reused: once they have
+  // grown, a PutStart allocates nothing here.
   thread_local std::string req_buf, reply_buf;
-  thread_local PutStartReply reply;
-  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartOne)
-  FillPutStartHead(options, upsert, &req);
+  thread_local PutStartReply decoded;
   struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
     Client* self;
     PutStartRequest* req;
-    std::string_view key, group;
-    uint64_t size;
-  } args{this, &req, key, group, size};
+    size_t n;
+    const std::string_view *keys, *groups;
+    const uint64_t* sizes;
+  } args{this, req, n, keys, groups, sizes};
   auto build = [a = &args](std::string* out) {
     a->req->client = {a->self->slot_.load(std::memory_order_relaxed),
                       a->self->slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
     out->clear();
     std::swap(e.mutable_data(), *out);  // encode into the reused buffer
-    EncodePutStartOne(*a->req, a->key, a->size, a->group, &e);
+    EncodePutStartViews(*a->req, a->n, a->keys, a->sizes, a->groups, &e);
     std::swap(e.mutable_data(), *out);
   };
   Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
   ErrorCode whole = r.error();
   if (r.ok()) {
     Decoder d(reply_buf);
-    whole = !Decode(&d, &reply)          ? ErrorCode::RPC_FAIL
-            : reply.status != ErrorCode::OK ? reply.status
-            : reply.items.size() != 1       ? ErrorCode::RPC_FAIL
-                                            : ErrorCode::OK;
+    whole = !Decode(&d, &decoded)              ? ErrorCode::RPC_FAIL
+            : decoded.status != ErrorCode::OK    ? decoded.status
+            : decoded.items.size() != n          ? ErrorCode::RPC_FAIL
+                                                 : ErrorCode::OK;
   }
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  NoteAbandoned(r.ok(), req->abandoned, req->put_id);
+  *reply = &decoded;
+  return whole;
+}
+
+ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
+  // PutOnce for one key, without its per-key vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty (PutStartCall encodes from views)
+  FillPutStartHead(options, upsert, &req);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole = PutStartCall(&req, 1, &key, &size, &group, &reply);
   if (whole != ErrorCode::OK) return whole;
-  const PutStartItem& it = reply.items[0];
+  const PutStartItem& it = reply->items[0];
   ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room);
   if (rc != ErrorCode::OK || !it.settle || it.status != ErrorCode::OK) return rc;
   // An older value of the key has a record on disk: tombstoned durably
@@ -290,12 +300,9 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                      const std::vector<size_t>& first, const std::vector<uint64_t>& sizes,
                      const PutOptions& options, bool upsert, const std::vector<size_t>& todo,
                      std::vector<ErrorCode>* out, std::vector<size_t>* no_room) {
-  // Encoded from views into per-thread buffers (as PutOnceOne): the batch
-  // copies no key and, once the buffers have grown, allocates only its
-  // three view vectors.
-  thread_local std::string req_buf, reply_buf;
-  thread_local PutStartReply reply;
-  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartViews)
+  // Encoded from views (PutStartCall): the batch copies no key and, once
+  // the per-thread buffers have grown, allocates only these three vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty
   FillPutStartHead(options, upsert, &req);
   const auto& g = options.group_ids;
   std::vector<std::string_view> send_keys, send_groups;
@@ -310,24 +317,9 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
                           : g.empty()               ? std::string_view()
                                                     : std::string_view(g[0]));
   }
-  auto build = [&](std::string* buf) {
-    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
-    Encoder e;
-    buf->clear();
-    std::swap(e.mutable_data(), *buf);  // encode into the reused buffer
-    EncodePutStartViews(req, todo.size(), send_keys.data(), send_sizes.data(), send_groups.data(), &e);
-    std::swap(e.mutable_data(), *buf);
-  };
-  Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
-  ErrorCode whole = r.error();
-  if (r.ok()) {
-    Decoder d(reply_buf);
-    whole = !Decode(&d, &reply)                  ? ErrorCode::RPC_FAIL
-            : reply.status != ErrorCode::OK        ? reply.status
-            : reply.items.size() != todo.size()    ? ErrorCode::RPC_FAIL
-                                                   : ErrorCode::OK;
-  }
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole =
+      PutStartCall(&req, todo.size(), send_keys.data(), send_sizes.data(), send_groups.data(), &reply);
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
     return;
@@ -337,12 +329,13 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     bool busy = false;
-    ErrorCode rc = FinishPutItem(keys[i], parts.data() + first[i], first[i + 1] - first[i], sizes[i],
-                                 reply.items[j], req.client, &busy);
+    const PutStartItem& it = reply->items[j];
+    ErrorCode rc = FinishPutItem(keys[i], parts.data() + first[i], first[i + 1] - first[i], sizes[i], it,
+                                 req.client, &busy);
     if (busy) no_room->push_back(i);
     else if (rc != ErrorCode::OK) (*out)[i] = rc;
-    else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {
-      settle.emplace_back(std::string(keys[i]), reply.items[j].generation);
+    else if (it.settle && it.status == ErrorCode::OK) {
+      settle.emplace_back(std::string(keys[i]), it.generation);
       settled.push_back(i);
     }
   }

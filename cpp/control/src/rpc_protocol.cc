@@ -144,10 +144,6 @@ void Encode(const PutStartRequest& m, Encoder* e) {
     e->Str(i < m.groups.size() ? m.groups[i] : std::string());
   }
 }
-void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
-                       Encoder* e) {
-  EncodePutStartViews(m, 1, &key, &size, &group, e);
-}
 void EncodePutStartViews(const PutStartRequest& m, size_t n, const std::string_view* keys, const uint64_t* sizes,
                          const std::string_view* groups, Encoder* e) {
   EncodePutStartHead(m, e);

@@ -345,6 +345,12 @@ class Client {
   std::shared_ptr<const TierView> tier_view_;
   // Relaxed: a statistic.
   std::atomic<uint64_t> offload_reads_{0};
+  // One PutStart round trip for the n keys keys[i] (sizes[i], groups[i]),
+  // encoded from views into per-thread buffers. The whole request's status;
+  // *reply (per thread: valid until this thread's next PutStart) holds n
+  // items when it is OK.
+  ErrorCode PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, const PutStartReply** reply);
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
   void PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
