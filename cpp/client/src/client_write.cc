@@ -113,41 +113,51 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
 }
 
-ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
-  // PutOnce for one key. The request and reply buffers are per thread and
-  // reused: a put allocates nothing here once they have grown.
+ErrorCode Client::PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                               const std::string_view* groups, const PutStartReply** reply) {
+  // The request and reply buffers are per thread and reused: once they have
+  // grown, a PutStart allocates nothing here.
   thread_local std::string req_buf, reply_buf;
-  thread_local PutStartReply reply;
-  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartOne)
-  FillPutStartHead(options, upsert, &req);
+  thread_local PutStartReply decoded;
   struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
     Client* self;
     PutStartRequest* req;
-    std::string_view key, group;
-    uint64_t size;
-  } args{this, &req, key, group, size};
+    size_t n;
+    const std::string_view *keys, *groups;
+    const uint64_t* sizes;
+  } args{this, req, n, keys, groups, sizes};
   auto build = [a = &args](std::string* out) {
     a->req->client = {a->self->slot_.load(std::memory_order_relaxed),
                       a->self->slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
     out->clear();
     std::swap(e.mutable_data(), *out);  // encode into the reused buffer
-    EncodePutStartOne(*a->req, a->key, a->size, a->group, &e);
+    EncodePutStartViews(*a->req, a->n, a->keys, a->sizes, a->groups, &e);
     std::swap(e.mutable_data(), *out);
   };
   Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
   ErrorCode whole = r.error();
   if (r.ok()) {
     Decoder d(reply_buf);
-    whole = !Decode(&d, &reply)          ? ErrorCode::RPC_FAIL
-            : reply.status != ErrorCode::OK ? reply.status
-            : reply.items.size() != 1       ? ErrorCode::RPC_FAIL
-                                            : ErrorCode::OK;
+    whole = !Decode(&d, &decoded)              ? ErrorCode::RPC_FAIL
+            : decoded.status != ErrorCode::OK    ? decoded.status
+            : decoded.items.size() != n          ? ErrorCode::RPC_FAIL
+                                                 : ErrorCode::OK;
   }
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  NoteAbandoned(r.ok(), req->abandoned, req->put_id);
+  *reply = &decoded;
+  return whole;
+}
+
+ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
+  // PutOnce for one key, without its per-key vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty (PutStartCall encodes from views)
+  FillPutStartHead(options, upsert, &req);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole = PutStartCall(&req, 1, &key, &size, &group, &reply);
   if (whole != ErrorCode::OK) return whole;
-  const PutStartItem& it = reply.items[0];
+  const PutStartItem& it = reply->items[0];
   if (NonCoherent()) {
     std::vector<std::pair<uint64_t, uint64_t>> deferred;
     ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room, &deferred);
@@ -222,6 +232,24 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
 std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
                                    const std::vector<PutParts>& values, const PutOptions& options,
                                    bool upsert) {
+  if (values.size() != user_keys.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", user_keys.size(), values.size());
+    return std::vector<ErrorCode>(user_keys.size(), ErrorCode::INVALID_PARAMS);
+  }
+  std::vector<ConstSlice> parts;
+  std::vector<size_t> first;
+  first.reserve(values.size() + 1);
+  for (const PutParts& v : values) {
+    first.push_back(parts.size());
+    parts.insert(parts.end(), v.begin(), v.end());
+  }
+  first.push_back(parts.size());
+  return Put(user_keys, parts, first, options, upsert);
+}
+
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
+                                   const std::vector<ConstSlice>& parts, const std::vector<size_t>& first,
+                                   const PutOptions& options, bool upsert) {
   // The keys as stored (tenant.h); an invalid one stays empty and is refused below.
   std::vector<std::string> bufs(tenant_prefix_.empty() ? 0 : user_keys.size());
   std::vector<std::string_view> keys(user_keys.size());
@@ -234,15 +262,16 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
     out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
     return out;
   }
-  if (values.size() != keys.size()) {
-    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", keys.size(), values.size());
+  if (first.size() != keys.size() + 1 || first.back() > parts.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu part offsets", keys.size(), first.size());
     out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
     return out;
   }
   std::vector<size_t> todo;  // key indices still to place
+  todo.reserve(keys.size());
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    for (const ConstSlice& s : values[i]) sizes[i] += s.size;
+    for (size_t k = first[i]; k < first[i + 1]; ++k) sizes[i] += parts[k].size;
     if (!key_ok[i]) {
       out[i] = ErrorCode::INVALID_PARAMS;
       continue;
@@ -275,7 +304,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
         ++end;
       }
       std::vector<size_t> part(todo.begin() + begin, todo.begin() + end);
-      PutOnce(keys, values, sizes, options, upsert, part, &out, &no_room);
+      PutOnce(keys, parts, first, sizes, options, upsert, part, &out, &no_room);
       begin = end;
     }
     todo.clear();
@@ -288,36 +317,30 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
   return out;
 }
 
-void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-                     const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
-                     const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
-                     std::vector<size_t>* no_room) {
-  PutStartRequest req;
+void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                     const std::vector<size_t>& first, const std::vector<uint64_t>& sizes,
+                     const PutOptions& options, bool upsert, const std::vector<size_t>& todo,
+                     std::vector<ErrorCode>* out, std::vector<size_t>* no_room) {
+  // Encoded from views (PutStartCall): the batch copies no key and, once
+  // the per-thread buffers have grown, allocates only these three vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty
   FillPutStartHead(options, upsert, &req);
   const auto& g = options.group_ids;
+  std::vector<std::string_view> send_keys, send_groups;
+  std::vector<uint64_t> send_sizes;
+  send_keys.reserve(todo.size());
+  send_groups.reserve(todo.size());
+  send_sizes.reserve(todo.size());
   for (size_t i : todo) {
-    req.keys.emplace_back(keys[i]);
-    req.sizes.push_back(sizes[i]);
-    req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
+    send_keys.push_back(keys[i]);
+    send_sizes.push_back(sizes[i]);
+    send_groups.push_back(g.size() == keys.size() ? std::string_view(g[i])
+                          : g.empty()               ? std::string_view()
+                                                    : std::string_view(g[0]));
   }
-  auto build = [&] {
-    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
-    Encoder e;
-    e.mutable_data().reserve(128);
-    Encode(req, &e);
-    return std::move(e.mutable_data());  // e ends here: no copy
-  };
-  auto r = MasterCall(MessageType::kPutStart, build, false);
-  PutStartReply reply;
-  static const std::string kNoReply;
-  const std::string& reply_bytes = r.ok() ? *r : kNoReply;  // no copy
-  Decoder d(reply_bytes);
-  ErrorCode whole = !r.ok() ? r.error()
-                    : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
-                    : reply.status != ErrorCode::OK ? reply.status
-                    : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
-                                                        : ErrorCode::OK;
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole =
+      PutStartCall(&req, todo.size(), send_keys.data(), send_sizes.data(), send_groups.data(), &reply);
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
     return;
@@ -332,14 +355,15 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     bool busy = false;
+    const PutStartItem& it = reply->items[j];
     size_t before = deferred.size();
-    ErrorCode rc = FinishPutItem(keys[i], values[i].data(), values[i].size(), sizes[i], reply.items[j], req.client,
-                                 &busy, by_master ? &deferred : nullptr);
+    ErrorCode rc = FinishPutItem(keys[i], parts.data() + first[i], first[i + 1] - first[i], sizes[i], it,
+                                 req.client, &busy, by_master ? &deferred : nullptr);
     if (deferred.size() != before) deferred_keys.push_back(i);
     if (busy) no_room->push_back(i);
     else if (rc != ErrorCode::OK) (*out)[i] = rc;
-    else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {
-      settle.emplace_back(std::string(keys[i]), reply.items[j].generation);
+    else if (it.settle && it.status == ErrorCode::OK) {
+      settle.emplace_back(std::string(keys[i]), it.generation);
       settled.push_back(i);
     }
   }

@@ -166,6 +166,10 @@ class Client {
   std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys,
                              const std::vector<PutParts>& values, const PutOptions& options,
                              bool upsert);
+  // The same, the values as one flat list: key i's parts are
+  // parts[first[i] .. first[i+1]) (first: keys.size() + 1 entries).
+  std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                             const std::vector<size_t>& first, const PutOptions& options, bool upsert);
   // Put of one key whose value is `parts` (same results), without per-key
   // vectors: the small-put fast path.
   ErrorCode PutOne(std::string_view key, const ConstSlice* parts, size_t nparts, const PutOptions& options,
@@ -344,10 +348,16 @@ class Client {
   std::shared_ptr<const TierView> tier_view_;
   // Relaxed: a statistic.
   std::atomic<uint64_t> offload_reads_{0};
+  // One PutStart round trip for the n keys keys[i] (sizes[i], groups[i]),
+  // encoded from views into per-thread buffers. The whole request's status;
+  // *reply (per thread: valid until this thread's next PutStart) holds n
+  // items when it is OK.
+  ErrorCode PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, const PutStartReply** reply);
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
-  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-               const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+               const std::vector<size_t>& first, const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
                const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
   // SSD tier: waits until Superblock::tier_tombs_durable reaches `ticket`

@@ -282,10 +282,10 @@ void Encode(const ClientRef& m, Encoder* e);
 bool Decode(Decoder* d, ClientRef* m);
 void Encode(const PutStartRequest& m, Encoder* e);
 bool Decode(Decoder* d, PutStartRequest* m);
-// The bytes of Encode(m) for a request of one key (m.keys, m.sizes and
-// m.groups unused), built without the per-key vectors.
-void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
-                       Encoder* e);
+// The bytes of Encode(m) for the n keys keys[i] (sizes[i], groups[i]; m's
+// own vectors unused): a batch encoded from views, no per-key strings.
+void EncodePutStartViews(const PutStartRequest& m, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, Encoder* e);
 void Encode(const PutStartReply& m, Encoder* e);
 bool Decode(Decoder* d, PutStartReply* m);
 void Encode(const RemoveRequest& m, Encoder* e);
