@@ -111,6 +111,8 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->upsert = upsert;
   req->config.flags = options.flags;
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  req->placement = options.same_node ? kPlaceSameNode : 0;
+  req->preferred_segment = options.preferred_segment;
 }
 
 ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
@@ -179,18 +181,22 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
     return it.status;
   }
   if (it.status != ErrorCode::OK) return it.status;
-  if (!pool_->InDataRegion(it.value_offset, size) || it.entry_slot >= index_->capacity()) {
-    MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
-    (void)index_->Abort(it.entry_slot, it.generation);
+  char* dst = it.segment_generation != 0 ? SegmentTarget(it, size)
+              : pool_->InDataRegion(it.value_offset, size) ? pool_->base() + it.value_offset
+                                                            : nullptr;
+  if (dst == nullptr || it.entry_slot >= index_->capacity()) {
+    MCXL_LOG(kError, "client", "master gave an extent outside the data region or segment; put abandoned");
+    if (it.entry_slot < index_->capacity()) (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
   }
-  if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
+  if (!CopyValueChecked(parts, nparts, dst, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;
   }
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;  // the copy may have gone to replacement pages (see PoolFaultAction)
-  if (!index_->PublishComplete(it.entry_slot, it.generation)) {
+  if (!index_->PublishComplete(it.entry_slot, it.generation,
+                               it.segment_generation != 0 ? EntryState::kInSegment : EntryState::kComplete)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;

@@ -8,7 +8,7 @@ bool RunsInSlices(uint16_t type) {
 namespace {
 ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
 constexpr uint64_t kPutStartReplyHead = 4 + 4;           // status, item count
-constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply)
+constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 4 + 8 + 1;  // Encode(PutStartReply)
 }  // namespace
 
 uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
@@ -23,6 +23,8 @@ uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
   (void)d.U8();
   (void)d.U32();
   (void)d.U64();
+  (void)d.U8();
+  (void)d.Str();
   uint32_t keys = d.Count(4 + 8 + 4);
   return d.failed() ? 0 : kPutStartReplyHead + kPutStartReplyItem * uint64_t(keys);
 }
@@ -68,6 +70,8 @@ void Encode(const AttachRequest& m, Encoder* e) {
   e->Raw(m.token, sizeof(m.token));
   e->Str(m.tenant);
   e->Str(m.secret);
+  e->U64(m.segment_size);
+  e->Str(m.segment_session);
 }
 bool Decode(Decoder* d, AttachRequest* m) {
   m->local_hostname = d->Str();
@@ -78,6 +82,8 @@ bool Decode(Decoder* d, AttachRequest* m) {
   d->Raw(m->token, sizeof(m->token));
   m->tenant = d->Str();
   m->secret = d->Str();
+  m->segment_size = d->U64();
+  m->segment_session = d->Str();
   return !d->failed() && d->done();
 }
 
@@ -132,6 +138,8 @@ void EncodePutStartHead(const PutStartRequest& m, Encoder* e) {  // everything b
   e->U8(m.upsert ? 1 : 0);
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
+  e->U8(m.placement);
+  e->Str(m.preferred_segment);
 }
 }  // namespace
 
@@ -162,6 +170,8 @@ bool Decode(Decoder* d, PutStartRequest* m) {
   m->upsert = d->U8() != 0;
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();
+  m->placement = d->U8();
+  m->preferred_segment.assign(d->Str());
   uint32_t n = d->Count(4 + 8 + 4);
   // Assigned in place: a request reused for the next decode keeps its
   // strings' capacity (the master's put path allocates nothing here).
@@ -184,18 +194,22 @@ void Encode(const PutStartReply& m, Encoder* e) {
     e->U64(it.entry_slot);
     e->U64(it.generation);
     e->U64(it.value_offset);
+    e->U32(it.segment_slot);
+    e->U64(it.segment_generation);
     e->U8(it.settle ? 1 : 0);
   }
 }
 bool Decode(Decoder* d, PutStartReply* m) {
   m->status = ReadStatus(d);
-  uint32_t n = d->Count(4 + 24 + 1);
+  uint32_t n = d->Count(4 + 24 + 12 + 1);
   m->items.resize(n);
   for (auto& it : m->items) {
     it.status = ReadStatus(d);
     it.entry_slot = d->U64();
     it.generation = d->U64();
     it.value_offset = d->U64();
+    it.segment_slot = d->U32();
+    it.segment_generation = d->U64();
     it.settle = d->U8() != 0;
   }
   return !d->failed();

@@ -131,8 +131,10 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       if (!Readable(s.state()) || s.key_hash != hash) continue;
       PrefetchObject(s.object_offset);
       if (!KeyMatches(s, key)) continue;
-      if ((s.state() == EntryState::kOnDisk ? (const void*)StubPtr(s, key) : (const void*)ValuePtr(s, key)) ==
-          nullptr) {
+      const void* held = s.state() == EntryState::kOnDisk      ? (const void*)StubPtr(s, key)
+                         : s.state() == EntryState::kInSegment ? (const void*)SegmentStubPtr(s, key)
+                                                               : (const void*)ValuePtr(s, key);
+      if (held == nullptr) {
         // A consistent snapshot of an entry only the master writes cannot
         // point outside the data region: someone wrote into the pool.
         if (StillValid(s)) {
@@ -170,7 +172,7 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
 }
 
 const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() == EntryState::kOnDisk) return nullptr;
+  if (s.state() == EntryState::kOnDisk || s.state() == EntryState::kInSegment) return nullptr;
   // The header is checked first: ValueOffset cannot wrap once it is in bounds.
   if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
   uint64_t off = ValueOffset(s.object_offset, key.size());
@@ -183,6 +185,13 @@ const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view ke
   uint64_t off = ValueOffset(s.object_offset, key.size());
   if (!pool_->InDataRegion(off, sizeof(DiskStub))) return nullptr;
   return reinterpret_cast<const DiskStub*>(pool_->base() + off);
+}
+
+const SegmentStub* ObjectIndex::SegmentStubPtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() != EntryState::kInSegment || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  uint64_t off = ValueOffset(s.object_offset, key.size());
+  if (!pool_->InDataRegion(off, sizeof(SegmentStub))) return nullptr;
+  return reinterpret_cast<const SegmentStub*>(pool_->base() + off);
 }
 
 void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
@@ -244,9 +253,8 @@ bool ObjectIndex::CasState(uint64_t slot, uint64_t expected, uint64_t desired) c
   return ok;
 }
 
-bool ObjectIndex::PublishComplete(uint64_t slot, uint64_t generation) const {
-  return CasState(slot, PackStateGen(generation, EntryState::kWriting),
-                  PackStateGen(generation, EntryState::kComplete));
+bool ObjectIndex::PublishComplete(uint64_t slot, uint64_t generation, EntryState as) const {
+  return CasState(slot, PackStateGen(generation, EntryState::kWriting), PackStateGen(generation, as));
 }
 
 bool ObjectIndex::Abort(uint64_t slot, uint64_t generation) const {
