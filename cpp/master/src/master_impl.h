@@ -270,8 +270,9 @@ class MasterImpl final : public Master, private TierHost {
   bool AdoptSegment(ClientInfo* c, uint32_t slot, const AttachRequest& req);
   // The segment a put of `bytes` goes to (its owner's slot, the extent in
   // *ext), or kNoSlot for the pool: preferred_segment, then the putter's
-  // own with kPlaceSameNode, then the putter's own when the pool is past its
-  // high watermark. Only the owner writes a segment (it has no engine here).
+  // own with kPlaceSameNode, then the putter's own when the pool is past the
+  // point where eviction starts (watermark - ratio/2: eviction ahead). Only
+  // the owner writes a segment (it has no engine here). Never a grouped put.
   uint32_t PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes, Extent* ext);
   // A full segment: its least recently used objects go (by the rules of an
   // eviction round, groups and protected ones kept) until `bytes` fit.

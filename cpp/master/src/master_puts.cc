@@ -63,7 +63,8 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   // A DRAM segment (master_segments.cc): the pool keeps a stub only.
   Extent seg;
   uint32_t seg_owner = kNoSlot;
-  if (clients_[req.client.slot].segment && extent_bytes >= size)
+  // A group stays in the pool: eviction takes a group whole, from one place.
+  if (clients_[req.client.slot].segment && extent_bytes >= size && req.groups[i].empty())
     seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
   if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
   if (extent_bytes < size && seg_owner == kNoSlot || extent_bytes > alloc_->capacity()) {

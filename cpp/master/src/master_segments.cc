@@ -65,8 +65,10 @@ uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, 
   } else if (req.placement & kPlaceSameNode) {
     wanted = true;
   } else {
-    // Spill: the pool past its high watermark, before evicting (to the SSD).
-    uint64_t high = uint64_t(config_.eviction_high_watermark_ratio * double(alloc_->capacity()));
+    // Spill instead of evicting (or demoting to the SSD): the pool past the
+    // point where eviction starts, ahead (watermark - ratio/2) or inline.
+    double start = std::max(0.0, config_.eviction_high_watermark_ratio - config_.eviction_ratio / 2);
+    uint64_t high = uint64_t(start * double(alloc_->capacity()));
     uint64_t used = alloc_->used_bytes();
     used -= std::min(used, EvictPendingBytes());
     wanted = used + pool_extent_bytes > high;
@@ -144,12 +146,19 @@ void MasterImpl::DropSegment(uint32_t slot, const char* why) {
   uint64_t gone = 0;
   for (uint64_t s : doomed) {
     EntryState st = StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire));
-    if (entry_meta_[s].live && (st == EntryState::kInSegment || st == EntryState::kWriting)) {
-      // A WRITING one is the owner's own put: it writes only its own memory.
-      if (st == EntryState::kWriting)
-        (void)index_->Abort(s, GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)));
+    if (!entry_meta_[s].live) {
+      in_segment_.erase(s);
+      continue;
+    }
+    // A WRITING one is the owner's own put, revoked (it writes only its own
+    // memory); a published one goes with the older values of its key, oldest
+    // first, as every unlink does (none can be current once it is gone).
+    if (st == EntryState::kWriting &&
+        index_->Abort(s, GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)))) {
       Unlink(s, true, 0);
       ++gone;
+    } else if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) == EntryState::kInSegment) {
+      gone += UnlinkWithOlder(s, nullptr);
     }
     in_segment_.erase(s);
   }
