@@ -10,21 +10,14 @@ from conftest import connect, value_for, wait_until
 # The segment workers live beside the placement tests (tests/space); spawned
 # children get this sys.path too.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "space"))
-from segment_workers import segment_owner  # noqa: E402
+import segment_workers  # noqa: E402
+from segment_workers import ask  # noqa: E402
 
 OWNER = "127.0.0.1:17002"
 
 
 def start_owner(children, master):
-    c = children(segment_owner, master.address, OWNER)
-    tag, _ = c.recv()
-    assert tag == "ready"
-    return c
-
-
-def ask(child, *req):
-    child.conn.send(req)
-    return child.recv()
+    return segment_workers.start_owner(children, master, OWNER)
 
 
 def test_a_killed_segment_owner_gives_misses_and_the_pool_lives_on(master, children):

@@ -114,3 +114,19 @@ def upsert_remove_reader(conn, address, hostname, rounds, size):
     desc = [r.read_by for r in s.get_replica_desc(key)]
     s.close()
     return errors, reads, desc
+
+
+# ---- the test side: a segment owner child and its requests ----
+
+def start_owner(children, master, hostname, stderr_path=None, segment=SEGMENT):
+    """A segment_owner child (conftest's `children` fixture), once it is set up."""
+    c = children(segment_owner, master.address, hostname, stderr_path, segment)
+    tag, name = c.recv()
+    assert tag == "ready" and name == hostname, (tag, name)
+    return c
+
+
+def ask(child, *req):
+    """One request to a segment_owner child and its answer."""
+    child.conn.send(req)
+    return child.recv()

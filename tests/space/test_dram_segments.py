@@ -9,21 +9,14 @@ import struct
 
 from conftest import connect, value_for, wait_until
 from mooncake_cxl import ReplicateConfig
-from segment_workers import segment_owner, upsert_remove_reader
+import segment_workers
+from segment_workers import ask, upsert_remove_reader
 
 OWNER = "127.0.0.1:17001"
 
 
-def start_owner(children, master, stderr_path=None, segment=64 << 20):
-    c = children(segment_owner, master.address, OWNER, stderr_path, segment)
-    tag, name = c.recv()
-    assert tag == "ready" and name == OWNER
-    return c
-
-
-def ask(child, *req):
-    child.conn.send(req)
-    return child.recv()
+def start_owner(children, master, stderr_path=None, segment=segment_workers.SEGMENT):
+    return segment_workers.start_owner(children, master, OWNER, stderr_path, segment)
 
 
 def test_preferred_segment_and_same_node_place_in_the_owner_segment(master, children):

@@ -67,7 +67,7 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   if (clients_[req.client.slot].segment && extent_bytes >= size && req.groups[i].empty())
     seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
   if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
-  if (extent_bytes < size && seg_owner == kNoSlot || extent_bytes > alloc_->capacity()) {
+  if ((extent_bytes < size && seg_owner == kNoSlot) || extent_bytes > alloc_->capacity()) {
     MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
              key.c_str(), (unsigned long long)size, (unsigned long long)alloc_->capacity());
     item.status = ErrorCode::NO_AVAILABLE_HANDLE;
