@@ -65,8 +65,9 @@ PutOptions ToPutOptions(const ReplicateConfig& c) {
   if (c.soft_pin_action == SoftPinAction::ENABLE) o.flags |= kFlagSoftPin;
   o.soft_pin_ttl_ms = c.soft_pin_ttl_ms.value_or(0);
   if (c.group_ids) o.group_ids = *c.group_ids;
-  o.preferred_segment = !c.preferred_segment.empty() || c.preferred_segments.empty() ? c.preferred_segment
-                                                                                     : c.preferred_segments[0];
+  // Assigned only when named: the default put copies no string.
+  if (!c.preferred_segment.empty()) o.preferred_segment = c.preferred_segment;
+  else if (!c.preferred_segments.empty()) o.preferred_segment = c.preferred_segments[0];
   o.same_node = c.prefer_alloc_in_same_node;
   return o;
 }

@@ -34,7 +34,7 @@ class MasterSegmentsTest : public testutil::StartedMasterFixture {
     req.keys = {key};
     req.sizes = {size};
     req.groups = {""};
-    req.placement = placement;
+    req.placement = uint8_t(kPlaceSegment | placement | (preferred.empty() ? 0 : kPlaceNamed));
     req.preferred_segment = preferred;
     PutStartReply r = CallFor<PutStartReply>(MessageType::kPutStart, Enc(req));
     EXPECT_EQ(r.items.size(), 1u);

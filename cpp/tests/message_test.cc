@@ -144,7 +144,7 @@ PutStartRequest SamplePutStart() {
   m.keys = {"k1", "", std::string(300, 'x')};
   m.sizes = {1, 0, ~uint64_t(0)};
   m.groups = {"group", "", "g3"};
-  m.placement = kPlaceSameNode;
+  m.placement = kPlaceSegment | kPlaceSameNode | kPlaceNamed;
   m.preferred_segment = "10.0.0.1:12345";
   return m;
 }
@@ -210,7 +210,7 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(out.keys, in.keys);
   EXPECT_EQ(out.sizes, in.sizes);
   EXPECT_EQ(out.groups, in.groups);
-  EXPECT_EQ(out.placement, kPlaceSameNode);
+  EXPECT_EQ(out.placement, kPlaceSegment | kPlaceSameNode | kPlaceNamed);
   EXPECT_EQ(out.preferred_segment, in.preferred_segment);
 
   // Missing group entries are sent as "" (no group).
@@ -250,6 +250,10 @@ TEST(RpcProtocolTest, ReplyBytesBoundIsThePutStartReplysSize) {
       req.groups.emplace_back();
       reply.items.push_back({ErrorCode::OK, i, i, i, 0, 0, true});
     }
+    EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
+    // A client with a DRAM segment: every item may name the segment.
+    req.placement = kPlaceSegment;
+    for (auto& it : reply.items) it.segment_slot = 1, it.segment_generation = 2;
     EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
     // Short keys: the reply outgrows the request (a record that holds the
     // request need not hold the reply).

@@ -129,7 +129,7 @@ def put_start(ref, put_id, abandoned, upsert, flags, soft_pin_ttl_ms, keys, size
     e = Encoder().ref(ref).u64(put_id).u32(len(abandoned))
     for a in abandoned:
         e.u64(a)
-    e.u8(1 if upsert else 0).u32(flags).u64(soft_pin_ttl_ms).u8(0).str("").u32(len(keys))  # pool placement
+    e.u8(1 if upsert else 0).u32(flags).u64(soft_pin_ttl_ms).u8(0).u32(len(keys))  # pool placement: no segment named
     for k, n, g in zip(keys, sizes, groups):
         e.str(k).u64(n).str(g)
     return e.bytes()
@@ -206,10 +206,11 @@ def put_start_reply(p):
     d = Decoder(p)
     status = d.i32()
     items = []
-    for _ in range(d.count(41)):
-        st, slot, gen, off = d.i32(), d.u64(), d.u64(), d.u64()
-        d.u32(), d.u64()  # segment slot and generation: a remote putter asks for none
-        items.append((st, slot, gen, off, d.raw(1)[0] != 0))
+    for _ in range(d.count(29)):
+        st, slot, gen, off, flags = d.i32(), d.u64(), d.u64(), d.u64(), d.raw(1)[0]
+        if flags & 2:  # placed in a segment: a remote putter asks for none
+            d.u32(), d.u64()
+        items.append((st, slot, gen, off, (flags & 1) != 0))
     return status, items  # (status, entry_slot, generation, value_offset, settle)
 
 

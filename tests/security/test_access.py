@@ -70,7 +70,7 @@ def regex_payload(ref, pattern, force=True):
 
 
 def put_start_payload(ref, key, size):
-    return (ref + struct.pack("<QIBIQ", 1, 0, 0, 0, 0) + struct.pack("<B", 0) + s32(b"") + struct.pack("<I", 1)
+    return (ref + struct.pack("<QIBIQ", 1, 0, 0, 0, 0) + struct.pack("<BI", 0, 1)
             + s32(key) + struct.pack("<Q", size) + s32(b""))
 
 

@@ -77,7 +77,7 @@ def raw_attach(sock, pool_path):
 def put_start_payload(slot, gen, put_id, abandoned, keys):
     p = struct.pack("<IQQI", slot, gen, put_id, len(abandoned))
     p += b"".join(struct.pack("<Q", i) for i in abandoned)
-    p += struct.pack("<BIQ", 0, 0, 0) + struct.pack("<B", 0) + s(b"") + struct.pack("<I", len(keys))  # pool placement
+    p += struct.pack("<BIQBI", 0, 0, 0, 0, len(keys))  # placement 0: the pool, no segment named
     for k in keys:
         p += s(k) + struct.pack("<Q", 64) + s(b"")
     return p

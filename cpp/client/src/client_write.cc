@@ -111,8 +111,9 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->upsert = upsert;
   req->config.flags = options.flags;
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
-  req->placement = options.same_node ? kPlaceSameNode : 0;
-  req->preferred_segment = options.preferred_segment;
+  req->placement = uint8_t((segment_size_ != 0 ? kPlaceSegment : 0) | (options.same_node ? kPlaceSameNode : 0) |
+                           (options.preferred_segment.empty() ? 0 : kPlaceNamed));
+  if (req->placement & kPlaceNamed) req->preferred_segment = options.preferred_segment;
 }
 
 ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,

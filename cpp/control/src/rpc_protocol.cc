@@ -8,7 +8,9 @@ bool RunsInSlices(uint16_t type) {
 namespace {
 ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
 constexpr uint64_t kPutStartReplyHead = 4 + 4;           // status, item count
-constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 4 + 8 + 1;  // Encode(PutStartReply)
+constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply), in the pool
+constexpr uint64_t kPutStartSegmentFields = 4 + 8;         // an item placed in a segment adds these
+constexpr uint8_t kItemSettle = 1, kItemInSegment = 2;     // an item's flag byte
 }  // namespace
 
 uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
@@ -23,10 +25,11 @@ uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
   (void)d.U8();
   (void)d.U32();
   (void)d.U64();
-  (void)d.U8();
-  (void)d.Str();
+  uint8_t placement = d.U8();
+  if (placement & kPlaceNamed) (void)d.Str();
   uint32_t keys = d.Count(4 + 8 + 4);
-  return d.failed() ? 0 : kPutStartReplyHead + kPutStartReplyItem * uint64_t(keys);
+  uint64_t item = kPutStartReplyItem + ((placement & kPlaceSegment) ? kPutStartSegmentFields : 0);
+  return d.failed() ? 0 : kPutStartReplyHead + item * uint64_t(keys);
 }
 
 const char* MessageTypeName(uint16_t type) {
@@ -139,7 +142,7 @@ void EncodePutStartHead(const PutStartRequest& m, Encoder* e) {  // everything b
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
   e->U8(m.placement);
-  e->Str(m.preferred_segment);
+  if (m.placement & kPlaceNamed) e->Str(m.preferred_segment);
 }
 }  // namespace
 
@@ -171,7 +174,8 @@ bool Decode(Decoder* d, PutStartRequest* m) {
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();
   m->placement = d->U8();
-  m->preferred_segment.assign(d->Str());
+  if (m->placement & kPlaceNamed) m->preferred_segment.assign(d->Str());
+  else m->preferred_segment.clear();
   uint32_t n = d->Count(4 + 8 + 4);
   // Assigned in place: a request reused for the next decode keeps its
   // strings' capacity (the master's put path allocates nothing here).
@@ -194,23 +198,30 @@ void Encode(const PutStartReply& m, Encoder* e) {
     e->U64(it.entry_slot);
     e->U64(it.generation);
     e->U64(it.value_offset);
-    e->U32(it.segment_slot);
-    e->U64(it.segment_generation);
-    e->U8(it.settle ? 1 : 0);
+    e->U8((it.settle ? kItemSettle : 0) | (it.segment_generation != 0 ? kItemInSegment : 0));
+    if (it.segment_generation != 0) {
+      e->U32(it.segment_slot);
+      e->U64(it.segment_generation);
+    }
   }
 }
 bool Decode(Decoder* d, PutStartReply* m) {
   m->status = ReadStatus(d);
-  uint32_t n = d->Count(4 + 24 + 12 + 1);
+  uint32_t n = d->Count(4 + 24 + 1);
   m->items.resize(n);
   for (auto& it : m->items) {
     it.status = ReadStatus(d);
     it.entry_slot = d->U64();
     it.generation = d->U64();
     it.value_offset = d->U64();
-    it.segment_slot = d->U32();
-    it.segment_generation = d->U64();
-    it.settle = d->U8() != 0;
+    uint8_t flags = d->U8();
+    it.settle = (flags & kItemSettle) != 0;
+    it.segment_slot = 0;
+    it.segment_generation = 0;
+    if (flags & kItemInSegment) {
+      it.segment_slot = d->U32();
+      it.segment_generation = d->U64();
+    }
   }
   return !d->failed();
 }

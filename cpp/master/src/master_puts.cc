@@ -64,7 +64,8 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   Extent seg;
   uint32_t seg_owner = kNoSlot;
   // A group stays in the pool: eviction takes a group whole, from one place.
-  if (clients_[req.client.slot].segment && extent_bytes >= size && req.groups[i].empty())
+  if ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment && extent_bytes >= size &&
+      req.groups[i].empty())
     seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
   if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
   if ((extent_bytes < size && seg_owner == kNoSlot) || extent_bytes > alloc_->capacity()) {
@@ -179,7 +180,7 @@ std::string MasterImpl::HandlePutStart(Decoder* d) {
     }
   }
   Encoder e;
-  e.mutable_data().reserve(8 + 41 * reply.items.size());  // its exact size: one allocation
+  e.mutable_data().reserve(8 + 29 * reply.items.size());  // its exact size: one allocation
   Encode(reply, &e);
   // Keep only a small request's capacity: a big batch (up to kMaxRequestKeys
   // keys) must not stay allocated per thread.

@@ -60,7 +60,7 @@ uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, 
   ClientInfo& own = clients_[putter];
   if (!own.segment) return kNoSlot;  // only the owner writes a segment
   bool wanted = false;
-  if (!req.preferred_segment.empty()) {
+  if ((req.placement & kPlaceNamed) && !req.preferred_segment.empty()) {
     wanted = req.preferred_segment == own.hostname;
   } else if (req.placement & kPlaceSameNode) {
     wanted = true;

@@ -117,10 +117,13 @@ struct PutStartRequest {
   std::vector<uint64_t> abandoned;
   bool upsert = false;
   PutConfigWire config;
-  // DRAM segments: the segment asked for (a client's local_hostname, ""
-  // = none), and kPlaceSameNode (prefer_alloc_in_same_node: the putter's own).
+  // DRAM segments: kPlaceSegment (the putter has a segment: only then may
+  // the master place there, and the reply's items may carry a segment),
+  // kPlaceSameNode (prefer_alloc_in_same_node: the putter's own), kPlaceNamed:
+  // preferred_segment (a client's local_hostname) follows on the wire.
+  // Without a segment the request and reply are those of a pool put.
   uint8_t placement = 0;
-  std::string preferred_segment;
+  std::string preferred_segment;  // meaningful with kPlaceNamed
   std::vector<std::string> keys;
   std::vector<uint64_t> sizes;
   std::vector<std::string> groups;  // per key; "" = no group
@@ -133,8 +136,8 @@ struct PutStartItem {
   uint64_t generation = 0;
   uint64_t value_offset = 0;  // in the pool, or in the segment below
   // Placed in a DRAM segment: the owner's slot and its generation (0 = in
-  // the pool). The putter writes value_offset of that segment and publishes
-  // the entry kInSegment.
+  // the pool; on the wire only when nonzero). The putter writes value_offset
+  // of that segment and publishes the entry kInSegment.
   uint32_t segment_slot = 0;
   uint64_t segment_generation = 0;
   // SSD tier: an older value of the key has a record on disk. After its
@@ -144,6 +147,8 @@ struct PutStartItem {
   bool settle = false;
 };
 constexpr uint8_t kPlaceSameNode = 1;
+constexpr uint8_t kPlaceNamed = 2;
+constexpr uint8_t kPlaceSegment = 4;
 struct PutStartReply {
   ErrorCode status = ErrorCode::OK;  // of the request as a whole
   std::vector<PutStartItem> items;
