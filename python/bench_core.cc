@@ -8,6 +8,9 @@
 // With `shm_dir`, the source is a MAP_SHARED mapping of a (deleted) file in
 // that directory: the same medium as a pool there, so the ratio measures the
 // store's own cost, not the difference between two kinds of memory.
+// run_parts copies a batch between caller buffers and the working set, one
+// memcpy per part (the engines section's bound: same bytes, same caller
+// memory as the store's batch).
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 #include <sys/mman.h>
@@ -56,6 +59,27 @@ class MemcpyBench {
     if (mapped_ != nullptr) munmap(mapped_, mapped_bytes_);
   }
   MemcpyBench(const MemcpyBench&) = delete;
+  // A batch as a store moves it: one memcpy per part between caller memory
+  // (ptrs[i], sizes[i]) and the next free bytes of the working set (cycled;
+  // into it when to_working_set, else out of it). Nanoseconds for the batch.
+  double RunParts(const std::vector<uint64_t>& ptrs, const std::vector<uint64_t>& sizes, bool to_working_set) {
+    if (ptrs.size() != sizes.size()) throw py::value_error("run_parts: one size per pointer");
+    uint64_t total = 0;
+    for (uint64_t n : sizes) total += (n + 63) & ~uint64_t(63);
+    if (total > mapped_bytes_) throw py::value_error("run_parts: the batch exceeds the working set");
+    if (cursor_ + total > mapped_bytes_) cursor_ = 0;
+    char* base = const_cast<char*>(src_) + cursor_;
+    py::gil_scoped_release nogil;
+    auto t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0, off = 0; i < ptrs.size(); off += (sizes[i] + 63) & ~uint64_t(63), ++i) {
+      char* caller = reinterpret_cast<char*>(ptrs[i]);
+      if (to_working_set) memcpy(base + off, caller, sizes[i]);
+      else memcpy(caller, base + off, sizes[i]);
+    }
+    auto t1 = std::chrono::steady_clock::now();
+    cursor_ += total;
+    return std::chrono::duration<double, std::nano>(t1 - t0).count();
+  }
   // Nanoseconds per copy, one entry per copy.
   std::vector<double> Run(int iterations) {
     std::vector<double> out;
@@ -75,7 +99,7 @@ class MemcpyBench {
  private:
   // Page-aligned buffers: the best case of a raw memcpy.
   static char* AlignUp(char* p) { return reinterpret_cast<char*>((reinterpret_cast<uintptr_t>(p) + 4095) & ~uintptr_t(4095)); }
-  uint64_t size_, n_, nd_, next_ = 0;
+  uint64_t size_, n_, nd_, next_ = 0, cursor_ = 0;
   std::vector<char> dst_, private_;
   char* mapped_ = nullptr;
   uint64_t mapped_bytes_ = 0;
@@ -89,5 +113,6 @@ PYBIND11_MODULE(_bench_core, m) {
   py::class_<MemcpyBench>(m, "MemcpyBench")
       .def(py::init<uint64_t, uint64_t, uint64_t, const std::string&>(), py::arg("size"),
            py::arg("working_set"), py::arg("dst_working_set") = 0, py::arg("shm_dir") = "")
-      .def("run", &MemcpyBench::Run, py::arg("iterations"));
+      .def("run", &MemcpyBench::Run, py::arg("iterations"))
+      .def("run_parts", &MemcpyBench::RunParts, py::arg("ptrs"), py::arg("sizes"), py::arg("to_working_set"));
 }

@@ -51,15 +51,8 @@ bool OneListPerKey(const char* op, const std::vector<std::string>& keys,
   return false;
 }
 
-// Single-buffer forms of the zero-copy calls, lifted to the batch shapes.
-// (uintptr_t and uint64_t are one type here: pointers and sizes share it.)
+// uintptr_t and uint64_t are one type here: pointers and sizes share it.
 static_assert(std::is_same_v<uintptr_t, uint64_t>);
-std::vector<std::vector<uint64_t>> Nest(const std::vector<uint64_t>& v) {
-  std::vector<std::vector<uint64_t>> out;
-  out.reserve(v.size());
-  for (auto x : v) out.push_back({x});
-  return out;
-}
 
 int RegisterBuffer(Store& s, uintptr_t ptr, uint64_t size) {
   auto c = s.Ready("register_buffer");
@@ -75,43 +68,83 @@ int UnregisterBuffer(Store& s, uintptr_t ptr) {
 }
 
 // Puts each key's value gathered from caller memory: one master round trip
-// for the batch, one copy per byte.
-std::vector<int> PutFromRanges(Store& s, const std::vector<std::string>& keys,
-                               const std::vector<std::vector<uintptr_t>>& ptrs,
-                               const std::vector<std::vector<uint64_t>>& sizes, const ReplicateConfig& config,
-                               bool upsert, const char* op) {
+// for the batch, one copy per byte. count(i): key i's number of buffers
+// (SIZE_MAX: its lists disagree); slice(i, j): the j-th. The values go to
+// Client::Put as one flat list (no vector per key).
+template <class Count, class Slice>
+std::vector<int> PutFromFlat(Store& s, const std::vector<std::string>& keys, Count count, Slice slice,
+                             const ReplicateConfig& config, bool upsert, const char* op) {
   auto c = s.Ready(op);
   if (!c) return std::vector<int>(keys.size(), kNotReady);
-  if (!OneListPerKey(op, keys, ptrs, sizes)) return std::vector<int>(keys.size(), kInvalid);
   if (!ConfigOk(config, keys.size(), op, c->dram_segment_size() != 0))
     return std::vector<int>(keys.size(), kInvalid);
   PutOptions opts = ToPutOptions(config);
   py::gil_scoped_release nogil;
   std::vector<int> out(keys.size(), 0);
   std::vector<std::string_view> send_keys;
-  std::vector<PutParts> send_parts;
-  std::vector<size_t> sent;
+  std::vector<ConstSlice> parts;
+  std::vector<size_t> first, sent;
+  send_keys.reserve(keys.size());
+  first.reserve(keys.size() + 1);
+  sent.reserve(keys.size());
   for (size_t i = 0; i < keys.size(); ++i) {
-    if (ptrs[i].size() != sizes[i].size()) {
-      MCXL_LOG(kWarn, "store", "%s: key %zu has %zu buffers but %zu sizes", op, i, ptrs[i].size(), sizes[i].size());
+    size_t n = count(i);
+    if (n == SIZE_MAX) {
       out[i] = kInvalid;
       continue;
     }
-    PutParts parts;
-    for (size_t j = 0; j < ptrs[i].size() && out[i] == 0; ++j) {
-      out[i] = ToInt(c->CheckRange(ptrs[i][j], sizes[i][j], op).error());
-      parts.push_back({reinterpret_cast<const void*>(ptrs[i][j]), sizes[i][j]});
+    size_t begin = parts.size();
+    for (size_t j = 0; j < n && out[i] == 0; ++j) {
+      ConstSlice p = slice(i, j);
+      out[i] = ToInt(c->CheckRange(reinterpret_cast<uintptr_t>(p.data), p.size, op).error());
+      parts.push_back(p);
     }
-    if (out[i] != 0) continue;
+    if (out[i] != 0) {
+      parts.resize(begin);
+      continue;
+    }
+    first.push_back(begin);
     send_keys.emplace_back(keys[i]);
-    send_parts.push_back(std::move(parts));
     sent.push_back(i);
   }
+  first.push_back(parts.size());
   if (!sent.empty()) {
-    auto r = c->Put(send_keys, send_parts, opts, upsert);
+    auto r = c->Put(send_keys, parts, first, opts, upsert);
     for (size_t j = 0; j < sent.size(); ++j) out[sent[j]] = ToInt(r[j]);
   }
   return out;
+}
+
+// The multi-buffer forms: one buffer list and one size list per key.
+std::vector<int> PutFromRanges(Store& s, const std::vector<std::string>& keys,
+                               const std::vector<std::vector<uintptr_t>>& ptrs,
+                               const std::vector<std::vector<uint64_t>>& sizes, const ReplicateConfig& config,
+                               bool upsert, const char* op) {
+  if (!OneListPerKey(op, keys, ptrs, sizes)) return std::vector<int>(keys.size(), kInvalid);
+  return PutFromFlat(
+      s, keys,
+      [&](size_t i) {
+        if (ptrs[i].size() == sizes[i].size()) return ptrs[i].size();
+        MCXL_LOG(kWarn, "store", "%s: key %zu has %zu buffers but %zu sizes", op, i, ptrs[i].size(), sizes[i].size());
+        return SIZE_MAX;
+      },
+      [&](size_t i, size_t j) { return ConstSlice{reinterpret_cast<const void*>(ptrs[i][j]), sizes[i][j]}; }, config,
+      upsert, op);
+}
+
+// batch_put_from / batch_upsert_from: one buffer per key (no nested lists).
+std::vector<int> PutFromOnePerKey(Store& s, const std::vector<std::string>& keys, const std::vector<uintptr_t>& ptrs,
+                                  const std::vector<uint64_t>& sizes, const ReplicateConfig& config, bool upsert,
+                                  const char* op) {
+  if (ptrs.size() != keys.size() || sizes.size() != keys.size()) {
+    MCXL_LOG(kWarn, "store", "%s: %zu keys, %zu buffers, %zu sizes: one of each per key", op, keys.size(),
+             ptrs.size(), sizes.size());
+    return std::vector<int>(keys.size(), kInvalid);
+  }
+  return PutFromFlat(
+      s, keys, [](size_t) { return size_t(1); },
+      [&](size_t i, size_t) { return ConstSlice{reinterpret_cast<const void*>(ptrs[i]), sizes[i]}; }, config, upsert,
+      op);
 }
 
 // Checks every destination, then one Client::BatchGetInto for the keys
@@ -299,10 +332,10 @@ void DefineZeroCopyCalls(py::module_& m, StoreClass& store) {
            py::arg("key"), py::arg("buffer_ptr"), py::arg("metadata_buffer_ptr"), py::arg("size"),
            py::arg("metadata_size"), py::arg("config") = C())
       .def("batch_put_from", [](Store& s, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes, const C& config) {
-             return PutFromRanges(s, keys, Nest(ptrs), Nest(sizes), config, false, "batch_put_from"); },
+             return PutFromOnePerKey(s, keys, ptrs, sizes, config, false, "batch_put_from"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
       .def("batch_upsert_from", [](Store& s, const Keys& keys, const Ptrs& ptrs, const Sizes& sizes, const C& config) {
-             return PutFromRanges(s, keys, Nest(ptrs), Nest(sizes), config, true, "batch_upsert_from"); },
+             return PutFromOnePerKey(s, keys, ptrs, sizes, config, true, "batch_upsert_from"); },
            py::arg("keys"), py::arg("buffer_ptrs"), py::arg("sizes"), py::arg("config") = C())
       .def("batch_put_from_multi_buffers",
            [](Store& s, const Keys& keys, const PtrLists& ptrs, const SizeLists& sizes, const C& config) {

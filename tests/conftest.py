@@ -34,6 +34,25 @@ from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 from mooncake_cxl.launch import MasterProcess, RemoteServedMaster
 
 POOL_SIZE = 64 << 20
+# MCXL_TEST_COHERENCE=noncoherent: every pool a master of the run formats is
+# formatted --coherence=noncoherent (unless the test names a mode), so whole
+# areas run on the non-coherent discipline (docs/architecture.md section 7).
+TEST_COHERENCE = os.environ.get("MCXL_TEST_COHERENCE", "")
+assert TEST_COHERENCE in ("", "coherent", "noncoherent"), \
+    f"MCXL_TEST_COHERENCE={TEST_COHERENCE!r}: coherent or noncoherent"
+NONCOHERENT_RUN = TEST_COHERENCE == "noncoherent"
+
+
+def _start_with_coherence(start):
+    def wrapped(self):
+        if not any(f.startswith("--coherence") for f in self.extra_flags):
+            self.extra_flags.append(f"--coherence={TEST_COHERENCE}")
+        return start(self)
+    return wrapped
+
+
+if TEST_COHERENCE:
+    MasterProcess.start = _start_with_coherence(MasterProcess.start)
 # MCXL_TEST_REMOTE=1 MC_CXL_REMOTE=1 (inside unshare -n): the suite's masters
 # also serve their pool over the Transfer Engine and stores are remote clients.
 REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"
@@ -43,6 +62,7 @@ REMOTE_RUN = os.environ.get("MCXL_TEST_REMOTE", "") == "1"
 # on host 1, and each Child on hosts 1..N-1 in turn. sim_counters() is the
 # checker's verdict on a pool.
 SIM_HOSTS = int(os.environ.get("MCXL_TEST_SIM_HOSTS", "0") or 0)
+NONCOHERENT_RUN = NONCOHERENT_RUN or SIM_HOSTS >= 2  # its pools are non-coherent too
 if SIM_HOSTS >= 2:
     os.environ["MC_CXL_SIM_HOST"] = "1"
 _sim_children = [0]
@@ -212,11 +232,14 @@ def _pool_dir():
 def pool_path():
     path = os.path.join(_pool_dir() or "/tmp", f"mcxl_test_{uuid.uuid4().hex}")
     yield path
+    # A simulated run (MCXL_TEST_SIM_HOSTS): the checker flagged nothing.
+    flagged = sim_counters(path) if SIM_HOSTS >= 2 else (0, 0, 0)
     # The pool, the session file a killed Transfer Engine process left, and
     # the non-coherent simulator's files.
     for p in [path, path + ".te"] + glob.glob(glob.escape(path) + ".sim*"):
         if os.path.exists(p):
             os.unlink(p)
+    assert flagged == (0, 0, 0), f"the simulator's checker flagged write-backs (conflicts, lost, false sharing): {flagged}"
 
 
 @pytest.fixture
@@ -253,6 +276,20 @@ def master_factory(pool_path, tmp_path):
     yield start
     for m in started:
         m.stop()
+
+
+# The coherence simulator (coherence_sim.h): a master on simulated host 0.
+SIM_SEED = 11
+
+
+@pytest.fixture
+def sim_master(master_factory, monkeypatch):
+    """A master on simulated host 0 of a fresh non-coherent pool (seed SIM_SEED)."""
+    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
+    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SIM_SEED))
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    monkeypatch.delenv("MC_CXL_SIM_HOST")
+    return m
 
 
 @pytest.fixture

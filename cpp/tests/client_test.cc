@@ -314,6 +314,48 @@ TEST_P(ClientTest, AfterCloseEveryCallIsUnavailableAndANewClientAttaches) {
   EXPECT_EQ(again->RemoveAll(true).value(), 2u);  // a whole-index scan: over TCP on either path
 }
 
+// Close while threads read: every read either completes before Close
+// returns or is refused, and none started after it returns succeeds.
+TEST_P(ClientTest, CloseWhileThreadsReadLetsNoReadThroughAfterIt) {
+  constexpr int kThreads = 3;
+  constexpr uint64_t kReadsBeforeClose = 200;  // per thread
+  auto c = Connect("client_test:closing");
+  ASSERT_NE(c, nullptr);
+  const std::string v = ValueFor("read", 4096);
+  ASSERT_EQ(PutValue(*c, "read", v), ErrorCode::OK);
+  // seq_cst (the default): test bookkeeping.
+  std::atomic<bool> close_returned{false};
+  std::atomic<uint64_t> late_successes{0}, wrong_values{0};
+  std::vector<std::atomic<uint64_t>> reads(kThreads);
+  std::vector<std::thread> readers;
+  for (int t = 0; t < kThreads; ++t) {
+    readers.emplace_back([&, t] {
+      for (uint64_t i = 0;; ++i) {
+        bool after = close_returned.load();
+        bool ok;
+        if (i % 2 == 0) {
+          auto got = GetValue(*c, "read", 8192);
+          ok = got.ok();
+          if (ok && *got != v) wrong_values.fetch_add(1);
+        } else {
+          ok = c->IsExist("read") == 1;
+        }
+        if (ok && after) late_successes.fetch_add(1);
+        if (!ok) break;  // refused: the client is closed
+        reads[t].fetch_add(1);
+      }
+    });
+  }
+  for (int t = 0; t < kThreads; ++t)
+    while (reads[t].load() < kReadsBeforeClose) std::this_thread::yield();
+  EXPECT_TRUE(c->Close().ok());
+  close_returned.store(true);
+  for (auto& r : readers) r.join();
+  EXPECT_EQ(late_successes.load(), 0u);
+  EXPECT_EQ(wrong_values.load(), 0u);
+  EXPECT_EQ(GetValue(*c, "read").error(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
+}
+
 TEST_P(ClientTest, PinnedViewOutlivesARemoveUntilUnpinned) {
   auto c = Connect();
   ASSERT_NE(c, nullptr);

@@ -2,7 +2,8 @@
 // PublishComplete (which names the generation), Abort, Tombstone (and the
 // tombstone run that collapses to EMPTY), kFlagSuperseded picking the newest
 // generation, home-slot collisions, full-key comparison, snapshot validity,
-// leases, a stuck seqlock, bounds checks, and a two-process test: a child
+// leases, a stuck seqlock, bounds checks, the shadow's tombstone walk against
+// the pool-line walk, and a two-process test: a child
 // rewrites values in reused extents while the parent reads and checks that
 // every copy that passed StillValid has an intact checksum.
 #include "mooncake_cxl/pool/object_index.h"
@@ -346,6 +347,45 @@ TEST_F(ObjectIndexTest, SweptTombstonesKeepEveryKeyReachable) {
     EXPECT_EQ(f->slot, slot);
   }
   for (const auto& k : removed) EXPECT_FALSE(Find(k).ok()) << k;
+}
+
+TEST_F(ObjectIndexTest, ShadowWalksLeaveTheStatesThePoolWalksLeave) {
+  // The master's tombstone walk and Insert read the shadow's tags once it is
+  // on; a second pool driven by the same puts and removes without a shadow
+  // (the pool-line walk) must end every step with the same slot states.
+  auto other = Pool::Open(dir_ + "/pool2", 16 * kMiB, true);
+  ASSERT_TRUE(other.ok());
+  FormatOptions fo;
+  fo.index_capacity = kCapacity;
+  ASSERT_TRUE((*other)->Format(fo).ok());
+  Writer plain(other->get());
+  idx().EnableShadow();
+  std::vector<uint64_t> live;
+  uint64_t gen = 1, seed = 777;
+  auto rnd = [&] { seed ^= seed << 13; seed ^= seed >> 7; seed ^= seed << 17; return seed; };
+  for (int step = 0; step < 8000; ++step) {
+    if (live.size() < kCapacity * 85 / 100 && rnd() % 3 != 0) {
+      // Few homes, so runs and tombstone stretches are long.
+      uint64_t hash = (rnd() % 97) * 11 + 1;
+      auto a = idx().Insert({hash, 0, 1, gen, 0, 0, 0});
+      auto b = plain.index().Insert({hash, 0, 1, gen, 0, 0, 0});
+      ASSERT_EQ(a.ok(), b.ok());
+      if (a.ok()) {
+        ASSERT_EQ(*a, *b);
+        live.push_back(*a);
+      }
+      ++gen;
+    } else if (!live.empty()) {
+      size_t i = rnd() % live.size();
+      idx().Tombstone(live[i]);
+      plain.index().Tombstone(live[i]);
+      live[i] = live.back();
+      live.pop_back();
+    }
+    if (step % 64 == 0 || step == 7999)
+      for (uint64_t s = 0; s < kCapacity; ++s)
+        ASSERT_EQ(StateAt(s), StateOf(plain.index().entry(s).state_gen.load())) << "step " << step << " slot " << s;
+  }
 }
 
 TEST_F(ObjectIndexTest, ShadowNamesExactlyTheLiveSlotsOfAHash) {

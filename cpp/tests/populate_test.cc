@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -59,6 +60,13 @@ std::unique_ptr<Pool> Formatted(const std::string& path, uint64_t size) {
   if (!p.ok()) return nullptr;
   EXPECT_TRUE((*p)->Format(FormatOptions{}).ok());
   return std::move(p.value());
+}
+
+// A formatted 64 MiB pool at `path` with none of its pages mapped here.
+std::unique_ptr<Pool> Unmapped(const std::string& path) {
+  auto pool = Formatted(path, 64 * kMiB);
+  if (pool && madvise(pool->base(), pool->size(), MADV_DONTNEED) != 0) return nullptr;
+  return pool;
 }
 
 void WaitDone(const BackgroundPopulator& pop) {
@@ -135,9 +143,8 @@ TEST(Populate, StopEndsARunAndCanRestart) {
 TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
   testutil::ShmDir dir("populate_defer");
   std::string path = dir.File("p");
-  auto pool = Formatted(path, 64 * kMiB);
+  auto pool = Unmapped(path);
   ASSERT_TRUE(pool);
-  ASSERT_EQ(madvise(pool->base(), pool->size(), MADV_DONTNEED), 0);
   uint64_t allocated = AllocatedBytes(path), resident = ResidentBytes(path);
   std::atomic<bool> busy{true};
   std::atomic<int> asked{0};
@@ -159,6 +166,41 @@ TEST(Populate, DefersEveryStepWhileTheForegroundIsBusy) {
   waiting.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap, [] { return true; });
   waiting.Stop();
   EXPECT_FALSE(waiting.done());
+}
+
+// Busy with a frontier: only the steps just past it are mapped (none the
+// frontier passed, nor the metadata), following it as it moves; once quiet
+// the skipped ranges are filled in and the run is done.
+TEST(Populate, LeadsTheFrontierWhileBusyAndFillsInTheRestWhenQuiet) {
+  testutil::ShmDir dir("populate_lead");
+  std::string path = dir.File("p");
+  auto pool = Unmapped(path);
+  ASSERT_TRUE(pool);
+  const uint64_t before = ResidentBytes(path);
+  const uint64_t data = pool->geometry().data_offset;
+  // seq_cst (the default): test bookkeeping.
+  std::atomic<bool> busy{true};
+  std::atomic<uint64_t> frontier{data + 16 * kMiB + 4096}, asked{0};
+  BackgroundPopulator pop;
+  pop.Start(pool.get(), PopulatePlan(*pool, true), "test", PopulateMode::kMap, [&] {
+    asked.fetch_add(1);
+    return busy.load();
+  }, [&] { return frontier.load(); });
+  const uint64_t lead_bound = kLeadBytes + 2 * kMapStepBytes;  // the step holding the frontier, and one past
+  ASSERT_TRUE(testutil::WaitUntil([&] { return ResidentBytes(path) >= before + kLeadBytes; }));
+  uint64_t polls = asked.load();
+  ASSERT_TRUE(testutil::WaitUntil([&] { return asked.load() >= polls + 5; }));  // it waits, busy
+  EXPECT_FALSE(pop.done());
+  EXPECT_LE(ResidentBytes(path), before + lead_bound);
+  frontier = data + 40 * kMiB;
+  ASSERT_TRUE(testutil::WaitUntil([&] { return ResidentBytes(path) >= before + 2 * kLeadBytes; }));
+  polls = asked.load();
+  ASSERT_TRUE(testutil::WaitUntil([&] { return asked.load() >= polls + 5; }));
+  EXPECT_FALSE(pop.done());
+  EXPECT_LE(ResidentBytes(path), before + 2 * lead_bound);
+  busy = false;
+  WaitDone(pop);
+  EXPECT_GE(ResidentBytes(path), kWholePoolResident);
 }
 
 // The probe from a counter: busy exactly when the counter moved since the

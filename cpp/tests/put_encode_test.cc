@@ -1,9 +1,12 @@
-// The single-key PutStart encoding (EncodePutStartOne) is byte for byte
-// Encode of the same one-key request, and a PutStartRequest reused across
-// decodes (the master's per-thread one) ends up equal to a fresh decode.
+// The PutStart encoding from views (EncodePutStartViews, the client's) is
+// byte for byte Encode of the same request, for one key and for a batch, and
+// a PutStartRequest reused across decodes (the master's per-thread one) ends
+// up equal to a fresh decode.
 #include <gtest/gtest.h>
 
 #include <string>
+#include <string_view>
+#include <vector>
 
 #include "mooncake_cxl/control/rpc_protocol.h"
 
@@ -25,15 +28,30 @@ TEST(PutEncode, OneKeyMatchesGeneralEncode) {
   for (std::string group : {std::string(), std::string("g1")}) {
     PutStartRequest r = Base();
     std::string key(40, 'k');
+    std::string_view key_view = key, group_view = group;
+    uint64_t size = 4096;
     Encoder one;
-    EncodePutStartOne(r, key, 4096, group, &one);
+    EncodePutStartViews(r, 1, &key_view, &size, &group_view, &one);
     r.keys = {key};
-    r.sizes = {4096};
+    r.sizes = {size};
     r.groups = {group};
     Encoder all;
     Encode(r, &all);
     EXPECT_EQ(one.data(), all.data());
   }
+}
+
+TEST(PutEncode, BatchFromViewsMatchesGeneralEncode) {
+  PutStartRequest r = Base();
+  r.keys = {"a-long-key-of-many-bytes-0000000000", "b", "c"};
+  r.sizes = {1, 2, 3};
+  r.groups = {"g", "", "h"};
+  std::vector<std::string_view> keys(r.keys.begin(), r.keys.end()), groups(r.groups.begin(), r.groups.end());
+  Encoder views;
+  EncodePutStartViews(Base(), keys.size(), keys.data(), r.sizes.data(), groups.data(), &views);
+  Encoder all;
+  Encode(r, &all);
+  EXPECT_EQ(views.data(), all.data());
 }
 
 TEST(PutEncode, ReusedRequestDecodesLikeAFreshOne) {

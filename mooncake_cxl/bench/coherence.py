@@ -4,10 +4,9 @@ python -m mooncake_cxl.bench, only with --only coherence).
 One run, the builds alternating round by round: coherent (a pool formatted
 --coherence=coherent: fences only), real non-coherent (--coherence=noncoherent:
 clwb/clflushopt + fences on this machine's DRAM) and simulated (the same pool
-mode with MC_CXL_SIM_HOST: master and client on simulated host 0, churn off,
-so that the rows time the simulator's line copies, not a cross-host miss; a
-client on another simulated host needs the non-coherent discipline at every
-call site, SIM_CLIENT_HOST).
+mode with MC_CXL_SIM_HOST: the master on simulated host 0, the client on
+host SIM_CLIENT_HOST, churn off, so that the rows time the simulator's line
+copies and the discipline's cross-host traffic, not random write-backs).
 Each round starts a fresh master and one client process, which times put,
 get and is_exist of 4 KiB, get_into of 4 MiB, batch_get_into of 32 x 64 KiB
 and a ring round trip (health_check). Ratios are medians over the coherent
@@ -22,7 +21,7 @@ from .common import KIB, MIB
 
 BUILDS = ("coherent", "noncoherent", "simulated")
 ROUNDS = 3
-SIM_CLIENT_HOST = 0
+SIM_CLIENT_HOST = 1
 # Bytes of values each read row cycles through: twice this machine's 32 MiB L3,
 # so the coherent build reads from memory as a large KV cache does, not from
 # an L3 the non-coherent build must evict.

@@ -6,7 +6,7 @@ import multiprocessing as mp
 
 import numpy as np
 
-from conftest import connect, metric, poll, wait_until
+from conftest import connect, lease_remaining_ms, metric, poll, wait_until
 from zc_workers import BLOCK, LAYERS, holder, holder_then_hang, kv_arrays, prefill_writer
 
 CTX = mp.get_context("spawn")
@@ -54,7 +54,10 @@ def test_pin_in_one_process_survives_remove_in_another(master):
     p.start()
     try:
         assert q.get(timeout=60) == value
-        assert s.remove("shared") == -706  # pinned by the other process
+        # The other process's read lease (on a non-coherent pool it reaches
+        # the master from that process's lease thread, a moment later).
+        wait_until(lambda: lease_remaining_ms(master, "shared") > 0, "the holder's read lease", master=master)
+        assert s.remove("shared") == -706
         assert s.remove("shared", force=True) == 0
         for i in range(120):  # reuse the space hard
             assert s.put(f"churn{i}", bytes([i % 256]) * (1 << 20)) == 0

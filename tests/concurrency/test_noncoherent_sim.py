@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from conftest import CALL_TIMEOUT, sim_counters, wait_for_log
+from conftest import CALL_TIMEOUT, SIM_SEED, sim_counters, wait_for_log
 
 WORKER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sim_workers.py")
-SEED = 11
+SEED = SIM_SEED
 
 
 def run_client(master, host, op, key, size=4096, churn=0):
@@ -27,16 +27,6 @@ def run_client(master, host, op, key, size=4096, churn=0):
     return json.loads(p.stdout.strip().splitlines()[-1]), p.stderr
 
 
-@pytest.fixture
-def sim_master(master_factory, monkeypatch):
-    """A master on simulated host 0 of a fresh non-coherent pool."""
-    monkeypatch.setenv("MC_CXL_SIM_HOST", "0")
-    monkeypatch.setenv("MC_CXL_SIM_SEED", str(SEED))
-    m = master_factory(extra_flags=["--coherence=noncoherent"])
-    monkeypatch.delenv("MC_CXL_SIM_HOST")
-    return m
-
-
 def test_each_process_logs_its_simulated_host_and_seed(sim_master):
     wait_for_log(sim_master, rf"simulated host 0: pool .* \(seed {SEED},", "the master's simulated-host line")
     result, err = run_client(sim_master, 1, "exists", "nothing-here")
@@ -46,7 +36,8 @@ def test_each_process_logs_its_simulated_host_and_seed(sim_master):
     assert os.path.exists(sim_master.pool_path + ".simhost-1")
 
 
-def test_a_coherent_pool_refuses_a_simulated_host(master):
+def test_a_coherent_pool_refuses_a_simulated_host(master_factory):
+    master = master_factory(extra_flags=["--coherence=coherent"])  # also under MCXL_TEST_COHERENCE=noncoherent
     env = dict(os.environ, MC_CXL_SIM_HOST="1", MC_CXL_SIM_CHURN="0")
     p = subprocess.run([sys.executable, WORKER, master.address, "exists", "k"], env=env,
                        capture_output=True, text=True, timeout=CALL_TIMEOUT)
@@ -67,14 +58,8 @@ def test_one_simulated_host_behaves_as_a_coherent_machine(sim_master):
     assert sim_counters(sim_master.pool_path) == (0, 0, 0)
 
 
-# What still relies on coherence is the non-coherent discipline's work
-# (docs/architecture.md §7's list). Today the master (host 0) writes the index
-# entry's line back over the putter's publish CAS (host 1): the checker logs
-# a lost update on "index entry <slot>", and the value is never visible.
-NEEDS_DISCIPLINE = "needs the non-coherent discipline at the call sites (issue 25 part B)"
-
-
-@pytest.mark.xfail(reason=NEEDS_DISCIPLINE, strict=True)
+# The non-coherent discipline at the call sites (docs/architecture.md §7):
+# the putter's publish goes through the master, the only writer of the entry.
 @pytest.mark.parametrize("reader_host", [1, 2], ids=["putters-host", "third-host"])
 def test_a_put_on_host_1_is_read_with_the_master_on_host_0(sim_master, reader_host):
     key = f"put-on-1-read-on-{reader_host}"

@@ -26,7 +26,7 @@ import struct
 import time
 import traceback
 
-from conftest import connect, counter, metrics
+from conftest import NONCOHERENT_RUN, connect, counter, metrics
 from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
 
 CTX = mp.get_context("spawn")
@@ -209,6 +209,9 @@ def test_no_read_goes_back_in_time_under_eviction(master_factory, transport, mon
         # Keys evicted: several rounds. Over TCP each request Ticks the master,
         # which frees superseded upserts at once, so eviction has less to do
         # (35-115 keys in 20 s runs, rings 2,000-4,000).
-        assert _evicted(m) > (5 if transport == "tcp" else 20), "eviction did not run under the load"
+        # On a non-coherent pool the master settles each upsert at its
+        # publish (kPublish), as over TCP, so eviction may have nothing to do.
+        if not NONCOHERENT_RUN:
+            assert _evicted(m) > (5 if transport == "tcp" else 20), "eviction did not run under the load"
     finally:
         s.close()

@@ -34,7 +34,10 @@ def test_engines_section_quick_run_reports_every_row(engines_python, tmp_path):
             assert len(per[impl]) == 1, (label, impl)
             row = per[impl][0]
             assert row["exact"] is True, (label, impl, row)
-            assert all(row[f] > 0 for f in fields + ("memcpy_gbps",)), (label, impl, row)
+            bounds = tuple(f.replace("_gbps", "_memcpy_gbps") for f in fields) if impl == "ours" else ()
+            assert all(row[f] > 0 for f in fields + bounds), (label, impl, row)
+            shares = [row[f.replace("_gbps", "_in_store")] for f in fields]
+            assert all(0 < x <= 1 for x in shares), (label, impl, row)  # inside the engine's batch
     table = engines.markdown(result)
     rows = [line for line in table.splitlines() if line.startswith("| ") and "---" not in line][1:]
     assert len(rows) == 2 * len(engines.CASES) and all(line.endswith("| yes |") for line in rows)

@@ -49,6 +49,14 @@ takes the disk for 0.5-2.5 s, then frees it); after the final check, one
 bit of some tombstone blocks is flipped ("tomb_damage"), a master starts
 with --format, and the checker reads again what the rebuild made of them.
 
+test_random_faults_on_simulated_hosts runs it on a --coherence=noncoherent pool
+with the master on simulated host 0 and the workers spread over hosts 1..N-1
+(MC_CXL_SIM_HOST, coherence_sim.h; the simulator's random write-back and drop
+of lines on), master kills only unless MCXL_FAULT_KINDS says more, and one
+more invariant:
+  sim_checker       the simulator's checker counts no lost update or false
+                    sharing on the pool (sim_counters)
+
 test_random_faults_with_a_remote_worker runs it with the pool also served over
 the Transfer Engine and the last worker a remote client (needs the private
 network namespace of the conformance suite; skipped elsewhere).
@@ -66,6 +74,8 @@ Environment (all optional):
                       different tenants write the same key names; tenant_leak)
   MCXL_FAULT_RPC      force every worker onto ring or tcp
   MCXL_FAULT_LEASE_MS --default_kv_lease_ttl (default Mooncake's 10000)
+  MCXL_FAULT_SIM_HOSTS N >= 2: test_random_faults (or the tier test) on N simulated hosts as above
+                      (test_random_faults_on_simulated_hosts: default 4)
 Timing differs from run to run, so a seed reproduces the schedule and the
 operations, not the interleaving. Logs (one per master incarnation and per
 worker life), journals and violations stay in pytest's tmp_path, printed at the
@@ -86,7 +96,7 @@ import urllib.request
 import pytest
 
 import oracle
-from conftest import fill_fs, http_get as http, metrics, poll
+from conftest import fill_fs, http_get as http, metrics, poll, sim_counters
 from mooncake_cxl.launch import MasterError, MasterProcess, PoolTEProcess
 from mooncake_cxl.launch_ha import HaMasterProcess
 
@@ -129,8 +139,12 @@ def extent_bytes(key_len, value_size):
 class Run:
     """The processes of one run and what went wrong with them."""
 
-    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None, etcd=None, remote=False):
+    def __init__(self, seed, tmp, pool_path, kinds, extra_flags=(), tier_fs=None, etcd=None, remote=False,
+                 sim_hosts=0):
         self.seed = seed
+        # sim_hosts >= 2: the master on simulated host 0 of a non-coherent
+        # pool, worker slot s on host 1 + s % (sim_hosts - 1).
+        self.sim_hosts = sim_hosts
         self.tier_fs = tier_fs  # the tier's own small filesystem (fsfull), or None
         self.fs_full_until = None
         self.etcd = etcd  # set: elected masters (a leader and a standby), clients on etcd://
@@ -171,7 +185,13 @@ class Run:
                               log_path=os.path.join(self.tmp, f"master{self.masters}.log"))
             self.masters += 1
             try:
-                self.master = m.start()
+                saved = dict(os.environ)
+                os.environ.update(self.sim_env(0) or {})  # the master inherits its simulated host
+                try:
+                    self.master = m.start()
+                finally:
+                    os.environ.clear()
+                    os.environ.update(saved)
                 self.port = self.port or m.port
                 if self.remote and self.te is None:  # it maps the pool file: outlives masters
                     self.te = PoolTEProcess(self.pool_path, self.pool_path + ".te",
@@ -183,6 +203,16 @@ class Run:
                 time.sleep(0.5)
         self.master = None
         return False
+
+    def sim_env(self, host, base=None):
+        """The environment of a process on simulated host `host` (None: not a simulated run)."""
+        if self.sim_hosts < 2:
+            return base
+        return dict(base or os.environ, MC_CXL_SIM_HOST=str(host),
+                    MC_CXL_SIM_SEED=str(random.Random(f"{self.seed}/sim/{host}/{self.masters}").randrange(1 << 31)))
+
+    def worker_host(self, slot):
+        return 1 + slot % (self.sim_hosts - 1) if self.sim_hosts >= 2 else None
 
     def start_leader(self):
         """HA: the standby (one is started if there is none) becomes the leader
@@ -236,8 +266,9 @@ class Run:
                    MC_CXL_CONNECT_TIMEOUT_MS="1000", MC_CXL_PUT_WAIT_MS="500")
         if self.remote and slot == SLOTS - 1:
             env.update(MC_CXL_REMOTE="1", MC_CXL_AUTH_TOKEN_FILE=self.secret)
-        elif slot == SEGMENT_SLOT:
+        elif slot == SEGMENT_SLOT and self.sim_hosts < 2:  # a non-coherent pool has no segments
             env.update(MC_CXL_DRAM_SEGMENT="1")  # with global_segment_size 16 MiB (fault_workers.py)
+        env = self.sim_env(self.worker_host(slot), env)
         log = open(os.path.join(self.tmp, f"worker{slot}.{life}.log"), "ab")
         self.logs[slot] = log
         self.procs[slot] = subprocess.Popen([sys.executable, WORKERS, "worker", json.dumps(args)],
@@ -449,6 +480,23 @@ def test_random_faults_with_a_remote_worker(pool_path, tmp_path):
     drive(pool_path, tmp_path, default_seconds=20, remote=True)
 
 
+# Master kills only, by default: a worker stopped or killed on a simulated
+# host leaves dirty lines in its host's copy that reach the pool after the
+# master reset or reused what they belong to (docs/architecture.md section 7,
+# "Open"); MCXL_FAULT_KINDS=master,kill,stop shows it.
+SIM_KINDS = "master"
+
+
+def test_random_faults_on_simulated_hosts(pool_path, tmp_path):
+    """The same driver on a non-coherent pool, the master on simulated host 0
+    and the workers on hosts 1-3 with the simulator's random write-back and
+    drop of lines: master kills, recovery, re-attach and eviction follow the
+    non-coherent discipline (docs/architecture.md section 7), and the
+    simulator's checker counts no line written by two hosts."""
+    drive(pool_path, tmp_path, default_seconds=15, sim_hosts=int(os.environ.get("MCXL_FAULT_SIM_HOSTS") or 4),
+          default_kinds=SIM_KINDS)
+
+
 def test_random_faults_ha(pool_path, tmp_path, etcd):
     """The same driver with two elected masters (--enable_ha, a real etcd):
     the master fault kills the leader, the standby takes over, a new standby
@@ -458,14 +506,18 @@ def test_random_faults_ha(pool_path, tmp_path, etcd):
 
 
 def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, tier_fs=False, etcd=None,
-          remote=False):
+          remote=False, sim_hosts=None, default_kinds="master,kill,stop,fsfull,tomb_damage"):
     seed = int(os.environ.get("MCXL_FAULT_SEED") or random.SystemRandom().randrange(1 << 32))
     seconds = float(os.environ.get("MCXL_FAULT_SECONDS", str(default_seconds)))
-    kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", "master,kill,stop,fsfull,tomb_damage").split(",")))
-    print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SECONDS={seconds:g} "
+    kinds = set(filter(None, os.environ.get("MCXL_FAULT_KINDS", default_kinds).split(",")))
+    if sim_hosts is None:
+        sim_hosts = int(os.environ.get("MCXL_FAULT_SIM_HOSTS") or 0)
+    if sim_hosts >= 2:
+        extra_flags = ["--coherence=noncoherent", *extra_flags]
+    print(f"\nrandomized fault test: MCXL_FAULT_SEED={seed} MCXL_FAULT_SIM_HOSTS={sim_hosts} MCXL_FAULT_SECONDS={seconds:g} "
           f"MCXL_FAULT_KINDS={','.join(sorted(kinds))} flags {list(extra_flags)}; logs in {tmp_path}")
     run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None, etcd=etcd,
-              remote=remote)
+              remote=remote, sim_hosts=sim_hosts)
     final = {}
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"
@@ -533,6 +585,11 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
             if corrupt:
                 run.problems.append(("false_corrupt", f"{name}: {len(corrupt)} entries called corrupt, "
                                      f"first: {corrupt[0].strip()}"))
+    if sim_hosts >= 2 and sim_counters(pool_path) != (0, 0, 0):
+        conflicts, lost, false_sharing = sim_counters(pool_path)
+        run.problems.append(("sim_checker", f"the simulator's checker counted {lost} lost updates and "
+                             f"{false_sharing} false sharings ({conflicts} conflicts; the first lines named in "
+                             f"the processes' logs, 'checker: host')"))
     violations = collect_violations(run.tmp)
     by_inv = collections.defaultdict(list)
     for v in violations:
@@ -580,7 +637,8 @@ def run_checker(run):
     with open(os.path.join(run.tmp, "checker.log"), "ab") as log:
         try:
             checker = subprocess.run([sys.executable, WORKERS, "check", json.dumps(args)],
-                                     stdout=log, stderr=subprocess.STDOUT, timeout=120)
+                                     stdout=log, stderr=subprocess.STDOUT, timeout=120,
+                                     env=run.sim_env(run.worker_host(SLOTS - 1)))
         except subprocess.TimeoutExpired:
             checker = None
     if checker is None:

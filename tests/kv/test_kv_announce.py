@@ -80,7 +80,8 @@ FUTEX = {"x86_64": 202, "aarch64": 98}  # syscall numbers
 
 def in_futex_wait_on(pid, path):
     """Whether the main thread of `pid` sleeps in futex() on a word of its
-    mapping of the file `path` (/proc/PID/syscall: number, then arguments)."""
+    mapping of the file `path`, or of its simulated host's copy under
+    MCXL_TEST_SIM_HOSTS (/proc/PID/syscall: number, then arguments)."""
     with open(f"/proc/{pid}/syscall") as f:
         fields = f.read().split()
     if not fields or fields[0] != str(FUTEX[os.uname().machine]):
@@ -89,7 +90,7 @@ def in_futex_wait_on(pid, path):
     with open(f"/proc/{pid}/maps") as f:
         for line in f:
             parts = line.split(maxsplit=5)
-            if len(parts) == 6 and parts[5].strip() == path:
+            if len(parts) == 6 and (parts[5].strip() == path or parts[5].strip().startswith(path + ".simhost-")):
                 lo, hi = (int(x, 16) for x in parts[0].split("-"))
                 if lo <= word < hi:
                     return True

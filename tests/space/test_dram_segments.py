@@ -3,11 +3,16 @@ global_segment_size > 0; docs/architecture.md §10): placement by
 preferred_segment, prefer_alloc_in_same_node and the pool's high watermark;
 the owner reads its segment, other clients see the key but cannot read it
 (a miss, never other bytes); bad stubs are refused with a log line; races of
-upsert/remove on a segment object are never torn or stale."""
+upsert/remove on a segment object are never torn or stale. A non-coherent
+pool has no segments: setup with one is refused (MCXL_TEST_COHERENCE=noncoherent
+runs only that test here)."""
 import os
 import struct
 
-from conftest import connect, value_for, wait_until
+import pytest
+
+from conftest import NONCOHERENT_RUN, SIM_HOSTS, connect, value_for, wait_until
+from mooncake_cxl import MooncakeDistributedStore
 from mooncake_cxl import ReplicateConfig
 import segment_workers
 from segment_workers import ask, upsert_remove_reader
@@ -19,6 +24,28 @@ def start_owner(children, master, stderr_path=None, segment=segment_workers.SEGM
     return segment_workers.start_owner(children, master, OWNER, stderr_path, segment)
 
 
+segments = pytest.mark.skipif(NONCOHERENT_RUN or SIM_HOSTS >= 2,
+                              reason="a non-coherent pool has no DRAM segments (architecture.md §10)")
+
+
+def test_a_non_coherent_pool_refuses_a_segment(master_factory, monkeypatch):
+    """The master publishes a non-coherent pool's puts itself, as COMPLETE:
+    the client refuses its segment at setup (with a log line); without one
+    it connects and puts to the pool."""
+    m = master_factory(extra_flags=["--coherence=noncoherent"])
+    monkeypatch.setenv("MC_CXL_DRAM_SEGMENT", "1")
+    s = MooncakeDistributedStore()
+    assert s.setup(OWNER, "P2PHANDSHAKE", segment_workers.SEGMENT, 0, "cxl", "", m.address) != 0
+    monkeypatch.delenv("MC_CXL_DRAM_SEGMENT")
+    plain = connect(m)
+    try:
+        assert plain.put("nc-pool", b"v" * 4096) == 0
+        assert plain.get_replica_desc("nc-pool")[0].read_by == "pool"
+    finally:
+        plain.close()
+
+
+@segments
 def test_preferred_segment_and_same_node_place_in_the_owner_segment(master, children):
     owner = start_owner(children, master)
     other = connect(master)
@@ -61,6 +88,7 @@ def test_preferred_segment_and_same_node_place_in_the_owner_segment(master, chil
         assert owner.result() == "closed"
 
 
+@segments
 def test_the_pool_past_its_watermark_spills_into_the_segment(master_factory, children):
     m = master_factory(pool_size=64 << 20, extra_flags=["--eviction_high_watermark_ratio=0.5",
                                                         "--eviction_ratio=0.1"])
@@ -80,6 +108,7 @@ def test_the_pool_past_its_watermark_spills_into_the_segment(master_factory, chi
         owner.result()
 
 
+@segments
 def test_a_full_segment_evicts_its_least_recently_used_objects(master, children):
     owner = start_owner(children, master, segment=8 << 20)
     try:
@@ -99,6 +128,7 @@ def test_a_full_segment_evicts_its_least_recently_used_objects(master, children)
         owner.result()
 
 
+@segments
 def test_a_stub_past_the_segment_is_refused_with_a_log_line(master, children, pool_path, tmp_path):
     err = str(tmp_path / "owner.stderr")
     owner = start_owner(children, master, err)
@@ -123,6 +153,7 @@ def test_a_stub_past_the_segment_is_refused_with_a_log_line(master, children, po
         owner.result()
 
 
+@segments
 def test_upsert_and_remove_race_on_a_segment_object_is_never_torn_or_stale(master, children):
     c = children(upsert_remove_reader, master.address, OWNER, 400, 64 << 10)  # 25 MiB: never fills the segment
     errors, (hits, misses), desc = c.result()

@@ -132,6 +132,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   if (s.ok()) s = c->MapPool();
   if (s.ok()) s = c->MapSegment();
   if (s.ok()) s = c->Attach(true);
+  if (s.ok() && NonCoherent()) s = c->CheckMasterFoldsLeases();
   if (!s.ok()) {
     if (c->slot_generation_.load(std::memory_order_relaxed) != 0) {
       // Attached but could not use the pool: give the slot back at once.
@@ -142,6 +143,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
     }
     std::unique_lock<std::shared_mutex> lock(c->life_mu_);
     c->closed_ = true;
+    c->read_gate_.CloseAndWait();
     return s.error();
   }
   c->hb_thread_ = std::thread([raw = c.get()] { raw->HeartbeatLoop(); });
@@ -170,7 +172,8 @@ Status Client::MapPool() {
   // Off the setup path: a put or read reaching a page first maps it itself.
   if (options_.prefault_pool)
     populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "client", PopulateMode::kMap,
-                     BusySinceLastPoll(&calls_seen_));
+                     BusySinceLastPoll(&calls_seen_),
+                     [this] { return put_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   SetCoherenceMode(pool_->geometry().coherence);
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   memcpy(uuid_, boot.uuid, 16);
@@ -181,6 +184,11 @@ Status Client::MapPool() {
 
 Status Client::Attach(bool initial) {
   std::lock_guard<std::mutex> lock(attach_mu_);
+  // Held across the attach: a ring call of another thread in flight (the
+  // lease thread's, say) ends first, so it cannot write the ring's caller
+  // or consumer_waiting words after the master reset them for this
+  // attachment (a lost update on a non-coherent pool).
+  std::lock_guard<std::mutex> ring_lock(ring_mu_);
   AttachRequest req;
   req.local_hostname = options_.local_hostname;
   char machine[256] = {};
@@ -241,8 +249,15 @@ Status Client::Attach(bool initial) {
   term_.store(pool_->superblock()->master_term.load(std::memory_order_acquire), std::memory_order_relaxed);
   incarnation_.store(reply.incarnation, std::memory_order_relaxed);
   {
-    std::lock_guard<std::mutex> ring_lock(ring_mu_);
     uint32_t ring_bytes = pool_->geometry().ring_bytes;
+    // The slot may have been another host's attachment: this host's copies
+    // of its lines (slot, both rings, pin table) go before we write any of
+    // them (a non-coherent pool; a fence elsewhere).
+    const char* rings = reinterpret_cast<const char*>(pool_->ring(reply.slot, 0));
+    const char* second = reinterpret_cast<const char*>(pool_->ring(reply.slot, 1));
+    ObserveRange(rings, size_t(2 * (second - rings)));
+    ObserveRange(pool_->client_slot(reply.slot), sizeof(ClientSlot));
+    ObserveRange(pool_->pin_table(reply.slot), pool_->geometry().pins_per_client * sizeof(PinRecord));
     ring_requests_ = ShmRing(pool_->ring(reply.slot, 0), ring_bytes);
     ring_replies_ = ShmRing(pool_->ring(reply.slot, 1), ring_bytes);
     ring_slot_ = reply.slot;
@@ -250,6 +265,12 @@ Status Client::Attach(bool initial) {
   }
   LoadTier();
   ClientSlot* cs = pool_->client_slot(reply.slot);
+  // Our line: this attachment's counters start at 0 (the master retired the
+  // last one's, and counts ours once heartbeat_generation names us).
+  cs->get_hits.store(0, std::memory_order_relaxed);
+  cs->get_misses.store(0, std::memory_order_relaxed);
+  cs->disk_hits.store(0, std::memory_order_relaxed);
+  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
   cs->heartbeat_generation.store(reply.slot_generation, std::memory_order_relaxed);
   cs->heartbeat_ns.store(NowNs(), std::memory_order_relaxed);
   PublishRange(&cs->heartbeat_ns, kCacheLine);
@@ -344,7 +365,9 @@ Status Client::RingCallInto(MessageType type, std::string_view payload, std::str
   uint64_t incarnation = incarnation_.load(std::memory_order_relaxed);
   auto master_gone = [&](bool probe, uint64_t mono) {
     // Restarted (a new incarnation), silent for longer than any Tick gap,
-    // or exited (its pid, when on this machine).
+    // or exited (its pid, when on this machine). One line, the master's
+    // only: observed first (a non-coherent pool's stale copy of it goes).
+    ObserveRange(&sb->master_incarnation, kCacheLine);
     if (sb->master_incarnation.load(std::memory_order_acquire) != incarnation) return true;
     if (TermSuperseded()) return true;
     // The heartbeat and pid checks cost a clock read (~25 ns) and a syscall
@@ -466,12 +489,14 @@ Status Client::Close() {
   std::unique_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::OK;
   closed_ = true;
+  read_gate_.CloseAndWait();  // no single-key read is in flight from here on
   {
     std::lock_guard<std::mutex> hb(hb_mu_);
     hb_stop_ = true;
   }
   hb_cv_.notify_all();
   if (hb_thread_.joinable()) hb_thread_.join();
+  StopLeaseThread();
   populator_.Stop();
   Encoder e;
   Encode(Ref(), &e);
@@ -488,10 +513,7 @@ Status Client::Close() {
   return ErrorCode::OK;
 }
 
-bool Client::closed() const {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  return closed_;
-}
+bool Client::closed() const { return read_gate_.closed(); }
 
 int Client::HealthCheck() {
   std::shared_lock<std::shared_mutex> lock(life_mu_);

@@ -17,6 +17,8 @@
 // meanwhile is reported as OBJECT_NOT_FOUND (the stray lease it left lapses
 // at the deadline). A release checks before and after its write and undoes
 // it on a reused slot (LowerLeaseOf): it never shortens another object's hold.
+// On a non-coherent pool both are kLeases items the master applies
+// (client_noncoherent.cc): one round trip per call there.
 #include <algorithm>
 
 #include "mooncake_cxl/client/client.h"
@@ -51,14 +53,37 @@ std::vector<ErrorCode> Client::HoldLeases(const std::vector<std::string_view>& k
   if (until_ns > until)
     MCXL_LOG(kInfo, "client", "hold of %zu key(s): deadline clamped to %llu s ahead", keys.size(),
              (unsigned long long)(kMaxHoldNs / 1000000000ull));
+  if (NonCoherent()) return HoldByMaster(keys, until, false);
   return ForEachLocated(keys, [&](const EntrySnapshot& snap) {
     index_->ExtendLease(snap.slot, until);
     return index_->StillValid(snap) ? ErrorCode::OK : ErrorCode::OBJECT_NOT_FOUND;
   });
 }
 
+std::vector<ErrorCode> Client::HoldByMaster(const std::vector<std::string_view>& keys, uint64_t until_ns,
+                                            bool lower) {
+  // A non-coherent pool: the entry's one writer, the master, applies them
+  // to the located objects (kLeases), checking each is still that object.
+  std::vector<ErrorCode> out(keys.size(), ErrorCode::OK);
+  std::vector<LeaseItem> items;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    auto snap = Locate(keys[i]);
+    if (!snap) {
+      out[i] = snap.error();
+      continue;
+    }
+    items.push_back({snap->slot, snap->state_gen, until_ns, lower});
+    at.push_back(i);
+  }
+  std::vector<int32_t> rc = SendLeases(items);
+  for (size_t j = 0; j < at.size(); ++j) out[at[j]] = ErrorCode(rc[j]);
+  return out;
+}
+
 std::vector<ErrorCode> Client::ReleaseLeases(const std::vector<std::string_view>& keys) {
   const uint64_t to = NowNs() + LeaseTtlNs();
+  if (NonCoherent()) return HoldByMaster(keys, to, true);
   // Only the object located: a slot reused since (removed, put again) keeps
   // the new object's lease (LowerLeaseOf re-checks around the write).
   return ForEachLocated(keys, [&](const EntrySnapshot& snap) {

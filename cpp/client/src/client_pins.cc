@@ -65,7 +65,13 @@ Result<PinnedView> Client::PinValue(std::string_view user_key) {
         return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
       }
       // Acquire: as in ClaimPin.
-      slot_lost = pool_->client_slot(v.slot)->generation.load(std::memory_order_acquire) != v.slot_generation;
+      const ClientSlot* cs = pool_->client_slot(v.slot);
+      ObserveRange(&cs->generation, sizeof(uint64_t));
+      slot_lost = cs->generation.load(std::memory_order_acquire) != v.slot_generation;
+      // The view's bytes are read later, straight from the pool: on a
+      // non-coherent pool this host's stale lines of them go now, before
+      // the closing check (they are fixed while the pin holds).
+      ObserveRange(data, s.value_size);
       if (!slot_lost && index_->StillValid(s)) {
         v.data = data;
         v.size = s.value_size;
@@ -99,6 +105,7 @@ Status Client::ClaimPin(const EntrySnapshot& snap, std::string_view key, PinnedV
   // Acquire: pairs with the master's release store when it assigns,
   // reclaims or retires the slot. A table that is no longer ours is not
   // written (it may be another client's by now).
+  ObserveRange(&cs->generation, sizeof(uint64_t));
   *slot_lost = cs->generation.load(std::memory_order_acquire) != v->slot_generation;
   if (*slot_lost) return ErrorCode::OK;
   if (pin_slot_ != v->slot) {  // a different slot: its table starts empty for us

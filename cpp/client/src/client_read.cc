@@ -65,8 +65,8 @@ Result<EntrySnapshot> Client::Locate(std::string_view key) {
 }
 
 Result<EntrySnapshot> Client::LocateStored(std::string_view key) {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_ || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  GateScope entered(read_gate_);
+  if (!entered.ok() || pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   return index_->FindComplete(key, KeyHash(key));
 }
 
@@ -88,7 +88,7 @@ Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key,
   if (snap.state() == EntryState::kInSegment) return CopyFromSegment(snap, key, dest);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
-  ObserveRange(src, snap.value_size);
+  ObserveRangeUnless(SimMutation::kDropReadInvalidate, src, snap.value_size);
   CopyOut(src, snap.value_size, dest);
   // After the copy: a SIGBUS mid-copy replaced pages with zeros (kRemap).
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
@@ -99,8 +99,8 @@ Result<uint64_t> Client::GetScoped(std::string_view user_key, const char* op, Re
   std::string buf;
   std::string_view key;
   if (!ScopeKey(user_key, op, &buf, &key)) return ErrorCode::INVALID_PARAMS;
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  GateScope entered(read_gate_);
+  if (!entered.ok()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   ReadTally tally;
   auto size = ReadLoop(key, KeyHash(key), nullptr, 0, &tally,
                        [&](const EntrySnapshot& s) { return CopyStep(s, key, sink); });
@@ -186,7 +186,7 @@ void Client::PrepareLookup(std::string_view key, const char* op, BatchKey* k) co
 std::vector<int> Client::BatchIsExist(const std::vector<std::string_view>& keys) {
   const uint64_t lease_until = NowNs() + LeaseTtlNs();  // one clock read for the batch
   auto found = ForEachLocated(keys, [&](const EntrySnapshot& snap) {
-    index_->ExtendLease(snap.slot, lease_until);
+    RaiseLease(snap, lease_until);  // queued for the master on a non-coherent pool
     return ErrorCode::OK;
   });
   std::vector<int> out(keys.size());
@@ -198,7 +198,7 @@ std::vector<int> Client::BatchIsExist(const std::vector<std::string_view>& keys)
 int Client::IsExist(std::string_view key) {
   auto snap = Locate(key);
   if (snap.ok()) {
-    index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());
+    RaiseLease(*snap, NowNs() + LeaseTtlNs());
     return 1;
   }
   return snap.error() == ErrorCode::OBJECT_NOT_FOUND ? 0 : ToInt(snap.error());
@@ -207,7 +207,7 @@ int Client::IsExist(std::string_view key) {
 Result<uint64_t> Client::GetSize(std::string_view key) {
   auto snap = Locate(key);
   if (!snap) return snap.error();
-  index_->ExtendLease(snap->slot, NowNs() + LeaseTtlNs());  // as the reference does
+  RaiseLease(*snap, NowNs() + LeaseTtlNs());  // as the reference does
   return snap->value_size;
 }
 

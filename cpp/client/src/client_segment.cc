@@ -8,7 +8,8 @@
 // mapping and re-check the entry's version: a value moved, freed or reused
 // meanwhile bumped it. A stub naming another client's segment is a miss
 // here (only the owner reads its segment); one past the segment is refused
-// with a log line (a miss).
+// with a log line (a miss). A non-coherent pool has no segments: refused
+// here and at the master's Attach.
 //
 // Atomics: as stated at the top of client.cc.
 #include <sys/mman.h>
@@ -26,6 +27,13 @@ namespace mcxl {
 Status Client::MapSegment() {
   uint64_t size = options_.dram_segment_size / kCacheLine * kCacheLine;
   if (size == 0) return ErrorCode::OK;
+  if (NonCoherent()) {
+    // The master publishes a non-coherent pool's puts itself, as kComplete:
+    // no segment there (architecture.md §10; the master refuses one too).
+    MCXL_LOG(kError, "client", "DRAM segment of %llu bytes refused: the pool is non-coherent "
+             "(segments need a coherent pool)", (unsigned long long)size);
+    return ErrorCode::INVALID_PARAMS;
+  }
   int fd = memfd_create("mooncake_cxl_dram_segment", MFD_CLOEXEC);
   if (fd < 0 || ftruncate(fd, off_t(size)) != 0) {
     MCXL_LOG(kError, "client", "DRAM segment of %llu bytes: memfd failed: %s", (unsigned long long)size,

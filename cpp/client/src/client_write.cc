@@ -64,7 +64,7 @@ bool Client::CopyValueChecked(const ConstSlice* parts, size_t nparts, char* dst,
       uint64_t n = std::min<uint64_t>(budget, s.size - done);
       if (stream) StreamToPool(p, src + done, n);
       else memcpy(p, src + done, n);
-      PublishRange(p, n);
+      PublishRangeUnless(SimMutation::kDropPublishWriteback, p, n);
       p += n;
       done += n;
       budget -= n;
@@ -116,41 +116,59 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   if (req->placement & kPlaceNamed) req->preferred_segment = options.preferred_segment;
 }
 
-ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
-  // PutOnce for one key. The request and reply buffers are per thread and
-  // reused: a put allocates nothing here once they have grown.
+ErrorCode Client::PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                               const std::string_view* groups, const PutStartReply** reply) {
+  // The request and reply buffers are per thread and reused: once they have
+  // grown, a PutStart allocates nothing here.
   thread_local std::string req_buf, reply_buf;
-  thread_local PutStartReply reply;
-  PutStartRequest req;  // keys/sizes/groups stay empty (EncodePutStartOne)
-  FillPutStartHead(options, upsert, &req);
+  thread_local PutStartReply decoded;
   struct Args {  // captured by one pointer: the std::function stays inline (no allocation)
     Client* self;
     PutStartRequest* req;
-    std::string_view key, group;
-    uint64_t size;
-  } args{this, &req, key, group, size};
+    size_t n;
+    const std::string_view *keys, *groups;
+    const uint64_t* sizes;
+  } args{this, req, n, keys, groups, sizes};
   auto build = [a = &args](std::string* out) {
     a->req->client = {a->self->slot_.load(std::memory_order_relaxed),
                       a->self->slot_generation_.load(std::memory_order_relaxed)};
     Encoder e;
     out->clear();
     std::swap(e.mutable_data(), *out);  // encode into the reused buffer
-    EncodePutStartOne(*a->req, a->key, a->size, a->group, &e);
+    EncodePutStartViews(*a->req, a->n, a->keys, a->sizes, a->groups, &e);
     std::swap(e.mutable_data(), *out);
   };
   Status r = MasterCallInto(MessageType::kPutStart, build, false, &req_buf, &reply_buf);
   ErrorCode whole = r.error();
   if (r.ok()) {
     Decoder d(reply_buf);
-    whole = !Decode(&d, &reply)          ? ErrorCode::RPC_FAIL
-            : reply.status != ErrorCode::OK ? reply.status
-            : reply.items.size() != 1       ? ErrorCode::RPC_FAIL
-                                            : ErrorCode::OK;
+    whole = !Decode(&d, &decoded)              ? ErrorCode::RPC_FAIL
+            : decoded.status != ErrorCode::OK    ? decoded.status
+            : decoded.items.size() != n          ? ErrorCode::RPC_FAIL
+                                                 : ErrorCode::OK;
   }
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  NoteAbandoned(r.ok(), req->abandoned, req->put_id);
+  *reply = &decoded;
+  return whole;
+}
+
+ErrorCode Client::PutOnceOne(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                             std::string_view group, const PutOptions& options, bool upsert, bool* no_room) {
+  // PutOnce for one key, without its per-key vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty (PutStartCall encodes from views)
+  FillPutStartHead(options, upsert, &req);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole = PutStartCall(&req, 1, &key, &size, &group, &reply);
   if (whole != ErrorCode::OK) return whole;
-  const PutStartItem& it = reply.items[0];
+  const PutStartItem& it = reply->items[0];
+  if (NonCoherent()) {
+    std::vector<std::pair<uint64_t, uint64_t>> deferred;
+    ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room, &deferred);
+    if (rc != ErrorCode::OK || deferred.empty()) return rc;
+    std::vector<ErrorCode> results;
+    ErrorCode call = PublishByMaster(deferred, &results);
+    return call != ErrorCode::OK ? call : results[0];
+  }
   ErrorCode rc = FinishPutItem(key, parts, nparts, size, it, req.client, no_room);
   if (rc != ErrorCode::OK || !it.settle || it.status != ErrorCode::OK) return rc;
   // An older value of the key has a record on disk: tombstoned durably
@@ -175,20 +193,32 @@ void Client::NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uin
 }
 
 ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                                const PutStartItem& it, const ClientRef& owner, bool* no_room) {
+                                const PutStartItem& it, const ClientRef& owner, bool* no_room,
+                                std::vector<std::pair<uint64_t, uint64_t>>* deferred) {
   if (it.status == ErrorCode::OBJECT_ALREADY_EXISTS) return ErrorCode::OK;  // first value kept: success
   if (it.status == ErrorCode::OBJECT_REPLICA_BUSY) {  // no room yet; worth a retry
     *no_room = true;
     return it.status;
   }
   if (it.status != ErrorCode::OK) return it.status;
-  char* dst = it.segment_generation != 0 ? SegmentTarget(it, size)
+  const bool in_segment = it.segment_generation != 0;
+  char* dst = in_segment ? SegmentTarget(it, size)
               : pool_->InDataRegion(it.value_offset, size) ? pool_->base() + it.value_offset
                                                             : nullptr;
   if (dst == nullptr || it.entry_slot >= index_->capacity()) {
     MCXL_LOG(kError, "client", "master gave an extent outside the data region or segment; put abandoned");
-    if (it.entry_slot < index_->capacity()) (void)index_->Abort(it.entry_slot, it.generation);
+    // On a non-coherent pool the entry is the master's alone: it revokes
+    // the put when its discard timeout passes.
+    if (deferred == nullptr && it.entry_slot < index_->capacity()) (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
+  }
+  if (!in_segment) {
+    put_frontier_.store(it.value_offset + size, std::memory_order_relaxed);  // relaxed: a hint (client.h)
+    // The extent's lines may be in this host's cache from an earlier object
+    // (and its first line holds the master's header and key): dropped first,
+    // so the write-backs below are based on the pool's bytes (a fence when
+    // coherent). A segment is this host's DRAM: nothing to drop.
+    ObserveRange(dst, size);
   }
   if (!CopyValueChecked(parts, nparts, dst, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
@@ -196,8 +226,12 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
     return ErrorCode::TRANSFER_FAIL;
   }
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;  // the copy may have gone to replacement pages (see PoolFaultAction)
+  if (deferred != nullptr) {  // the master publishes (client_noncoherent.cc); never a segment put (Attach refuses segments on a non-coherent pool)
+    deferred->emplace_back(it.entry_slot, it.generation);
+    return ErrorCode::OK;
+  }
   if (!index_->PublishComplete(it.entry_slot, it.generation,
-                               it.segment_generation != 0 ? EntryState::kInSegment : EntryState::kComplete)) {
+                               in_segment ? EntryState::kInSegment : EntryState::kComplete)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;
@@ -208,6 +242,24 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
 std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
                                    const std::vector<PutParts>& values, const PutOptions& options,
                                    bool upsert) {
+  if (values.size() != user_keys.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", user_keys.size(), values.size());
+    return std::vector<ErrorCode>(user_keys.size(), ErrorCode::INVALID_PARAMS);
+  }
+  std::vector<ConstSlice> parts;
+  std::vector<size_t> first;
+  first.reserve(values.size() + 1);
+  for (const PutParts& v : values) {
+    first.push_back(parts.size());
+    parts.insert(parts.end(), v.begin(), v.end());
+  }
+  first.push_back(parts.size());
+  return Put(user_keys, parts, first, options, upsert);
+}
+
+std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_keys,
+                                   const std::vector<ConstSlice>& parts, const std::vector<size_t>& first,
+                                   const PutOptions& options, bool upsert) {
   // The keys as stored (tenant.h); an invalid one stays empty and is refused below.
   std::vector<std::string> bufs(tenant_prefix_.empty() ? 0 : user_keys.size());
   std::vector<std::string_view> keys(user_keys.size());
@@ -220,15 +272,16 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
     out.assign(keys.size(), ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS);
     return out;
   }
-  if (values.size() != keys.size()) {
-    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu values", keys.size(), values.size());
+  if (first.size() != keys.size() + 1 || first.back() > parts.size()) {
+    MCXL_LOG(kWarn, "client", "put: %zu keys but %zu part offsets", keys.size(), first.size());
     out.assign(keys.size(), ErrorCode::INVALID_PARAMS);
     return out;
   }
   std::vector<size_t> todo;  // key indices still to place
+  todo.reserve(keys.size());
   std::vector<uint64_t> sizes(keys.size(), 0);
   for (size_t i = 0; i < keys.size(); ++i) {
-    for (const ConstSlice& s : values[i]) sizes[i] += s.size;
+    for (size_t k = first[i]; k < first[i + 1]; ++k) sizes[i] += parts[k].size;
     if (!key_ok[i]) {
       out[i] = ErrorCode::INVALID_PARAMS;
       continue;
@@ -261,7 +314,7 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
         ++end;
       }
       std::vector<size_t> part(todo.begin() + begin, todo.begin() + end);
-      PutOnce(keys, values, sizes, options, upsert, part, &out, &no_room);
+      PutOnce(keys, parts, first, sizes, options, upsert, part, &out, &no_room);
       begin = end;
     }
     todo.clear();
@@ -274,53 +327,62 @@ std::vector<ErrorCode> Client::Put(const std::vector<std::string_view>& user_key
   return out;
 }
 
-void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-                     const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
-                     const std::vector<size_t>& todo, std::vector<ErrorCode>* out,
-                     std::vector<size_t>* no_room) {
-  PutStartRequest req;
+void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                     const std::vector<size_t>& first, const std::vector<uint64_t>& sizes,
+                     const PutOptions& options, bool upsert, const std::vector<size_t>& todo,
+                     std::vector<ErrorCode>* out, std::vector<size_t>* no_room) {
+  // Encoded from views (PutStartCall): the batch copies no key and, once
+  // the per-thread buffers have grown, allocates only these three vectors.
+  PutStartRequest req;  // keys/sizes/groups stay empty
   FillPutStartHead(options, upsert, &req);
   const auto& g = options.group_ids;
+  std::vector<std::string_view> send_keys, send_groups;
+  std::vector<uint64_t> send_sizes;
+  send_keys.reserve(todo.size());
+  send_groups.reserve(todo.size());
+  send_sizes.reserve(todo.size());
   for (size_t i : todo) {
-    req.keys.emplace_back(keys[i]);
-    req.sizes.push_back(sizes[i]);
-    req.groups.push_back(g.size() == keys.size() ? g[i] : g.empty() ? std::string() : g[0]);
+    send_keys.push_back(keys[i]);
+    send_sizes.push_back(sizes[i]);
+    send_groups.push_back(g.size() == keys.size() ? std::string_view(g[i])
+                          : g.empty()               ? std::string_view()
+                                                    : std::string_view(g[0]));
   }
-  auto build = [&] {
-    req.client = {slot_.load(std::memory_order_relaxed), slot_generation_.load(std::memory_order_relaxed)};
-    Encoder e;
-    e.mutable_data().reserve(128);
-    Encode(req, &e);
-    return std::move(e.mutable_data());  // e ends here: no copy
-  };
-  auto r = MasterCall(MessageType::kPutStart, build, false);
-  PutStartReply reply;
-  static const std::string kNoReply;
-  const std::string& reply_bytes = r.ok() ? *r : kNoReply;  // no copy
-  Decoder d(reply_bytes);
-  ErrorCode whole = !r.ok() ? r.error()
-                    : !Decode(&d, &reply) ? ErrorCode::RPC_FAIL
-                    : reply.status != ErrorCode::OK ? reply.status
-                    : reply.items.size() != todo.size() ? ErrorCode::RPC_FAIL
-                                                        : ErrorCode::OK;
-  NoteAbandoned(r.ok(), req.abandoned, req.put_id);
+  const PutStartReply* reply = nullptr;
+  ErrorCode whole =
+      PutStartCall(&req, todo.size(), send_keys.data(), send_sizes.data(), send_groups.data(), &reply);
   if (whole != ErrorCode::OK) {
     for (size_t i : todo) (*out)[i] = whole;
     return;
   }
   std::vector<std::pair<std::string, uint64_t>> settle;  // published puts the master asked to settle
   std::vector<size_t> settled;
+  // A non-coherent pool: the master publishes the copied values (and
+  // settles upserts), one kPublish for the batch.
+  const bool by_master = NonCoherent();
+  std::vector<std::pair<uint64_t, uint64_t>> deferred;
+  std::vector<size_t> deferred_keys;
   for (size_t j = 0; j < todo.size(); ++j) {
     size_t i = todo[j];
     bool busy = false;
-    ErrorCode rc = FinishPutItem(keys[i], values[i].data(), values[i].size(), sizes[i], reply.items[j], req.client,
-                                 &busy);
+    const PutStartItem& it = reply->items[j];
+    size_t before = deferred.size();
+    ErrorCode rc = FinishPutItem(keys[i], parts.data() + first[i], first[i + 1] - first[i], sizes[i], it,
+                                 req.client, &busy, by_master ? &deferred : nullptr);
+    if (deferred.size() != before) deferred_keys.push_back(i);
     if (busy) no_room->push_back(i);
     else if (rc != ErrorCode::OK) (*out)[i] = rc;
-    else if (reply.items[j].settle && reply.items[j].status == ErrorCode::OK) {
-      settle.emplace_back(std::string(keys[i]), reply.items[j].generation);
+    else if (it.settle && it.status == ErrorCode::OK) {
+      settle.emplace_back(std::string(keys[i]), it.generation);
       settled.push_back(i);
     }
+  }
+  if (!deferred.empty()) {
+    std::vector<ErrorCode> results;
+    ErrorCode call = PublishByMaster(deferred, &results);
+    for (size_t j = 0; j < deferred_keys.size(); ++j)
+      (*out)[deferred_keys[j]] = call != ErrorCode::OK ? call : results[j];
+    return;  // the master settled them
   }
   if (settle.empty()) return;
   // An older value of these keys has a record on disk: it is tombstoned
@@ -390,6 +452,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
   std::string_view stored;
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return std::vector<int32_t>(keys.size(), ToInt(ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS));
+  FlushLeases();  // a non-coherent pool: our reads' leases land before the master judges them
   std::vector<int32_t> out(keys.size(), 0);
   RemoveRequest req;
   req.force = force;
@@ -440,6 +503,7 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
@@ -458,6 +522,7 @@ Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
 Result<uint64_t> Client::RemoveAll(bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
+  FlushLeases();  // as in BatchRemove
   auto r = MasterCall(MessageType::kRemoveAll, [&] {
     Encoder e;
     Encode(RemoveByRegexRequest{Ref(), "", force}, &e);

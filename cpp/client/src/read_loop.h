@@ -1,7 +1,7 @@
 // The one locate-act-revalidate loop of the client's one-sided reads (get,
 // get_into, batch reads, ranges, pinned views); not a public header.
 //
-// Contract: with life_mu_ held shared and the key already scoped, each
+// Contract: with life_mu_ held shared (or read_gate_ entered) and the key already scoped, each
 // attempt takes a seqlock snapshot of the key's entry (FindComplete), hands
 // it to the step (a copy that re-checks the entry, or a pin), and either
 // finishes or, when the entry changed under the step, locates the key again.
@@ -45,7 +45,7 @@ Result<uint64_t> Client::ReadLoop(std::string_view stored, uint64_t hash, const 
     Result<bool> done = step(*snap);
     if (!done) return done.error();
     if (*done) {
-      index_->ExtendLease(snap->slot, lease_until_ns != 0 ? lease_until_ns : NowNs() + LeaseTtlNs());
+      RaiseLease(*snap, lease_until_ns != 0 ? lease_until_ns : NowNs() + LeaseTtlNs());
       ++tally->hits;
       return snap->value_size;
     }

@@ -301,15 +301,23 @@ bool AnnounceReader::Wait(uint64_t spin_ns, uint64_t timeout_ns) {
       continue;
     }
     uint32_t seen = LowWord(&ch_->head)->load(std::memory_order_relaxed);
-    // seq_cst: pairs with Publish (head store, then readers_waiting load).
-    ch_->readers_waiting.fetch_add(1, std::memory_order_seq_cst);
-    PublishRange(&ch_->readers_waiting, sizeof(uint32_t));
-    std::atomic_thread_fence(std::memory_order_seq_cst);
-    uint64_t slice = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : 50000000;
+    // A non-coherent pool: readers on many hosts would share the counter
+    // (a fetch_add is atomic on one host only) and a futex wake does not
+    // cross hosts, so they poll in 100 us slices and never write the channel.
+    const bool noncoherent = GetCoherenceMode() == CoherenceMode::kNonCoherent;
+    if (!noncoherent) {
+      // seq_cst: pairs with Publish (head store, then readers_waiting load).
+      ch_->readers_waiting.fetch_add(1, std::memory_order_seq_cst);
+      PublishRange(&ch_->readers_waiting, sizeof(uint32_t));
+      std::atomic_thread_fence(std::memory_order_seq_cst);
+    }
+    uint64_t slice = noncoherent ? 100000 : 50000000;
     if (head() <= cursor_)
       FutexWait(LowWord(&ch_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
-    ch_->readers_waiting.fetch_sub(1, std::memory_order_seq_cst);
-    PublishRange(&ch_->readers_waiting, sizeof(uint32_t));
+    if (!noncoherent) {
+      ch_->readers_waiting.fetch_sub(1, std::memory_order_seq_cst);
+      PublishRange(&ch_->readers_waiting, sizeof(uint32_t));
+    }
     spin.Slept();
   }
   spin.Found();

@@ -8,6 +8,10 @@
 namespace mcxl {
 
 bool RingDoorbell(Superblock* sb) {
+  // A non-coherent pool: the server polls every ring in 100 us slices and
+  // never sleeps on the futex (host-local), and a fetch_add from clients on
+  // several hosts would not be atomic: no doorbell at all.
+  if (GetCoherenceMode() == CoherenceMode::kNonCoherent) return false;
   // seq_cst fence: the request's head store (before) and the state load
   // (after) pair with the server's state store, fence and ring re-scan:
   // either it sees our request or we see it not polling and ring.

@@ -50,6 +50,7 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kAnnounceClose: return "AnnounceClose";
     case MessageType::kLocate: return "Locate";
     case MessageType::kPublish: return "Publish";
+    case MessageType::kLeases: return "Leases";
   }
   return "Unknown";
 }
@@ -155,14 +156,15 @@ void Encode(const PutStartRequest& m, Encoder* e) {
     e->Str(i < m.groups.size() ? m.groups[i] : std::string());
   }
 }
-void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
-                       Encoder* e) {
-  // Encode(m) with m.keys = {key}, m.sizes = {size}, m.groups = {group}.
+void EncodePutStartViews(const PutStartRequest& m, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, Encoder* e) {
   EncodePutStartHead(m, e);
-  e->U32(1);
-  e->Str(key);
-  e->U64(size);
-  e->Str(group);
+  e->U32(uint32_t(n));
+  for (size_t i = 0; i < n; ++i) {
+    e->Str(keys[i]);
+    e->U64(sizes[i]);
+    e->Str(groups[i]);
+  }
 }
 bool Decode(Decoder* d, PutStartRequest* m) {
   Decode(d, &m->client);

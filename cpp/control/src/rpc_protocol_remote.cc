@@ -1,5 +1,7 @@
-// Codecs of the remote clients' requests (kLocate, kPublish): clients that
-// reach the pool over the Transfer Engine instead of a mapping.
+// Codecs of the requests that have the master do what a client on a
+// coherent pool does itself: kLocate, kPublish (remote clients, which reach
+// the pool over the Transfer Engine instead of a mapping; kPublish also for
+// every client of a non-coherent pool) and kLeases (non-coherent pools).
 #include "mooncake_cxl/control/rpc_protocol.h"
 
 namespace mcxl {
@@ -9,6 +11,7 @@ namespace mcxl {
 constexpr size_t kMinKeyBytes = 4;
 constexpr size_t kLocateItemBytes = 4 + 6 * 8 + 4;
 constexpr size_t kPublishItemBytes = 16;
+constexpr size_t kLeaseItemBytes = 3 * 8 + 1;
 
 void Encode(const LocateRequest& m, Encoder* e) {
   Encode(m.client, e);
@@ -71,6 +74,29 @@ bool Decode(Decoder* d, PublishRequest* m) {
   for (auto& [slot, gen] : m->items) {
     slot = d->U64();
     gen = d->U64();
+  }
+  return !d->failed() && d->done();
+}
+
+void Encode(const LeasesRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U32(uint32_t(m.items.size()));
+  for (const auto& it : m.items) {
+    e->U64(it.entry_slot);
+    e->U64(it.state_gen);
+    e->U64(it.until_ns);
+    e->U8(it.lower ? 1 : 0);
+  }
+}
+bool Decode(Decoder* d, LeasesRequest* m) {
+  if (!Decode(d, &m->client)) return false;
+  uint32_t n = d->Count(kLeaseItemBytes);
+  m->items.resize(n);
+  for (auto& it : m->items) {
+    it.entry_slot = d->U64();
+    it.state_gen = d->U64();
+    it.until_ns = d->U64();
+    it.lower = d->U8() != 0;
   }
   return !d->failed() && d->done();
 }

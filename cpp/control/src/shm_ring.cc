@@ -35,6 +35,8 @@ void ShmRing::Reset(RingHeader* h) {
   // Relaxed + publish: only called while neither side uses the ring (the
   // master, under its lock, before the slot is handed out or after it is
   // reclaimed); the slot's release-stored generation orders these stores.
+  // Observed first: the previous attachment's host wrote half of each line.
+  ObserveRange(h, sizeof(*h));
   h->head.store(0, std::memory_order_relaxed);
   h->next_seq.store(0, std::memory_order_relaxed);
   h->caller.store(0, std::memory_order_relaxed);
@@ -139,7 +141,7 @@ ShmRing::PopResult ShmRing::Peek(std::string* frame, Position* at) const {
     }
     uint64_t rec = RecordBytes(len);
     if (rec > to_end || rec > head - tail) return PopResult::kCorrupt;
-    ObserveRange(data_ + pos + kRecordHeader, len);
+    ObserveRangeUnless(SimMutation::kDropRingInvalidate, data_ + pos + kRecordHeader, len);
     frame->assign(data_ + pos + kRecordHeader, len);
     *at = Position{tail + rec, expected + 1};
     return PopResult::kOk;
@@ -236,6 +238,7 @@ bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns, SpinWait* spin)
     uint64_t slice = GetCoherenceMode() == CoherenceMode::kNonCoherent ? 100000 : 50000000;
     if (!HasData()) FutexWait(LowWord(&h_->head), seen, std::min<uint64_t>(timeout_ns - (now - start), slice));
     h_->consumer_waiting.store(0, std::memory_order_relaxed);  // a hint: a spare wake costs nothing
+    PublishRange(&h_->consumer_waiting, sizeof(uint32_t));  // not left dirty in this host's cache
     spin->Slept();
   }
   spin->Found();

@@ -112,6 +112,14 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
     Status s = pool_->Verify(nullptr);
     if (!s.ok()) return s;
   }
+  if (config_.ha_term != 0 && pool_->geometry().coherence == CoherenceMode::kNonCoherent) {
+    // The leaders' fence (master_writing against master_term) is a
+    // store->load pair across hosts, which needs coherence.
+    MCXL_LOG(kError, "ha", "--enable_ha on the non-coherent pool %s refused: the fence between an old and a new "
+             "leader needs cross-host coherence (docs/architecture.md section 7); run a single master there",
+             config_.cxl_path.c_str());
+    return ErrorCode::INVALID_PARAMS;
+  }
   std::string huge = pool_->TmpfsHugePolicy();
   if (huge == "never" || huge == "deny")
     MCXL_LOG(kInfo, "master", "pool %s is on a tmpfs with 4 KiB pages (huge=%s); mounted with huge=advise "
@@ -132,7 +140,8 @@ Status MasterImpl::Open(std::unique_ptr<Pool> premapped, std::unique_ptr<WarmSca
   // Off the start path: a put reaching a page first faults it in itself.
   if (config_.prefault_pool)
     populator_.Start(pool_.get(), PopulatePlan(*pool_, true), "master", PopulateMode::kAllocate,
-                     BusySinceLastPoll(&requests_seen_));
+                     BusySinceLastPoll(&requests_seen_),
+                     [this] { return alloc_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   if (tier_) {
     std::lock_guard<FencedMutex> lock(mu_);
     tier_->Recover(fresh);
@@ -202,6 +211,9 @@ void MasterImpl::AdoptPool(std::unique_ptr<Pool> pool, bool fresh) {
   memcpy(token_, sb->auth_token, sizeof(token_));  // read-only after Format
   const PoolGeometry& geo = pool_->geometry();  // verified; the shared words may change later
   SetCoherenceMode(geo.coherence);
+  if (geo.coherence == CoherenceMode::kNonCoherent)
+    MCXL_LOG(kInfo, "master", "pool %s is non-coherent: the master publishes puts and applies leases for its "
+             "clients, rings are polled", pool_->path().c_str());
   index_ = std::make_unique<ObjectIndex>(pool_.get());
   index_->EnableShadow();  // before Recover: its tombstones keep it exact
   alloc_ = std::make_unique<ExtentAllocator>(geo.data_offset, geo.data_size, 2 * geo.index_capacity + 2);
@@ -315,9 +327,11 @@ void MasterImpl::CheckReplacedDevice() {
   if (pool_lost_) return;
   std::string old_uuid = pool_->UuidString();
   AdoptPool(std::move(fresh), true);
+  alloc_frontier_.store(0, std::memory_order_relaxed);  // an offset of the old pool
   if (config_.prefault_pool)
     populator_.Start(adopted, PopulatePlan(*adopted, true), "master", PopulateMode::kAllocate,
-                     BusySinceLastPoll(&requests_seen_));
+                     BusySinceLastPoll(&requests_seen_),
+                     [this] { return alloc_frontier_.load(std::memory_order_relaxed); });  // relaxed: a hint
   MCXL_LOG(kError, "master", "POOL DEVICE REPLACED: %s is a new device (inode %llu -> %llu); formatted it as pool "
            "%s with a new token. Pool %s and its objects are gone; its clients must setup() again",
            path.c_str(), (unsigned long long)cur_ino, (unsigned long long)ino, pool_->UuidString().c_str(),
@@ -584,6 +598,7 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kAnnounceClose: return HandleAnnounceClose(&d);
     case MessageType::kLocate: return HandleLocate(&d);
     case MessageType::kPublish: return HandlePublish(&d);
+    case MessageType::kLeases: return HandleLeases(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

@@ -99,6 +99,7 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kAnnounceClose:
     case MessageType::kLocate:
     case MessageType::kPublish:
+    case MessageType::kLeases:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -133,7 +134,8 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kSettle: Encode(TicketReply{ErrorCode::ILLEGAL_CLIENT, 0}, &e); break;
     case MessageType::kAnnounceOpen: Encode(AnnounceOpenReply{ErrorCode::ILLEGAL_CLIENT, 0, 0}, &e); break;
     case MessageType::kLocate: Encode(LocateReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
-    case MessageType::kPublish: Encode(PublishReply{ErrorCode::ILLEGAL_CLIENT, {}, 0}, &e); break;
+    case MessageType::kPublish:
+    case MessageType::kLeases: Encode(PublishReply{ErrorCode::ILLEGAL_CLIENT, {}, 0}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
   }
   *refusal = e.data();
@@ -314,14 +316,22 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
   SetAttached(slot, false);
   UnmarkPinTable(slot);  // its table stays live only if RetireOrClearPins retires it
   ClientSlot* cs = pool_->client_slot(slot);
+  // The client's line (counters) was written on its host: observed before
+  // it is read. Its counts are retired into ours; the next attachment
+  // zeroes them (Client::Attach), and ReadCounts skips them until then. On
+  // a non-coherent pool the master never writes that line: a live
+  // reclaimed client (detached with views, stopped) may still write it.
+  ObserveRange(cs, sizeof(ClientSlot));
   retired_hits_ += cs->get_hits.load(std::memory_order_relaxed);
   retired_misses_ += cs->get_misses.load(std::memory_order_relaxed);
-  cs->get_hits.store(0, std::memory_order_relaxed);
-  cs->get_misses.store(0, std::memory_order_relaxed);
   retired_disk_hits_ += cs->disk_hits.load(std::memory_order_relaxed);
   retired_disk_bad_ += cs->disk_checksum_failures.load(std::memory_order_relaxed);
-  cs->disk_hits.store(0, std::memory_order_relaxed);
-  cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
+  if (GetCoherenceMode() == CoherenceMode::kCoherent || was.remote) {  // a remote client's line is ours
+    cs->get_hits.store(0, std::memory_order_relaxed);
+    cs->get_misses.store(0, std::memory_order_relaxed);
+    cs->disk_hits.store(0, std::memory_order_relaxed);
+    cs->disk_checksum_failures.store(0, std::memory_order_relaxed);
+  }
   cs->generation.store(0, std::memory_order_release);
   PublishRange(cs, kCacheLine);
   // The generation store first, then the caller word (a Dekker pair with

@@ -477,6 +477,7 @@ Result<Extent> MasterImpl::AllocateForPut(uint64_t extent_bytes, std::string_vie
         // Pre-demotion: the tier thread copies the coldest objects once the
         // pool's bytes without a copy pass --offload_ahead_ratio.
         if (tier_) tier_->OnAllocated();
+        alloc_frontier_.store(ext->offset + ext->size, std::memory_order_relaxed);  // relaxed: a hint (master_impl.h)
         return ext;
       }
     }

@@ -43,9 +43,17 @@ std::string Human(double bytes) {
 }
 
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
-                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle"};
+                          "remove_by_regex", "remove_all", "heartbeat", "promote", "settle",
+                          "announce_open", "announce_close", "locate", "publish", "leases"};
 
 }  // namespace
+
+bool MasterImpl::CountsAreCurrent(uint32_t slot) const {
+  // Relaxed: a statistic. Until the attachment's client zeroed its counters
+  // (with heartbeat_generation, one line) they are the last one's, retired.
+  return clients_[slot].remote ||
+         pool_->client_slot(slot)->heartbeat_generation.load(std::memory_order_relaxed) == clients_[slot].generation;
+}
 
 MasterImpl::ReadCountsResult MasterImpl::ReadCounts() const {
   // Hits and misses are counted by the clients (reads never reach us), each
@@ -54,6 +62,7 @@ MasterImpl::ReadCountsResult MasterImpl::ReadCounts() const {
   for (uint32_t c = 0; c < clients_.size(); ++c) {
     if (!clients_[c].attached) continue;
     ++r.clients;
+    if (!CountsAreCurrent(c)) continue;
     // Relaxed: statistics.
     r.hits += pool_->client_slot(c)->get_hits.load(std::memory_order_relaxed);
     r.misses += pool_->client_slot(c)->get_misses.load(std::memory_order_relaxed);
@@ -65,7 +74,7 @@ MasterImpl::DiskReads MasterImpl::DiskReadCounts() const {
   // As ReadCounts: counted by the clients reading the SSD tier.
   DiskReads r{retired_disk_hits_, retired_disk_bad_};
   for (uint32_t c = 0; c < clients_.size(); ++c) {
-    if (!clients_[c].attached) continue;
+    if (!clients_[c].attached || !CountsAreCurrent(c)) continue;
     // Relaxed: statistics.
     r.hits += pool_->client_slot(c)->disk_hits.load(std::memory_order_relaxed);
     r.bad += pool_->client_slot(c)->disk_checksum_failures.load(std::memory_order_relaxed);

@@ -248,6 +248,9 @@ class MasterImpl final : public Master, private TierHost {
   std::string HandleLocate(Decoder* d);
   std::string HandlePublish(Decoder* d);
   LocateItem LocateOne(const ClientRef& ref, const std::string& key, uint64_t lease_until_ns);
+  // ---- leases of a non-coherent pool's clients (master_leases.cc) ----
+  std::string HandleLeases(Decoder* d);
+  int32_t ApplyLease(const LeaseItem& it, uint64_t now);
   // The session the serving process advertises (te_session_file), "" if none.
   std::string TeSession() const;
   void FillRemoteReply(AttachReply* reply) const;
@@ -497,6 +500,7 @@ class MasterImpl final : public Master, private TierHost {
   struct ReadCountsResult {
     uint64_t hits, misses, clients;
   };
+  bool CountsAreCurrent(uint32_t slot) const;  // the slot's counters are its attachment's
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
   // The index's load, its evictions and probe lengths; `hit` from the scan.
   void WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const;  // under mu_
@@ -529,6 +533,10 @@ class MasterImpl final : public Master, private TierHost {
   // Bumped per request served (ring or TCP): the populator defers its
   // steps while requests keep coming (populate.h).
   ActivityCounter requests_seen_;
+  // The end of the latest extent a put was given: the populator leads it
+  // while requests keep coming (populate.h). Relaxed: a hint read by the
+  // populating thread of this process; nothing is published by it.
+  std::atomic<uint64_t> alloc_frontier_{0};
   // Populates pool_'s pages after start (--prefault_pool); stopped before
   // a replacement retires the pool it reads (under replace_mu_, not mu_).
   BackgroundPopulator populator_;
@@ -608,7 +616,7 @@ class MasterImpl final : public Master, private TierHost {
   uint64_t retired_disk_hits_ = 0, retired_disk_bad_ = 0;  // of reclaimed clients (SSD tier)
   // The SSD tier (--enable_offload), or null. Its state is under mu_ too.
   std::unique_ptr<TierManager> tier_;
-  static constexpr uint16_t kMessageTypes = 16;
+  static constexpr uint16_t kMessageTypes = 17;  // every MessageType; kOpNames (master_http.cc) names them
   uint64_t op_requests_[kMessageTypes] = {}, op_failures_[kMessageTypes] = {};  // by MessageType
   // One lock for all entry points: the TCP loop, the ring server, the HTTP
   // thread and the tier thread each call in; the work under it is short and

@@ -51,6 +51,10 @@ bool MasterImpl::TableHasPins(uint32_t slot) const {
 void MasterImpl::ClearPinTable(uint32_t slot, bool owner_may_live) {
   uint32_t per = pool_->geometry().pins_per_client;
   PinRecord* t = pool_->pin_table(slot);
+  // The owner's lines: observed first, so the clear is based on its last
+  // write-back (a non-coherent pool; the owner no longer writes them).
+  ObserveRange(t, per * sizeof(PinRecord));
+  ObserveRange(&pool_->client_slot(slot)->heartbeat_ns, kCacheLine);
   for (uint32_t i = 0; i < per; ++i) t[i].object_offset.store(0, std::memory_order_relaxed);
   PublishRange(t, per * sizeof(PinRecord));
   if (owner_may_live) return;  // its counters may be mid-update: too high is harmless, too low is not

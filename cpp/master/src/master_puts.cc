@@ -93,7 +93,7 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   f.soft_pin_ttl_ms = !(f.flags & kFlagSoftPin)     ? 0
                       : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
                                                    : config_.default_kv_soft_pin_ttl_ms;
-  WriteObjectHeader(*pool_, ext->offset, f, key);
+  WriteObjectHeader(*pool_, ext->offset, f, key, hash);  // hash = KeyHash(key): not recomputed
   if (seg_owner != kNoSlot) WriteSegmentStub(ext->offset, key.size(), seg_owner, seg);
   ObjectIndex::InsertArgs args{hash, ext->offset, size, gen, now, f.flags, req.client.slot};
   auto slot = index_->Insert(args);

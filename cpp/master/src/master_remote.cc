@@ -118,7 +118,7 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
   }
   uint64_t now = NowNs();
   uint64_t until = now + config_.default_kv_lease_ttl_ms * 1000000ull;
-  uint64_t hold_cap = now + 3600ull * 1000000000ull;  // Client::kMaxHoldNs
+  uint64_t hold_cap = now + kMaxLeaseHoldNs;
   if (lease_until_ns > until) until = std::min(lease_until_ns, hold_cap);
   if (!peek) index_->ExtendLease(best.slot, until);
   if (count) cs->get_hits.fetch_add(1, std::memory_order_relaxed);  // relaxed: a statistic

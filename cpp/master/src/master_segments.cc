@@ -34,6 +34,13 @@ constexpr uint64_t kMaxSegmentSession = 256;
 bool MasterImpl::AdoptSegment(ClientInfo* c, uint32_t slot, const AttachRequest& req) {
   c->hostname = req.local_hostname;
   if (req.segment_size == 0) return true;
+  if (pool_->geometry().coherence == CoherenceMode::kNonCoherent) {
+    // Stage 1: the master publishes a non-coherent pool's puts itself, as
+    // kComplete; a segment put would need kInSegment (architecture.md §10).
+    MCXL_LOG(kWarn, "master", "client %.64s (slot %u): DRAM segment refused: the pool is non-coherent "
+             "(segments need a coherent pool)", req.local_hostname.c_str(), slot);
+    return false;
+  }
   if (req.segment_size < kCacheLine || req.segment_size > kMaxSegmentBytes ||
       req.segment_session.size() > kMaxSegmentSession) {
     MCXL_LOG(kWarn, "master", "client %.64s (slot %u): DRAM segment of %llu bytes (session of %zu bytes) "

@@ -7,16 +7,21 @@
 
 namespace mcxl {
 namespace {
-// Over every byte before the checksum field of `fixed`, and the key.
-uint32_t HeaderChecksum(const ObjectHeader* fixed, const char* key, uint32_t key_len) {
+// Over every byte before the checksum field of `fixed`, and the key (by
+// its KeyHash).
+uint32_t HeaderChecksum(const ObjectHeader* fixed, uint64_t key_hash_of_key) {
   std::string_view f(reinterpret_cast<const char*>(fixed), offsetof(ObjectHeader, header_checksum));
-  return uint32_t(KeyHash(f) ^ (KeyHash(std::string_view(key, key_len)) >> 17));
+  return uint32_t(KeyHash(f) ^ (key_hash_of_key >> 17));
 }
 }  // namespace
 
-void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f,
-                       std::string_view key) {
+void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f, std::string_view key,
+                       uint64_t key_hash_of_key) {
   auto* h = pool.At<ObjectHeader>(offset);
+  // The extent's lines may be in this host's cache from an earlier object
+  // another host wrote: dropped first, so the write-back below is based on
+  // the pool's bytes (a non-coherent pool; a fence when coherent).
+  ObserveRange(h, sizeof(ObjectHeader) + key.size());
   h->magic = kObjectMagic;
   h->key_hash = f.key_hash;
   h->generation = f.generation;
@@ -29,7 +34,7 @@ void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFiel
   h->flags = f.flags;
   h->reserved = 0;
   memcpy(reinterpret_cast<char*>(h + 1), key.data(), key.size());
-  h->header_checksum = HeaderChecksum(h, key.data(), uint32_t(key.size()));
+  h->header_checksum = HeaderChecksum(h, key_hash_of_key != 0 ? key_hash_of_key : KeyHash(key));
   PublishRange(h, sizeof(ObjectHeader) + key.size());
 }
 
@@ -55,7 +60,8 @@ bool CheckedObjectHeader(const Pool& pool, uint64_t offset, ObjectHeader* out) {
       !pool.InDataRegion(offset, c.extent_size))
     return false;
   ObserveRange(h + 1, c.key_len);
-  return HeaderChecksum(&c, reinterpret_cast<const char*>(h + 1), c.key_len) == c.header_checksum;
+  return HeaderChecksum(&c, KeyHash(std::string_view(reinterpret_cast<const char*>(h + 1), c.key_len))) ==
+         c.header_checksum;
 }
 
 }  // namespace mcxl

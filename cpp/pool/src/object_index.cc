@@ -36,7 +36,8 @@ uint64_t CountEqual(const uint64_t* a, uint64_t n, uint64_t h) {
 }
 
 // The shadow's 4-byte tag of a filed hash: its high half (the low bits pick
-// the home slot, so they repeat within a window), never 0 (unfiled).
+// the home slot, so they repeat within a window), always odd. Even tags say
+// what a slot without a filed hash is.
 uint32_t TagOf(uint64_t hash) { return uint32_t(hash >> 32) | 1; }
 }  // namespace
 
@@ -74,6 +75,7 @@ bool ObjectIndex::ReadEntry(uint64_t slot, EntrySnapshot* out) const {
     if (e.version.load(std::memory_order_relaxed) == v1) {
       out->slot = slot;
       out->version = v1;
+      out->payload = nullptr;  // FindComplete checks and sets it
       return true;
     }
   }
@@ -89,17 +91,22 @@ void ObjectIndex::PrefetchObject(uint64_t object_offset) const {
 }
 
 bool ObjectIndex::StillValid(const EntrySnapshot& s) const {
-  // Acquire fence: orders the caller's earlier reads of the value before the
-  // version re-load (the seqlock reader's closing check).
-  std::atomic_thread_fence(std::memory_order_acquire);
   const IndexEntry& e = entries_[s.slot];
+  // Acquire fence (ObserveRange): orders the caller's earlier reads of the
+  // value before the version re-load (the seqlock reader's closing check);
+  // on a non-coherent pool it also drops this host's copy of the line, so
+  // the re-check sees the master's latest write-back.
+  ObserveRange(&e, sizeof(e));
   if (e.version.load(std::memory_order_relaxed) != s.version) return false;
   // A client's CAS does not bump the version; make sure it is still COMPLETE.
   return e.state_gen.load(std::memory_order_relaxed) == s.state_gen;
 }
 
 bool ObjectIndex::KeyMatches(const EntrySnapshot& s, std::string_view key) const {
-  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return false;
+  return HeaderInBounds(*pool_, s.object_offset, key.size()) && KeyMatchesInBounds(s, key);
+}
+
+bool ObjectIndex::KeyMatchesInBounds(const EntrySnapshot& s, std::string_view key) const {
   const auto* h = pool_->At<const ObjectHeader>(s.object_offset);
   ObserveRange(h, sizeof(ObjectHeader) + key.size());
   // The header may be rewritten under us; every field is checked, and the
@@ -114,7 +121,9 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
     // than failing every lookup that probes past it.
     bool last = attempt == kLookupRetries;
     // Acquire: pairs with the master's release when it raises max_probe, so
-    // an entry inserted further away is reached.
+    // an entry inserted further away is reached (observed: a stale copy on
+    // a non-coherent pool would be a false miss).
+    ObserveRange(&sb_->max_probe, sizeof(uint64_t));
     uint64_t max_probe = sb_->max_probe.load(std::memory_order_acquire);  // clamped: shared word
     if (max_probe >= capacity_) max_probe = capacity_ - 1;
     bool found = false, retry = false;
@@ -130,11 +139,11 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       if (s.state() == EntryState::kEmpty) break;
       if (!Readable(s.state()) || s.key_hash != hash) continue;
       PrefetchObject(s.object_offset);
-      if (!KeyMatches(s, key)) continue;
-      const void* held = s.state() == EntryState::kOnDisk      ? (const void*)StubPtr(s, key)
-                         : s.state() == EntryState::kInSegment ? (const void*)SegmentStubPtr(s, key)
-                                                               : (const void*)ValuePtr(s, key);
-      if (held == nullptr) {
+      // One bounds check of the header serves the key compare and the payload
+      // (a kOnDisk DiskStub, a kInSegment SegmentStub, else the value).
+      if (!HeaderInBounds(*pool_, s.object_offset, key.size()) || !KeyMatchesInBounds(s, key)) continue;
+      s.payload = PayloadInBounds(s, key.size());
+      if (s.payload == nullptr) {
         // A consistent snapshot of an entry only the master writes cannot
         // point outside the data region: someone wrote into the pool.
         if (StillValid(s)) {
@@ -171,27 +180,35 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
   return ErrorCode::OBJECT_NOT_FOUND;
 }
 
-const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() == EntryState::kOnDisk || s.state() == EntryState::kInSegment) return nullptr;
-  // The header is checked first: ValueOffset cannot wrap once it is in bounds.
-  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
-  uint64_t off = ValueOffset(s.object_offset, key.size());
-  if (!pool_->InDataRegion(off, s.value_size)) return nullptr;
+const char* ObjectIndex::PayloadInBounds(const EntrySnapshot& s, uint64_t key_len) const {
+  // The header was checked first: ValueOffset cannot wrap once it is in bounds.
+  uint64_t off = ValueOffset(s.object_offset, key_len);
+  uint64_t len = s.state() == EntryState::kOnDisk      ? sizeof(DiskStub)
+                 : s.state() == EntryState::kInSegment ? sizeof(SegmentStub)
+                                                       : s.value_size;
+  if (!pool_->InDataRegion(off, len)) return nullptr;
   return pool_->base() + off;
 }
 
+const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() == EntryState::kOnDisk || s.state() == EntryState::kInSegment) return nullptr;
+  if (s.payload != nullptr) return s.payload;  // FindComplete checked this geometry
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return PayloadInBounds(s, key.size());
+}
+
 const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() != EntryState::kOnDisk || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
-  uint64_t off = ValueOffset(s.object_offset, key.size());
-  if (!pool_->InDataRegion(off, sizeof(DiskStub))) return nullptr;
-  return reinterpret_cast<const DiskStub*>(pool_->base() + off);
+  if (s.state() != EntryState::kOnDisk) return nullptr;
+  if (s.payload != nullptr) return reinterpret_cast<const DiskStub*>(s.payload);
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return reinterpret_cast<const DiskStub*>(PayloadInBounds(s, key.size()));
 }
 
 const SegmentStub* ObjectIndex::SegmentStubPtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() != EntryState::kInSegment || !HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
-  uint64_t off = ValueOffset(s.object_offset, key.size());
-  if (!pool_->InDataRegion(off, sizeof(SegmentStub))) return nullptr;
-  return reinterpret_cast<const SegmentStub*>(pool_->base() + off);
+  if (s.state() != EntryState::kInSegment) return nullptr;
+  if (s.payload != nullptr) return reinterpret_cast<const SegmentStub*>(s.payload);
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return reinterpret_cast<const SegmentStub*>(PayloadInBounds(s, key.size()));
 }
 
 void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
@@ -283,6 +300,9 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   uint64_t home = HomeSlot(a.key_hash);
   for (uint64_t i = 0; i < std::min(capacity_, kMaxProbeSlots); ++i) {
     uint64_t slot = (home + i) & (capacity_ - 1);
+    // The shadow's live slots are skipped without touching their pool line;
+    // a free one is still checked in the pool (someone may have written it).
+    if (shadowed() && UseOf(slot) == SlotUse::kLive) continue;
     IndexEntry& e = entries_[slot];
     EntryState st = StateOf(e.state_gen.load(std::memory_order_relaxed));
     if (st != EntryState::kEmpty && st != EntryState::kTombstone) continue;
@@ -308,16 +328,22 @@ Result<uint64_t> ObjectIndex::Insert(const InsertArgs& a) {
   return ErrorCode::NO_AVAILABLE_HANDLE;
 }
 
-bool ObjectIndex::NoProbePasses(uint64_t t) const {
+ObjectIndex::SlotUse ObjectIndex::PoolUseOf(uint64_t slot) const {
   // Master-side loads are relaxed: only the master changes states and hashes
-  // legitimately, under its lock. A key hash another process rewrote can
-  // only cost that entry its reachability: a miss, never a wrong value.
+  // legitimately, under its lock. A state or key hash another process
+  // rewrote can only cost an entry its reachability: a miss, never a wrong
+  // value.
+  EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
+  return st == EntryState::kEmpty ? SlotUse::kEmpty : st == EntryState::kTombstone ? SlotUse::kTombstone : SlotUse::kLive;
+}
+
+bool ObjectIndex::NoProbePasses(uint64_t t) const {
   for (uint64_t k = 1; k <= max_probe_; ++k) {
     uint64_t j = (t + k) & (capacity_ - 1);
-    EntryState st = StateOf(entries_[j].state_gen.load(std::memory_order_relaxed));
-    if (st == EntryState::kEmpty) return true;
-    if (st == EntryState::kTombstone) continue;
-    if (Distance(j, entries_[j].key_hash.load(std::memory_order_relaxed)) >= k) return false;
+    SlotUse use = UseOf(j);
+    if (use == SlotUse::kEmpty) return true;
+    if (use == SlotUse::kTombstone) continue;
+    if (Distance(j, HashOf(j)) >= k) return false;
   }
   return true;
 }
@@ -329,15 +355,14 @@ void ObjectIndex::MakeEmpty(uint64_t slot) {
   BeginWrite(e);
   e.state_gen.store(PackStateGen(GenOf(sg), EntryState::kEmpty), std::memory_order_relaxed);
   EndWrite(e);
+  if (shadowed()) shadow_tag_[slot] = kTagEmpty;
 }
 
 void ObjectIndex::Tombstone(uint64_t slot) {
   IndexEntry& e = entries_[slot];
   uint64_t gen = GenOf(e.state_gen.load(std::memory_order_relaxed));
   // Tombstones between the entry's home and it may have stayed for its sake.
-  // Relaxed: the key hash is the master's own store (a rewrite by another
-  // process costs at most a reachable entry: a miss).
-  uint64_t back = std::min(Distance(slot, e.key_hash.load(std::memory_order_relaxed)), max_probe_);
+  uint64_t back = std::min(Distance(slot, HashOf(slot)), max_probe_);
   BeginWrite(e);
   e.state_gen.store(PackStateGen(gen, EntryState::kTombstone), std::memory_order_relaxed);
   e.flags.store(0, std::memory_order_relaxed);
@@ -347,17 +372,16 @@ void ObjectIndex::Tombstone(uint64_t slot) {
   // beyond (NoProbePasses), so sequences keep no EMPTY gap; readers that
   // stop there miss only keys that are not there. Walks back over the
   // entry's own stretch, then over the run of tombstones that ends in an
-  // EMPTY (which no probe passes through any more).
+  // EMPTY (which no probe passes through any more). With the shadow the walk
+  // reads DRAM tags, not one pool line a slot.
   for (uint64_t i = 0; i < capacity_; ++i) {
     uint64_t t = (slot - i) & (capacity_ - 1);
     bool mine = i <= back;
-    EntryState st = StateOf(entries_[t].state_gen.load(std::memory_order_relaxed));
-    if (st != EntryState::kTombstone) {
+    if (UseOf(t) != SlotUse::kTombstone) {
       if (mine) continue;
       break;
     }
-    bool next_empty =
-        StateOf(entries_[(t + 1) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) == EntryState::kEmpty;
+    bool next_empty = UseOf((t + 1) & (capacity_ - 1)) == SlotUse::kEmpty;
     if (!mine && !next_empty) break;
     if (next_empty || NoProbePasses(t)) MakeEmpty(t);
   }
@@ -391,7 +415,9 @@ void ObjectIndex::EnableShadow() {
   for (uint64_t slot = 0; slot < capacity_; ++slot) {
     // Relaxed: the master's start-up scan; it alone changes states from now on.
     EntryState st = StateOf(entries_[slot].state_gen.load(std::memory_order_relaxed));
-    if (st != EntryState::kEmpty && st != EntryState::kTombstone)
+    if (st == EntryState::kTombstone)
+      shadow_tag_[slot] = kTagTombstone;
+    else if (st != EntryState::kEmpty)
       ShadowAdd(slot, entries_[slot].key_hash.load(std::memory_order_relaxed));
   }
   shadowed_ = true;
@@ -402,12 +428,12 @@ void ObjectIndex::ShadowAdd(uint64_t slot, uint64_t hash) {
   // into a free one and the master reused it) is simply refiled. A stored
   // hash of 0 (never a KeyHash) files under no hash.
   shadow_hash_[slot] = hash;
-  shadow_tag_[slot] = hash == kUnfiled ? 0 : TagOf(hash);
+  shadow_tag_[slot] = hash == kUnfiled ? kTagLiveUnfiled : TagOf(hash);
 }
 
 void ObjectIndex::ShadowRemove(uint64_t slot) {
   shadow_hash_[slot] = kUnfiled;
-  shadow_tag_[slot] = 0;
+  shadow_tag_[slot] = kTagTombstone;
 }
 
 uint64_t ObjectIndex::ShadowCount(uint64_t hash, bool exact) const {
@@ -446,10 +472,7 @@ bool ObjectIndex::ShadowAlone(uint64_t slot) const {
 uint64_t ObjectIndex::MissProbeLength(uint64_t hash) const {
   uint64_t home = HomeSlot(hash);
   for (uint64_t i = 0; i <= max_probe_; ++i)
-    // Relaxed: a statistic.
-    if (StateOf(entries_[(home + i) & (capacity_ - 1)].state_gen.load(std::memory_order_relaxed)) ==
-        EntryState::kEmpty)
-      return i + 1;
+    if (UseOf((home + i) & (capacity_ - 1)) == SlotUse::kEmpty) return i + 1;
   return max_probe_ + 1;
 }
 

@@ -3,6 +3,7 @@
 #include <cpuid.h>
 #include <immintrin.h>
 
+#include "mooncake_cxl/common/sim_mutation.h"
 #include "mooncake_cxl/pool/coherence_sim.h"
 
 namespace mcxl {
@@ -71,6 +72,7 @@ void SetCoherenceMode(CoherenceMode mode) {
     Ops();
   }
   publish_detail::g_line_path.store(uint32_t(path), std::memory_order_relaxed);
+  LoadSimMutation(mode == CoherenceMode::kNonCoherent);
 }
 
 CoherenceMode GetCoherenceMode() { return CoherenceMode(g_mode.load(std::memory_order_relaxed)); }

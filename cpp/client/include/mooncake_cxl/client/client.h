@@ -36,12 +36,15 @@
 #include <string>
 #include <string_view>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
+#include "mooncake_cxl/common/reader_gate.h"
 #include "mooncake_cxl/pool/object_index.h"
 #include "mooncake_cxl/pool/pool.h"
 #include "mooncake_cxl/pool/populate.h"
+#include "mooncake_cxl/pool/publish.h"
 #include "mooncake_cxl/control/etcd_client.h"
 #include "mooncake_cxl/control/rpc_client.h"
 #include "mooncake_cxl/control/shm_ring.h"
@@ -172,6 +175,10 @@ class Client {
   std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys,
                              const std::vector<PutParts>& values, const PutOptions& options,
                              bool upsert);
+  // The same, the values as one flat list: key i's parts are
+  // parts[first[i] .. first[i+1]) (first: keys.size() + 1 entries).
+  std::vector<ErrorCode> Put(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+                             const std::vector<size_t>& first, const PutOptions& options, bool upsert);
   // Put of one key whose value is `parts` (same results), without per-key
   // vectors: the small-put fast path.
   ErrorCode PutOne(std::string_view key, const ConstSlice* parts, size_t nparts, const PutOptions& options,
@@ -222,7 +229,7 @@ class Client {
   // reaches past a read's (now + the lease ttl) back to that, so a released
   // object is evictable once a reader's lease would have lapsed. Per key: OK,
   // or the lookup's error. One-sided: no master round trip.
-  static constexpr uint64_t kMaxHoldNs = 3600ull * 1000000000ull;
+  static constexpr uint64_t kMaxHoldNs = kMaxLeaseHoldNs;
   std::vector<ErrorCode> HoldLeases(const std::vector<std::string_view>& keys, uint64_t until_ns);
   std::vector<ErrorCode> ReleaseLeases(const std::vector<std::string_view>& keys);
 
@@ -311,7 +318,7 @@ class Client {
   // The same for keys already scoped (internal calls).
   bool ValidKey(std::string_view key, const char* op) const;
   Result<EntrySnapshot> LocateStored(std::string_view stored);
-  // ---- the read loop (read_loop.h), with life_mu_ held shared ----
+  // ---- the read loop (read_loop.h), with life_mu_ held shared or read_gate_ entered ----
   struct ReadTally {
     uint64_t hits = 0, misses = 0;
   };
@@ -364,10 +371,16 @@ class Client {
   std::shared_ptr<const TierView> tier_view_;
   // Relaxed: a statistic.
   std::atomic<uint64_t> offload_reads_{0};
+  // One PutStart round trip for the n keys keys[i] (sizes[i], groups[i]),
+  // encoded from views into per-thread buffers. The whole request's status;
+  // *reply (per thread: valid until this thread's next PutStart) holds n
+  // items when it is OK.
+  ErrorCode PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, const PutStartReply** reply);
   // One PutStart for the keys `todo`, then the copies and publishes. Keys
   // refused for space go to *no_room; every other result into *out.
-  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<PutParts>& values,
-               const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
+  void PutOnce(const std::vector<std::string_view>& keys, const std::vector<ConstSlice>& parts,
+               const std::vector<size_t>& first, const std::vector<uint64_t>& sizes, const PutOptions& options, bool upsert,
                const std::vector<size_t>& todo, std::vector<ErrorCode>* out, std::vector<size_t>* no_room);
   uint64_t LeaseTtlNs() const;
   // SSD tier: waits until Superblock::tier_tombs_durable reaches `ticket`
@@ -393,9 +406,36 @@ class Client {
   void FillPutStartHead(const PutOptions& options, bool upsert, PutStartRequest* req);
   void NoteAbandoned(bool answered, const std::vector<uint64_t>& sent, uint64_t put_id);
   // Copy and publish of one granted item: the key's result, or *no_room.
+  // With `deferred` (a non-coherent pool) the publish is left to the
+  // master: the item is appended there and OK returned after the copy.
   ErrorCode FinishPutItem(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                          const PutStartItem& it, const ClientRef& owner, bool* no_room);
+                          const PutStartItem& it, const ClientRef& owner, bool* no_room,
+                          std::vector<std::pair<uint64_t, uint64_t>>* deferred = nullptr);
   bool PutStillOurs(const PutStartItem& it, const ClientRef& owner) const;
+
+  // ---- a non-coherent pool (client_noncoherent.cc): the master writes ----
+  // True when the pool was formatted --coherence=noncoherent.
+  static bool NonCoherent() { return NonCoherentMode(); }
+  // A read's lease: the entry CAS on a coherent pool, else queued for the
+  // master (kLeases, sent by the lease thread).
+  void RaiseLease(const EntrySnapshot& s, uint64_t until_ns);
+  // kLeases for the items now (per item OK, OBJECT_NOT_FOUND or the error).
+  std::vector<int32_t> SendLeases(const std::vector<LeaseItem>& items);
+  // Sends the queued leases now (before this client's removes); nothing on
+  // a coherent pool.
+  void FlushLeases();
+  void LeaseLoop();
+  void StopLeaseThread();
+  // At setup on a non-coherent pool: an empty kLeases, which a master
+  // without the discipline answers "unknown type" (INVALID_VERSION then).
+  Status CheckMasterFoldsLeases();
+  // HoldLeases / ReleaseLeases (lower) on a non-coherent pool: one kLeases.
+  std::vector<ErrorCode> HoldByMaster(const std::vector<std::string_view>& keys, uint64_t until_ns, bool lower);
+  // kPublish of (entry_slot, generation) items whose values this client
+  // wrote and wrote back; per item OK or TRANSFER_FAIL in *results, or the
+  // call's error. Waits for an upsert's tombstones as Settle does.
+  ErrorCode PublishByMaster(const std::vector<std::pair<uint64_t, uint64_t>>& items,
+                            std::vector<ErrorCode>* results);
   // True while `slot` in the pool still has generation `gen` (the master has
   // not reclaimed it): a stale client must not touch that slot's rings.
   bool SlotCurrent(uint32_t slot, uint64_t gen) const;
@@ -461,14 +501,30 @@ class Client {
   std::map<uintptr_t, uint64_t> registered_;  // start -> size
 
   mutable std::shared_mutex life_mu_;  // shared: calls in flight; unique: Close
-  bool closed_ = false;
+  bool closed_ = false;                // under life_mu_
+  // The single-key reads (GetScoped, LocateStored) and closed() use this
+  // instead of life_mu_ (its two rwlock passes were ~160 of a 4 KiB get's
+  // ~3,800 instructions); Close shuts it, under life_mu_, after closed_.
+  ReaderGate read_gate_;
   std::mutex hb_mu_;
   std::condition_variable hb_cv_;
   bool hb_stop_ = false;
   std::thread hb_thread_;
+  // Leases queued for the master on a non-coherent pool, by entry slot; the
+  // thread that sends them starts with the first.
+  std::mutex lease_mu_;
+  std::mutex lease_send_mu_;  // held while queued leases are sent (FlushLeases)
+  std::condition_variable lease_cv_;
+  std::unordered_map<uint64_t, LeaseItem> pending_leases_;
+  bool lease_stop_ = false;
+  std::thread lease_thread_;
   // Bumped per ring call and per read: the populator defers while the
   // store is in use (populate.h).
   ActivityCounter calls_seen_;
+  // The end of the latest extent a put was handed: the populator maps just
+  // ahead of it while puts keep coming (populate.h). Relaxed: a hint read
+  // by the populating thread of this process; nothing is published by it.
+  std::atomic<uint64_t> put_frontier_{0};
   BackgroundPopulator populator_;  // reads pool_; stopped by Close
 };
 

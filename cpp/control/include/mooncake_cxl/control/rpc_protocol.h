@@ -38,6 +38,7 @@ enum class MessageType : uint16_t {
   kAnnounceClose = 13,  // announce.h: one hold of a channel dropped
   kLocate = 14,   // remote clients: where keys' values lie (no pool mapping to probe)
   kPublish = 15,  // remote clients: the publishing CAS, done by the master
+  kLeases = 16,   // non-coherent pools: a client's lease changes, folded in by the master
 };
 const char* MessageTypeName(uint16_t type);
 // Requests whose handling scans the whole index in slices (RemoveByRegex,
@@ -267,6 +268,29 @@ struct PublishReply {
   uint64_t tomb_ticket = 0;
 };
 
+// kLeases: on a non-coherent pool a client never writes an index entry; its
+// read leases, holds and releases travel here and the master, the entry
+// line's one writer, applies each to the entry if it still holds that
+// state_gen (raise: a max; lower: down to until_ns, never below).
+struct LeaseItem {
+  uint64_t entry_slot = 0;
+  uint64_t state_gen = 0;
+  uint64_t until_ns = 0;
+  bool lower = false;
+};
+struct LeasesRequest {
+  ClientRef client;
+  std::vector<LeaseItem> items;
+};
+// Reply: PublishReply's shape (per item OK, or OBJECT_NOT_FOUND: not that
+// object any more); tomb_ticket unused.
+// Items per kLeases or kPublish a client sends: request and reply stay
+// well inside a ring frame.
+constexpr uint32_t kMaxMasterFoldItems = 256;
+// The furthest a lease or kv hold reaches ahead (Client::HoldLeases, the
+// master's Locate and kLeases clamp to it).
+constexpr uint64_t kMaxLeaseHoldNs = 3600ull * 1000000000ull;
+
 // Frame = header + payload.
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
 
@@ -278,10 +302,10 @@ void Encode(const ClientRef& m, Encoder* e);
 bool Decode(Decoder* d, ClientRef* m);
 void Encode(const PutStartRequest& m, Encoder* e);
 bool Decode(Decoder* d, PutStartRequest* m);
-// The bytes of Encode(m) for a request of one key (m.keys, m.sizes and
-// m.groups unused), built without the per-key vectors.
-void EncodePutStartOne(const PutStartRequest& m, std::string_view key, uint64_t size, std::string_view group,
-                       Encoder* e);
+// The bytes of Encode(m) for the n keys keys[i] (sizes[i], groups[i]; m's
+// own vectors unused): a batch encoded from views, no per-key strings.
+void EncodePutStartViews(const PutStartRequest& m, size_t n, const std::string_view* keys, const uint64_t* sizes,
+                         const std::string_view* groups, Encoder* e);
 void Encode(const PutStartReply& m, Encoder* e);
 bool Decode(Decoder* d, PutStartReply* m);
 void Encode(const RemoveRequest& m, Encoder* e);
@@ -312,6 +336,8 @@ void Encode(const LocateReply& m, Encoder* e);
 bool Decode(Decoder* d, LocateReply* m);
 void Encode(const PublishRequest& m, Encoder* e);
 bool Decode(Decoder* d, PublishRequest* m);
+void Encode(const LeasesRequest& m, Encoder* e);
+bool Decode(Decoder* d, LeasesRequest* m);
 void Encode(const PublishReply& m, Encoder* e);
 bool Decode(Decoder* d, PublishReply* m);
 // Reply carrying only a status (Detach, Heartbeat, kError).

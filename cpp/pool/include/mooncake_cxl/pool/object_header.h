@@ -29,8 +29,10 @@ struct ObjectHeaderFields {
   uint32_t flags = 0;
 };
 
-void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f,
-                       std::string_view key);
+// key_hash_of_key: KeyHash(key) when the caller has it (the put path),
+// else 0 and it is computed here.
+void WriteObjectHeader(const Pool& pool, uint64_t offset, const ObjectHeaderFields& f, std::string_view key,
+                       uint64_t key_hash_of_key = 0);
 bool HeaderInBounds(const Pool& pool, uint64_t offset, uint64_t key_len);
 bool CheckedObjectHeader(const Pool& pool, uint64_t offset, ObjectHeader* out);
 

@@ -15,7 +15,8 @@
 //     all of which bump the entry's version to odd before and to even after.
 //     Its own lookups use a DRAM shadow (EnableShadow): per slot, the key
 //     hash it inserted there and has not tombstoned since, kept exact by
-//     Insert and Tombstone, so they never read the pool's tombstones; what
+//     Insert and Tombstone, so they never read the pool's tombstones (the
+//     tombstone walk and Insert's skip read its tags, not pool lines); what
 //     the shadow names is still checked against the pool entry.
 // The putting client's only write is PublishComplete/Abort: a CAS of
 // state_gen that names the generation it was given, so it cannot touch an
@@ -55,6 +56,11 @@ struct EntrySnapshot {
   uint64_t put_time_ns = 0;
   uint32_t flags = 0;
   uint32_t owner_slot = 0;
+  // Set by FindComplete: where the value (kOnDisk: its DiskStub; kInSegment:
+  // its SegmentStub) starts in this process's mapping, bounds-checked once
+  // for the snapshot's geometry; nullptr in a snapshot taken otherwise
+  // (ValuePtr / StubPtr / SegmentStubPtr compute it).
+  const char* payload = nullptr;
   EntryState state() const { return StateOf(state_gen); }
   uint64_t generation() const { return GenOf(state_gen); }
 };
@@ -145,8 +151,8 @@ class ObjectIndex {
   // Builds the shadow from every entry that is neither EMPTY nor TOMBSTONE
   // (under the key hash it holds now); from then on Insert and Tombstone
   // keep it. Flat DRAM arrays, 12 bytes a slot (the hash filed there, 0 for
-  // none, and a 4-byte tag of it): filing and unfiling are two stores, no
-  // allocation.
+  // none, and a 4-byte tag of it or of the slot's EMPTY/TOMBSTONE state):
+  // filing and unfiling are two stores, no allocation.
   void EnableShadow();
   bool shadowed() const { return shadowed_; }
   // The shadow's slots of key hash `hash` within max_probe of its home, in
@@ -171,9 +177,29 @@ class ObjectIndex {
   // copy that follows then wait on one miss instead of two in a row.
   static constexpr uint64_t kPrefetchObjectLines = 4;
   void PrefetchObject(uint64_t object_offset) const;
+  // KeyMatches after the header's bounds were checked.
+  bool KeyMatchesInBounds(const EntrySnapshot& s, std::string_view key) const;
+  // The value's (kOnDisk: the stub's) address after the header's bounds
+  // were checked; nullptr when it does not lie inside the data region.
+  const char* PayloadInBounds(const EntrySnapshot& s, uint64_t key_len) const;
   void BeginWrite(IndexEntry& e);
   void EndWrite(IndexEntry& e);
   bool CasState(uint64_t slot, uint64_t expected, uint64_t desired) const;
+  // A slot's use and key hash for the master's own walks: from the shadow
+  // when it is on (DRAM, exact for the master's writes), else the pool.
+  enum class SlotUse { kEmpty, kTombstone, kLive };
+  SlotUse UseOf(uint64_t slot) const {
+    if (shadowed_) {
+      uint32_t tag = shadow_tag_[slot];
+      return tag == kTagEmpty ? SlotUse::kEmpty : tag == kTagTombstone ? SlotUse::kTombstone : SlotUse::kLive;
+    }
+    return PoolUseOf(slot);
+  }
+  SlotUse PoolUseOf(uint64_t slot) const;
+  uint64_t HashOf(uint64_t slot) const {
+    // Relaxed: as in PoolUseOf.
+    return shadowed_ ? shadow_hash_[slot] : entries_[slot].key_hash.load(std::memory_order_relaxed);
+  }
   // True when no live entry within max_probe after tombstone `t` has its
   // home at or before `t` (its probe would pass t): t may become EMPTY.
   bool NoProbePasses(uint64_t t) const;
@@ -193,8 +219,14 @@ class ObjectIndex {
   // The shadow (master side only): slot -> the hash filed there, kUnfiled
   // for none (KeyHash is never 0).
   static constexpr uint64_t kUnfiled = 0;
+  // Even tags say what a slot without a filed hash is (TagOf is odd).
+  static constexpr uint32_t kTagEmpty = 0;
+  static constexpr uint32_t kTagTombstone = 2;
+  static constexpr uint32_t kTagLiveUnfiled = 4;  // a live entry under hash 0 (never a KeyHash)
   std::vector<uint64_t> shadow_hash_;
-  std::vector<uint32_t> shadow_tag_;  // a 4-byte tag of each filed hash, 0 for none: what lookups scan
+  // A 4-byte tag a slot, what lookups and the tombstone walk scan: odd, the
+  // filed hash's; even, EMPTY, TOMBSTONE, or live under no hash.
+  std::vector<uint32_t> shadow_tag_;
   bool shadowed_ = false;
   // Relaxed: a statistic.
   mutable std::atomic<uint64_t> corrupt_seen_{0};

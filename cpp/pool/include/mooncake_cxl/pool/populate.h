@@ -25,6 +25,13 @@
 // normal priority (a niced step, preempted while it holds a page or the
 // mapping lock, stalls the put that waits for it). BusySinceLastPoll builds
 // the probe from a counter the foreground bumps (ActivityCounter).
+// Except just ahead of the foreground: a run given a ForegroundFrontier (the
+// end of the extent the latest put was handed, which fresh space hands out
+// in ascending order) populates, even while busy, a step that starts within
+// kLeadBytes past it, kLeadStepBytes at a time (pages the next puts would
+// fault in themselves, on their path), and skips the steps the frontier already passed (the puts
+// touched them) until the rest of the plan is done, then fills them in when
+// quiet.
 // The plan (PopulatePlan) is the metadata regions first (superblock, tables,
 // rings, channels, index), then the data region only where it pays
 // (PopulateDataPays: tmpfs or hugetlbfs). A device-DAX node maps 2 MiB per
@@ -51,12 +58,19 @@ constexpr uint64_t kAllocateStepBytes = 2ull << 20;
 constexpr uint64_t kMapStepBytes = 256ull << 10;
 
 constexpr uint64_t kQuietPollNs = 200'000;
+// How far past the foreground's frontier a busy run still populates, and
+// in steps of how much.
+constexpr uint64_t kLeadBytes = 1ull << 20;
+constexpr uint64_t kLeadStepBytes = 64ull << 10;
 
 enum class PopulateMode { kAllocate, kMap };
 
 // True while foreground work ran lately: the run waits. Called on the
 // populating thread only.
 using ForegroundBusy = std::function<bool()>;
+// The pool offset the foreground's writes reached lately (0: none yet).
+// Called on the populating thread only.
+using ForegroundFrontier = std::function<uint64_t()>;
 
 // Bumped by the foreground (a request served, a store call) at a cost of
 // one relaxed load and store: a hint, so concurrent bumps may lose a count
@@ -103,8 +117,9 @@ class BackgroundPopulator {
   // falls back to kMap where allocating does not pay (PopulateDataPays).
   // `busy`, when set, defers each step to a quiet moment (above); it is
   // called on the run's thread. Stops a previous run first.
+  // `frontier`, when set, lets a busy run lead the foreground (above).
   void Start(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
-             ForegroundBusy busy = nullptr);
+             ForegroundBusy busy = nullptr, ForegroundFrontier frontier = nullptr);
   // Ends the run within one step and joins it. Idempotent.
   void Stop();
   // True once the whole plan was populated.
@@ -112,9 +127,13 @@ class BackgroundPopulator {
 
  private:
   void Run(const Pool* pool, std::vector<PoolRange> plan, std::string who, PopulateMode mode,
-           const ForegroundBusy& busy);
-  // Waits while `busy` says so; false when stopped meanwhile.
-  bool WaitQuiet(const ForegroundBusy& busy);
+           const ForegroundBusy& busy, const ForegroundFrontier& frontier);
+  // Before the step at *off of `r`: true to run it now, false when stopped.
+  // While busy, a step the frontier passed is skipped (its range added to
+  // *later, *off moved past it) and one within kLeadBytes ahead of it runs
+  // (*leading: then a step of kLeadStepBytes).
+  bool Admit(const ForegroundBusy& busy, const ForegroundFrontier& frontier, const PoolRange& r, uint64_t step,
+             uint64_t* off, std::vector<PoolRange>* later, bool* leading);
   std::thread thread_;
   // Relaxed: a stop hint polled between steps; Stop's join orders the rest.
   std::atomic<bool> stop_{false};

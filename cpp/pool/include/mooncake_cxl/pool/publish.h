@@ -31,6 +31,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "mooncake_cxl/common/sim_mutation.h"
 #include "mooncake_cxl/pool/layout.h"
 
 namespace mcxl {
@@ -64,6 +65,10 @@ inline bool LineOpsOn() {
 }
 }  // namespace publish_detail
 
+// GetCoherenceMode() == kNonCoherent, inline: a line build other than the
+// fences runs exactly on a non-coherent pool.
+inline bool NonCoherentMode() { return publish_detail::LineOpsOn(); }
+
 // Write back [p, p+n) to the pool without a fence (no-op when coherent).
 inline void WriteBackRange(const void* p, size_t n) {
   if (publish_detail::LineOpsOn()) publish_detail::WriteBackSlow(p, n);
@@ -83,6 +88,18 @@ inline void PublishRange(const void* p, size_t n) {
 inline void ObserveRange(const void* p, size_t n) {
   InvalidateRange(p, n);  // ends with mfence in the real build
   // Acquire: the data loads that follow cannot move before the observing load.
+  std::atomic_thread_fence(std::memory_order_acquire);
+}
+
+// PublishRange / ObserveRange whose line operations the test-only mutation
+// `m` drops (sim_mutation.h): checked only where line operations run, so
+// the coherent build is the plain fence.
+inline void PublishRangeUnless(SimMutation m, const void* p, size_t n) {
+  if (publish_detail::LineOpsOn() && !SimMutated(m)) publish_detail::WriteBackSlow(p, n);
+  std::atomic_thread_fence(std::memory_order_release);
+}
+inline void ObserveRangeUnless(SimMutation m, const void* p, size_t n) {
+  if (publish_detail::LineOpsOn() && !SimMutated(m)) publish_detail::InvalidateSlow(p, n);
   std::atomic_thread_fence(std::memory_order_acquire);
 }
 
