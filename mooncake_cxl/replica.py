@@ -13,7 +13,9 @@ buffer_address (= offset) and transport_endpoint (= segment_name).
 Descriptors are read from the pool's index: no master round trip, no lease.
 `read_by` says how this client's reads reach the bytes: "pool" (it maps the
 pool: loads from the mapping) or "transfer_engine" (a host outside the pod:
-Transfer Engine reads from the process serving the pool, `te_session`).
+Transfer Engine reads from the process serving the pool, `te_session`) or
+"segment" (the value is in its writer's DRAM segment, `segment_name`, which
+only that client reads: MC_CXL_DRAM_SEGMENT=1).
 """
 import logging
 
@@ -48,14 +50,16 @@ class ReplicaDescriptor:
     for an object whose value is in the SSD tier, a COMPLETE LOCAL_DISK replica
     (its file is the tier's directory, shared by every host of the pod)."""
 
-    def __init__(self, segment_name, offset, size, tier="memory", disk_root="", te_session=None):
+    def __init__(self, segment_name, offset, size, tier="memory", disk_root="", te_session=None,
+                 read_by=None):
         from ._core import ReplicaStatus
         self.status = ReplicaStatus.COMPLETE
         self.segment_name = segment_name  # ours
         self.offset = offset              # ours: the object's (or its stub's) offset in the pool
         self.size = size                  # ours: the value's bytes
         self.tier = tier                  # ours: "memory" or "disk"
-        self.read_by = "pool" if te_session is None else "transfer_engine"  # ours: this client's reads
+        # ours: this client's reads ("segment": in segment_name's DRAM segment)
+        self.read_by = read_by or ("pool" if te_session is None else "transfer_engine")
         self.te_session = te_session or ""  # ours: the engine serving them, when read_by says so
         self._memory = MemoryDescriptor(Descriptor(size, offset, segment_name))
         self._disk = DiskDescriptor(disk_root, size)
@@ -92,7 +96,8 @@ class ReplicaMethods:
         if isinstance(info, int):
             return None
         return ReplicaDescriptor(info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
-                                 info.get("disk_root", ""), info["te_session"] if info.get("remote") else None)
+                                 info.get("disk_root", ""), info["te_session"] if info.get("remote") else None,
+                                 info.get("read_by"))
 
     def get_replica_desc(self, key):
         """[ReplicaDescriptor] of `key`: one memory replica, or [] when missing.

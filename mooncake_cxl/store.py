@@ -98,7 +98,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                 raise TypeError(f"setup(): {name} must be a non-negative int, not {v!r}")
         return self._setup(local_hostname, protocol, master_server_addr, rpc_transport,
                            tenant_id=tenant_id, enable_ssd_offload=bool(enable_ssd_offload),
-                           ssd_offload_path=ssd_offload_path or "", strict_buffers=strict_buffers)
+                           ssd_offload_path=ssd_offload_path or "", strict_buffers=strict_buffers,
+                           segment_size=global_segment_size)
 
     def _setup_from_dict(self, config):
         config = normalize_config(config)
@@ -115,13 +116,16 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
                            tenant_id=config.get("tenant_id", "default"),
                            enable_ssd_offload=config_flag(config.get("enable_ssd_offload", False)),
                            ssd_offload_path=str(config.get("ssd_offload_path", "") or ""),
-                           strict_buffers=config.get("strict_buffers"))
+                           strict_buffers=config.get("strict_buffers"),
+                           segment_size=parse_size(config.get("global_segment_size", 0)) or 0)
 
     def _setup(self, local_hostname, protocol, master_server_addr, rpc_transport=None,
                pool_hint=None, tenant_id="default", enable_ssd_offload=False, ssd_offload_path="",
-               strict_buffers=None):
+               strict_buffers=None, segment_size=0):
         """pool_hint: (path, size) of the pool on this host, from a standalone
-        client (setup_dummy); MC_CXL_DEV_PATH, when set, wins."""
+        client (setup_dummy); MC_CXL_DEV_PATH, when set, wins. segment_size:
+        global_segment_size, a DRAM segment beside the pool only with
+        MC_CXL_DRAM_SEGMENT=1 (docs/architecture.md §10)."""
         transport = (rpc_transport or os.environ.get("MC_CXL_RPC") or "ring").lower()
         if transport not in ("ring", "tcp"):
             log.error("setup(): rpc_transport %r is neither 'ring' nor 'tcp'", transport)
@@ -166,7 +170,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
             # The SSD tier's directory as this host sees it (the reference's
             # variable); default: the master's --root_fs_dir.
             tier_path(ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")),
-            enable_ssd_offload, strict_buffers_wanted(strict_buffers))
+            enable_ssd_offload, strict_buffers_wanted(strict_buffers),
+            segment_size if os.environ.get("MC_CXL_DRAM_SEGMENT") == "1" else 0)
         if rc != 0:
             # Callers such as LMCache ignore the code: this line is their trace.
             log.error("setup(): could not attach to the master at %r: %s (%d)", master_server_addr,

@@ -76,7 +76,8 @@ std::vector<int> PutFromFlat(Store& s, const std::vector<std::string>& keys, Cou
                              const ReplicateConfig& config, bool upsert, const char* op) {
   auto c = s.Ready(op);
   if (!c) return std::vector<int>(keys.size(), kNotReady);
-  if (!ConfigOk(config, keys.size(), op)) return std::vector<int>(keys.size(), kInvalid);
+  if (!ConfigOk(config, keys.size(), op, c->dram_segment_size() != 0))
+    return std::vector<int>(keys.size(), kInvalid);
   PutOptions opts = ToPutOptions(config);
   py::gil_scoped_release nogil;
   std::vector<int> out(keys.size(), 0);

@@ -66,7 +66,8 @@ std::vector<int> PutMany(Store& s, const std::vector<std::string>& keys,
                          bool upsert, const char* op) {
   auto c = s.Ready(op);
   if (!c) return std::vector<int>(keys.size(), kNotReady);
-  if (!ConfigOk(config, keys.size(), op)) return std::vector<int>(keys.size(), kInvalid);
+  if (!ConfigOk(config, keys.size(), op, c->dram_segment_size() != 0))
+    return std::vector<int>(keys.size(), kInvalid);
   std::vector<std::unique_ptr<HeldBuffer>> held;
   std::vector<PutParts> parts(values.size());
   for (size_t i = 0; i < values.size(); ++i)
@@ -94,7 +95,7 @@ int Put(Store& s, const py::object& key_obj, py::buffer value, const ReplicateCo
   const char* op = upsert ? "upsert" : "put";
   auto c = s.Ready(op);
   if (!c) return kNotReady;
-  if (!ConfigOk(config, 1, op)) return kInvalid;
+  if (!ConfigOk(config, 1, op, c->dram_segment_size() != 0)) return kInvalid;
   HeldBuffer held(value);
   ConstSlice part = held.slice();
   PutOptions opts = ToPutOptions(config);

@@ -43,7 +43,7 @@ std::string ConfigString(const ReplicateConfig& c) {
 
 // Configurations the reference also rejects with INVALID_PARAMS, for a call
 // that puts `nkeys` keys. (Too long a soft pin is the master's to refuse.)
-const char* InvalidConfig(const ReplicateConfig& c, size_t nkeys) {
+const char* InvalidConfig(const ReplicateConfig& c, size_t nkeys, bool has_segment) {
   if (c.replica_num == 0) return "replica_num must be at least 1";
   if (c.soft_pin_ttl_ms && c.soft_pin_action != SoftPinAction::ENABLE)
     return "soft_pin_ttl_ms is set but soft_pin_action is not ENABLE";
@@ -51,7 +51,9 @@ const char* InvalidConfig(const ReplicateConfig& c, size_t nkeys) {
     return "group_ids must hold one group per key of the call";
   if (c.nof_replica_num != 0) return "nof_replica_num: this store has no NVMe-oF tier";
   if (c.dfs_replica_num != 0) return "dfs_replica_num: this store has no DFS tier";
-  if (c.prefer_alloc_in_same_node) return "prefer_alloc_in_same_node is not supported (as in Mooncake)";
+  // Without a DRAM segment there is no node-local place to prefer.
+  if (c.prefer_alloc_in_same_node && !has_segment)
+    return "prefer_alloc_in_same_node is not supported (as in Mooncake) without a DRAM segment";
   return nullptr;
 }
 
@@ -63,11 +65,15 @@ PutOptions ToPutOptions(const ReplicateConfig& c) {
   if (c.soft_pin_action == SoftPinAction::ENABLE) o.flags |= kFlagSoftPin;
   o.soft_pin_ttl_ms = c.soft_pin_ttl_ms.value_or(0);
   if (c.group_ids) o.group_ids = *c.group_ids;
+  // Assigned only when named: the default put copies no string.
+  if (!c.preferred_segment.empty()) o.preferred_segment = c.preferred_segment;
+  else if (!c.preferred_segments.empty()) o.preferred_segment = c.preferred_segments[0];
+  o.same_node = c.prefer_alloc_in_same_node;
   return o;
 }
 
-bool ConfigOk(const ReplicateConfig& c, size_t nkeys, const char* op) {
-  const char* why = InvalidConfig(c, nkeys);
+bool ConfigOk(const ReplicateConfig& c, size_t nkeys, const char* op, bool has_segment) {
+  const char* why = InvalidConfig(c, nkeys, has_segment);
   if (why == nullptr) return true;
   MCXL_LOG(kWarn, "store", "%s: invalid ReplicateConfig: %s", op, why);
   return false;

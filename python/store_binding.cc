@@ -23,7 +23,7 @@ Store::~Store() {
 int Store::SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                      uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
                      const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload,
-                     bool strict_buffers) {
+                     bool strict_buffers, uint64_t dram_segment_size) {
   if (client_ && !client_->closed()) {
     MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
     return kNotReady;
@@ -46,6 +46,7 @@ int Store::SetupCore(const std::string& local_hostname, const std::string& maste
   o.offload_path_override = offload_path;
   o.enable_ssd_offload = enable_ssd_offload;
   o.strict_buffers = strict_buffers;
+  o.dram_segment_size = dram_segment_size;  // 0 unless MC_CXL_DRAM_SEGMENT=1 (store.py)
   const char* td = getenv("MC_CXL_TIER_DIRECT_READ");
   o.tier_direct_read = td == nullptr || td[0] == '\0' || strcmp(td, "0") != 0;
   std::optional<Result<std::shared_ptr<Client>>> r;
@@ -202,10 +203,15 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
   }
   if (!*snap) return py::int_(ToInt(snap->error()));
   py::dict d;
-  // kOnDisk: the value is a record in the SSD tier (the stub says where).
+  // kOnDisk: the value is a record in the SSD tier (the stub says where);
+  // kInSegment: in its writer's DRAM segment (only the owner writes there).
   bool on_disk = snap->value().state() == EntryState::kOnDisk;
   d["tier"] = on_disk ? "disk" : "memory";
   if (on_disk) d["disk_root"] = c->tier_root();
+  if (snap->value().state() == EntryState::kInSegment) {
+    d["segment_name"] = writer;
+    d["read_by"] = "segment";
+  }
   d["offset"] = snap->value().object_offset;
   d["size"] = snap->value().value_size;
   d["writer"] = writer;
@@ -264,7 +270,7 @@ void DefineStoreCalls(StoreClass& store) {
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
            py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default",
            py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false,
-           py::arg("strict_buffers") = false)
+           py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0)
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

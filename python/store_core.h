@@ -60,7 +60,8 @@ struct ReplicateConfig {
 PutOptions ToPutOptions(const ReplicateConfig& c);
 // True when `c` is valid for a call `op` that puts `nkeys` keys; else logs
 // why (the reference refuses the same configurations, INVALID_PARAMS).
-bool ConfigOk(const ReplicateConfig& c, size_t nkeys, const char* op);
+// has_segment: the client has a DRAM segment (prefer_alloc_in_same_node is then accepted).
+bool ConfigOk(const ReplicateConfig& c, size_t nkeys, const char* op, bool has_segment = false);
 
 // ---- the store (store_binding.cc) ----
 // StoreCore: one client, set up and closed by the Python façade.
@@ -69,7 +70,8 @@ class Store {
   ~Store();
   int SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                 uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
-                const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload, bool strict_buffers);
+                const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload, bool strict_buffers,
+                uint64_t dram_segment_size);
   int Close();
   int HealthCheck();
   std::string GetHostname() const { return hostname_; }

@@ -119,6 +119,8 @@ AttachRequest SampleAttach() {
   m.prev_slot = 3;
   m.prev_generation = 0x100000007ull;
   for (int i = 0; i < 16; ++i) m.token[i] = uint8_t(0xA0 + i);
+  m.segment_size = 64ull << 20;
+  m.segment_session = "10.0.0.1:15123";
   return m;
 }
 AttachReply SampleAttachReply() {
@@ -142,11 +144,13 @@ PutStartRequest SamplePutStart() {
   m.keys = {"k1", "", std::string(300, 'x')};
   m.sizes = {1, 0, ~uint64_t(0)};
   m.groups = {"group", "", "g3"};
+  m.placement = kPlaceSegment | kPlaceSameNode | kPlaceNamed;
+  m.preferred_segment = "10.0.0.1:12345";
   return m;
 }
 PutStartReply SamplePutStartReply() {
   PutStartReply m;
-  m.items.push_back({ErrorCode::OK, 11, 22, 33});
+  m.items.push_back({ErrorCode::OK, 11, 22, 33, 6, 0x700000001ull});
   m.items.push_back({ErrorCode::OBJECT_ALREADY_EXISTS, 0, 0, 0});
   return m;
 }
@@ -173,6 +177,8 @@ TEST(RpcProtocolTest, AttachRoundTrip) {
   EXPECT_EQ(out.prev_slot, in.prev_slot);
   EXPECT_EQ(out.prev_generation, in.prev_generation);
   EXPECT_EQ(memcmp(out.token, in.token, 16), 0);
+  EXPECT_EQ(out.segment_size, in.segment_size);
+  EXPECT_EQ(out.segment_session, in.segment_session);
 
   AttachReply rin = SampleAttachReply(), rout;
   ASSERT_TRUE(Dec(Enc(rin), &rout));
@@ -204,6 +210,8 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(out.keys, in.keys);
   EXPECT_EQ(out.sizes, in.sizes);
   EXPECT_EQ(out.groups, in.groups);
+  EXPECT_EQ(out.placement, kPlaceSegment | kPlaceSameNode | kPlaceNamed);
+  EXPECT_EQ(out.preferred_segment, in.preferred_segment);
 
   // Missing group entries are sent as "" (no group).
   PutStartRequest short_groups = in, padded;
@@ -223,6 +231,9 @@ TEST(RpcProtocolTest, PutStartRoundTrip) {
   EXPECT_EQ(rout.items[0].entry_slot, 11u);
   EXPECT_EQ(rout.items[0].generation, 22u);
   EXPECT_EQ(rout.items[0].value_offset, 33u);
+  EXPECT_EQ(rout.items[0].segment_slot, 6u);
+  EXPECT_EQ(rout.items[0].segment_generation, 0x700000001ull);
+  EXPECT_EQ(rout.items[1].segment_generation, 0u);  // in the pool
   EXPECT_EQ(rout.items[1].status, ErrorCode::OBJECT_ALREADY_EXISTS);
 }
 
@@ -237,8 +248,12 @@ TEST(RpcProtocolTest, ReplyBytesBoundIsThePutStartReplysSize) {
       req.keys.push_back("k" + std::to_string(i));
       req.sizes.push_back(64);
       req.groups.emplace_back();
-      reply.items.push_back({ErrorCode::OK, i, i, i, true});
+      reply.items.push_back({ErrorCode::OK, i, i, i, 0, 0, true});
     }
+    EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
+    // A client with a DRAM segment: every item may name the segment.
+    req.placement = kPlaceSegment;
+    for (auto& it : reply.items) it.segment_slot = 1, it.segment_generation = 2;
     EXPECT_EQ(ReplyBytesBound(uint16_t(MessageType::kPutStart), Enc(req)), Enc(reply).size()) << n;
     // Short keys: the reply outgrows the request (a record that holds the
     // request need not hold the reply).

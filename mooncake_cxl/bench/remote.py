@@ -8,6 +8,11 @@ figures are same-run ratios on a machine whose load changes.
 Mooncake's data lives in the segment of a second client process (a holder
 with global_segment_size > 0); the measured Mooncake client contributes none,
 so its gets and puts cross TE-TCP as ours do.
+
+A second table: a client's reads of values in its own DRAM segment
+(MC_CXL_DRAM_SEGMENT=1, placed with prefer_alloc_in_same_node) against the
+same client's reads of pool values, alternating. Reads of a segment by other
+clients are not built (they miss), so that row is absent.
 """
 import ctypes
 import json
@@ -185,13 +190,48 @@ def _rows(cfg, local, ours, ref):
     return rows, lookup
 
 
+def _segment_rows(cfg, master):
+    """get / get_into of values in this client's DRAM segment against values
+    in the pool, one client, alternating."""
+    from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
+    os.environ["MC_CXL_DRAM_SEGMENT"] = "1"
+    s = MooncakeDistributedStore()
+    rc = s.setup(f"127.0.0.1:{common.free_port()}", "P2PHANDSHAKE", 256 * MIB, 0, "cxl", "", master.address)
+    os.environ.pop("MC_CXL_DRAM_SEGMENT")
+    if rc != 0:
+        raise RuntimeError(f"setup with a DRAM segment failed: {rc}")
+    near = ReplicateConfig()
+    near.prefer_alloc_in_same_node = True
+    rows = []
+    try:
+        for size in SIZES:
+            n = _iters(size, cfg["quick"])
+            v = common.value(size, 2)
+            if s.put(f"seg-{size}", v, near) != 0 or s.put(f"pool-{size}", v) != 0:
+                raise RuntimeError("segment bench: put failed")
+            where = (s.get_replica_desc(f"seg-{size}")[0].read_by, s.get_replica_desc(f"pool-{size}")[0].read_by)
+            if where != ("segment", "pool"):
+                raise RuntimeError(f"segment bench: values placed in {where}")
+            dst = _Buf(size)
+            rows.append(("get", size, _measure({"segment": lambda i: s.get(f"seg-{size}"),
+                                                "pool": lambda i: s.get(f"pool-{size}")}, n)))
+            rows.append(("get_into", size, _measure({
+                "segment": lambda i: s.get_into(f"seg-{size}", dst.ptr, size),
+                "pool": lambda i: s.get_into(f"pool-{size}", dst.ptr, size)}, n)))
+    finally:
+        s.close()
+    return rows
+
+
 def _child(cfg):
     reference.bring_loopback_up()
     master = holder = ref_master = None
     try:
         master, local, ours, ref, ref_master, holder = _stores(cfg)
         rows, lookup = _rows(cfg, local, ours, ref)
+        segment = _segment_rows(cfg, master)
         result = {"rows": [{"op": op, "bytes": b, "us": us} for op, b, us in rows], "lookup": lookup,
+                  "segment_rows": [{"op": op, "bytes": b, "us": us} for op, b, us in segment],
                   "machine_shared": True}
         print(_MARK + json.dumps(result), flush=True)
     finally:
@@ -228,6 +268,16 @@ def markdown(r):
     lk = r["lookup"]
     lines += ["", f"Read locate: one master lookup (kLocate over TCP) {lk['locate']:.0f} µs against one 512-byte "
               f"TE read {lk['te_512']:.0f} µs (what each probe window of a one-sided locate would cost)."]
+    if r.get("segment_rows"):
+        lines += ["", "DRAM segments: median µs per call (GB/s for ≥ 1 MiB) of one client reading values in its "
+                  "own segment (MC_CXL_DRAM_SEGMENT=1, prefer_alloc_in_same_node) and in the pool, alternating. "
+                  "Other clients' reads of a segment are not built.", "",
+                  "| op | bytes | own segment | pool | segment/pool |", "|---|---:|---:|---:|---:|"]
+        for row in r["segment_rows"]:
+            us, b = row["us"], row["bytes"]
+            cell = lambda t: f"{t:.0f}" + (f" ({b / t / 1e3:.2f} GB/s)" if b >= MIB else "")  # noqa: E731
+            lines.append(f"| {row['op']} | {common.size_name(b)} | {cell(us['segment'])} | {cell(us['pool'])} | "
+                         f"{us['segment'] / us['pool']:.2f} |")
     return "\n".join(lines)
 
 

@@ -4,7 +4,7 @@ Decoders check lengths and raise WireError on a short or malformed reply."""
 import struct
 
 FRAME_MAGIC = 0x4D43584C
-PROTOCOL_VERSION = 7
+PROTOCOL_VERSION = 8
 _HEADER = struct.Struct("<IHHIIQ")
 HEADER_BYTES = _HEADER.size
 MAX_PAYLOAD = 64 << 20
@@ -122,14 +122,14 @@ def recv_reply(sock):
 
 def attach(hostname, machine, pid, prev_slot, prev_gen, tenant, secret):
     return (Encoder().str(hostname).str(machine).u64(pid).u32(prev_slot).u64(prev_gen)
-            .raw(bytes(16)).str(tenant).str(secret).bytes())
+            .raw(bytes(16)).str(tenant).str(secret).u64(0).str("").bytes())  # no DRAM segment
 
 
 def put_start(ref, put_id, abandoned, upsert, flags, soft_pin_ttl_ms, keys, sizes, groups):
     e = Encoder().ref(ref).u64(put_id).u32(len(abandoned))
     for a in abandoned:
         e.u64(a)
-    e.u8(1 if upsert else 0).u32(flags).u64(soft_pin_ttl_ms).u32(len(keys))
+    e.u8(1 if upsert else 0).u32(flags).u64(soft_pin_ttl_ms).u8(0).u32(len(keys))  # pool placement: no segment named
     for k, n, g in zip(keys, sizes, groups):
         e.str(k).u64(n).str(g)
     return e.bytes()
@@ -207,7 +207,10 @@ def put_start_reply(p):
     status = d.i32()
     items = []
     for _ in range(d.count(29)):
-        items.append((d.i32(), d.u64(), d.u64(), d.u64(), d.raw(1)[0] != 0))
+        st, slot, gen, off, flags = d.i32(), d.u64(), d.u64(), d.u64(), d.raw(1)[0]
+        if flags & 2:  # placed in a segment: a remote putter asks for none
+            d.u32(), d.u64()
+        items.append((st, slot, gen, off, (flags & 1) != 0))
     return status, items  # (status, entry_slot, generation, value_offset, settle)
 
 

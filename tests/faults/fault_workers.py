@@ -263,7 +263,8 @@ def open_store(address, deadline, stop, tenant="default"):
     from mooncake_cxl import MooncakeDistributedStore
     while True:
         s = MooncakeDistributedStore()
-        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 0, 0, "cxl", "", address, tenant_id=tenant)
+        # The segment size counts only with MC_CXL_DRAM_SEGMENT=1 (one worker's).
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 16 << 20, 0, "cxl", "", address, tenant_id=tenant)
         if rc == 0:
             return s
         s.close()
@@ -338,6 +339,12 @@ def worker(a):
             viol.add("view_changed", key, f"a live BufferHandle's bytes changed ({len(before)} bytes; "
                      f"now: {why or 'another intact value of the key'})", since=since)
 
+    segment = os.environ.get("MC_CXL_DRAM_SEGMENT") == "1"
+    if segment:
+        from mooncake_cxl import ReplicateConfig
+        same_node = ReplicateConfig()
+        same_node.prefer_alloc_in_same_node = True
+
     def write(op, key):
         nonlocal seq
         seq += 1
@@ -347,7 +354,10 @@ def worker(a):
         v = make_value(slot, life, idx, seq, size, block, rnd)
         journal.write(f"A {key} {seq} {op}\n")
         model.attempt(key, seq, op)
-        rc = s.upsert(key, v) if op == "upsert" else s.put(key, v)
+        if segment and rnd.random() < 0.5:  # into this worker's DRAM segment
+            rc = s.upsert(key, v, same_node) if op == "upsert" else s.put(key, v, same_node)
+        else:
+            rc = s.upsert(key, v) if op == "upsert" else s.put(key, v)
         journal.write(f"R {key} {seq} {op} {rc}\n")
         model.result(key, seq, op, rc)
         stats[op] += 1

@@ -3,7 +3,10 @@ keys with one group id in one call, or batches of tiny values that fill the
 index before the data region), remove, get and hold BufferHandles on a pool small enough that eviction runs all the time, while a
 seeded driver SIGKILLs and restarts the master (recovery, same pool and port)
 and SIGKILLs, SIGSTOPs and SIGCONTs workers, some past --client_ttl and the
-put timeouts so that the master reclaims them while they are stopped.
+put timeouts so that the master reclaims them while they are stopped. Worker
+1 has a DRAM segment (MC_CXL_DRAM_SEGMENT=1): its puts spill there past the
+pool's watermark, and its death, reclaim or a master restart drops them
+(misses; MCXL_FAULT_SEGMENT=0 turns it off).
 test_random_faults_ha runs it with elected masters (a real etcd): the master
 fault there kills the leader and a standby takes over.
 
@@ -114,6 +117,8 @@ MASTER_FLAGS = [f"--client_ttl={CLIENT_TTL}", "--put_start_discard_timeout_sec=2
                 "--put_start_release_timeout_sec=1", "--announce_channels=16",
                 "--default_kv_lease_ttl=" + os.environ.get("MCXL_FAULT_LEASE_MS", "10000")]
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_workers.py")
+# The worker whose puts may go to its DRAM segment (-1: none).
+SEGMENT_SLOT = 1 if os.environ.get("MCXL_FAULT_SEGMENT", "1") != "0" else -1
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
 DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
 FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
@@ -261,6 +266,8 @@ class Run:
                    MC_CXL_CONNECT_TIMEOUT_MS="1000", MC_CXL_PUT_WAIT_MS="500")
         if self.remote and slot == SLOTS - 1:
             env.update(MC_CXL_REMOTE="1", MC_CXL_AUTH_TOKEN_FILE=self.secret)
+        elif slot == SEGMENT_SLOT and self.sim_hosts < 2:  # a non-coherent pool has no segments
+            env.update(MC_CXL_DRAM_SEGMENT="1")  # with global_segment_size 16 MiB (fault_workers.py)
         env = self.sim_env(self.worker_host(slot), env)
         log = open(os.path.join(self.tmp, f"worker{slot}.{life}.log"), "ab")
         self.logs[slot] = log

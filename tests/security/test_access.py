@@ -57,7 +57,8 @@ def client_ref(slot, gen):
 def attach_payload(pid, token=b"", name=b"intruder", machine=None, secret=b""):
     machine = socket.gethostname().encode() if machine is None else machine
     token = token.ljust(16, b"\0")[:16]
-    return s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token + s32(b"default") + s32(secret)
+    return (s32(name) + s32(machine) + struct.pack("<QIQ", pid, 0, 0) + token + s32(b"default") + s32(secret)
+            + struct.pack("<Q", 0) + s32(b""))  # no DRAM segment
 
 
 def remove_payload(ref, keys, force=True):
@@ -69,7 +70,8 @@ def regex_payload(ref, pattern, force=True):
 
 
 def put_start_payload(ref, key, size):
-    return (ref + struct.pack("<QIBIQI", 1, 0, 0, 0, 0, 1) + s32(key) + struct.pack("<Q", size) + s32(b""))
+    return (ref + struct.pack("<QIBIQ", 1, 0, 0, 0, 0) + struct.pack("<BI", 0, 1)
+            + s32(key) + struct.pack("<Q", size) + s32(b""))
 
 
 class RawPeer:

@@ -66,7 +66,8 @@ def raw_attach(sock, pool_path):
     with open(pool_path, "rb") as f:
         f.seek(SB_AUTH_TOKEN)
         token = f.read(16)
-    payload = s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token + s("default") + s("")  # no remote secret
+    payload = (s("127.0.0.1:1") + s(socket.gethostname()) + struct.pack("<QIQ", os.getpid(), 0, 0) + token + s("default") + s("")
+               + struct.pack("<Q", 0) + s(""))  # no remote secret, no DRAM segment
     _, reply = call(sock, ATTACH, payload)
     status, slot, gen = struct.unpack_from("<iIQ", reply)
     assert status == 0, status
@@ -76,7 +77,7 @@ def raw_attach(sock, pool_path):
 def put_start_payload(slot, gen, put_id, abandoned, keys):
     p = struct.pack("<IQQI", slot, gen, put_id, len(abandoned))
     p += b"".join(struct.pack("<Q", i) for i in abandoned)
-    p += struct.pack("<BIQI", 0, 0, 0, len(keys))
+    p += struct.pack("<BIQBI", 0, 0, 0, 0, len(keys))  # placement 0: the pool, no segment named
     for k in keys:
         p += s(k) + struct.pack("<Q", 64) + s(b"")
     return p

@@ -88,7 +88,10 @@ Client::Client(const ClientOptions& options) : options_(options) {
   tenant_prefix_ = TenantPrefix(options_.tenant);
 }
 
-Client::~Client() { (void)Close(); }
+Client::~Client() {
+  (void)Close();
+  UnmapSegment();  // after the Detach: the master no longer places puts there
+}
 
 Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   std::string host;
@@ -127,6 +130,7 @@ Result<std::shared_ptr<Client>> Client::Connect(const ClientOptions& options) {
   }
   c->rpc_ = std::make_unique<RpcClient>(host, port, options.connect_timeout_ms, options.rpc_timeout_ms);
   if (s.ok()) s = c->MapPool();
+  if (s.ok()) s = c->MapSegment();
   if (s.ok()) s = c->Attach(true);
   if (s.ok() && NonCoherent()) s = c->CheckMasterFoldsLeases();
   if (!s.ok()) {
@@ -196,6 +200,7 @@ Status Client::Attach(bool initial) {
   req.prev_generation = slot_generation_.load(std::memory_order_relaxed);
   memcpy(req.token, token_, sizeof(req.token));
   req.tenant = options_.tenant;
+  req.segment_size = segment_size_;
   Encoder e;
   Encode(req, &e);
   Result<std::string> r = ErrorCode::RPC_FAIL;

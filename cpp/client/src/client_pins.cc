@@ -48,6 +48,8 @@ Result<PinnedView> Client::PinValue(std::string_view user_key) {
       if (!st.ok()) return st.error();
       return false;
     }
+    // A view needs pool bytes a pin can hold; a segment's are not.
+    if (s.state() == EntryState::kInSegment) return ErrorCode::NOT_SUPPORTED;
     const char* data = index_->ValuePtr(s, key);
     if (data == nullptr) return false;
     bool slot_lost = false;

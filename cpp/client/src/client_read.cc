@@ -85,6 +85,7 @@ Result<bool> Client::CopyStep(const EntrySnapshot& snap, std::string_view key, R
 
 Result<bool> Client::CopyLocked(const EntrySnapshot& snap, std::string_view key, const ReadDest& dest) {
   if (snap.state() == EntryState::kOnDisk) return CopyFromDisk(snap, key, dest);
+  if (snap.state() == EntryState::kInSegment) return CopyFromSegment(snap, key, dest);
   const char* src = index_->ValuePtr(snap, key);
   if (src == nullptr) return false;  // geometry of a stale snapshot: retry
   ObserveRangeUnless(SimMutation::kDropReadInvalidate, src, snap.value_size);

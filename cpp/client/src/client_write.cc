@@ -111,6 +111,9 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->upsert = upsert;
   req->config.flags = options.flags;
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
+  req->placement = uint8_t((segment_size_ != 0 ? kPlaceSegment : 0) | (options.same_node ? kPlaceSameNode : 0) |
+                           (options.preferred_segment.empty() ? 0 : kPlaceNamed));
+  if (req->placement & kPlaceNamed) req->preferred_segment = options.preferred_segment;
 }
 
 ErrorCode Client::PutStartCall(PutStartRequest* req, size_t n, const std::string_view* keys, const uint64_t* sizes,
@@ -198,30 +201,37 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
     return it.status;
   }
   if (it.status != ErrorCode::OK) return it.status;
-  if (!pool_->InDataRegion(it.value_offset, size) || it.entry_slot >= index_->capacity()) {
-    MCXL_LOG(kError, "client", "master gave an extent outside the data region; put abandoned");
+  const bool in_segment = it.segment_generation != 0;
+  char* dst = in_segment ? SegmentTarget(it, size)
+              : pool_->InDataRegion(it.value_offset, size) ? pool_->base() + it.value_offset
+                                                            : nullptr;
+  if (dst == nullptr || it.entry_slot >= index_->capacity()) {
+    MCXL_LOG(kError, "client", "master gave an extent outside the data region or segment; put abandoned");
     // On a non-coherent pool the entry is the master's alone: it revokes
     // the put when its discard timeout passes.
-    if (deferred == nullptr) (void)index_->Abort(it.entry_slot, it.generation);
+    if (deferred == nullptr && it.entry_slot < index_->capacity()) (void)index_->Abort(it.entry_slot, it.generation);
     return ErrorCode::INTERNAL_ERROR;
   }
-  put_frontier_.store(it.value_offset + size, std::memory_order_relaxed);  // relaxed: a hint (client.h)
-  // The extent's lines may be in this host's cache from an earlier object
-  // (and its first line holds the master's header and key): dropped first,
-  // so the write-backs below are based on the pool's bytes (a fence when
-  // coherent).
-  ObserveRange(pool_->base() + it.value_offset, size);
-  if (!CopyValueChecked(parts, nparts, pool_->base() + it.value_offset, it, owner)) {
+  if (!in_segment) {
+    put_frontier_.store(it.value_offset + size, std::memory_order_relaxed);  // relaxed: a hint (client.h)
+    // The extent's lines may be in this host's cache from an earlier object
+    // (and its first line holds the master's header and key): dropped first,
+    // so the write-backs below are based on the pool's bytes (a fence when
+    // coherent). A segment is this host's DRAM: nothing to drop.
+    ObserveRange(dst, size);
+  }
+  if (!CopyValueChecked(parts, nparts, dst, it, owner)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master during its copy; stopped",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;
   }
   if (pool_->failed()) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;  // the copy may have gone to replacement pages (see PoolFaultAction)
-  if (deferred != nullptr) {  // the master publishes (client_noncoherent.cc)
+  if (deferred != nullptr) {  // the master publishes (client_noncoherent.cc); never a segment put (Attach refuses segments on a non-coherent pool)
     deferred->emplace_back(it.entry_slot, it.generation);
     return ErrorCode::OK;
   }
-  if (!index_->PublishComplete(it.entry_slot, it.generation)) {
+  if (!index_->PublishComplete(it.entry_slot, it.generation,
+                               in_segment ? EntryState::kInSegment : EntryState::kComplete)) {
     MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed",
              int(key.size()), key.data());
     return ErrorCode::TRANSFER_FAIL;

@@ -8,7 +8,9 @@ bool RunsInSlices(uint16_t type) {
 namespace {
 ErrorCode ReadStatus(Decoder* d) { return ErrorCode(d->I32()); }
 constexpr uint64_t kPutStartReplyHead = 4 + 4;           // status, item count
-constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply)
+constexpr uint64_t kPutStartReplyItem = 4 + 8 + 8 + 8 + 1;  // Encode(PutStartReply), in the pool
+constexpr uint64_t kPutStartSegmentFields = 4 + 8;         // an item placed in a segment adds these
+constexpr uint8_t kItemSettle = 1, kItemInSegment = 2;     // an item's flag byte
 }  // namespace
 
 uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
@@ -23,8 +25,11 @@ uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
   (void)d.U8();
   (void)d.U32();
   (void)d.U64();
+  uint8_t placement = d.U8();
+  if (placement & kPlaceNamed) (void)d.Str();
   uint32_t keys = d.Count(4 + 8 + 4);
-  return d.failed() ? 0 : kPutStartReplyHead + kPutStartReplyItem * uint64_t(keys);
+  uint64_t item = kPutStartReplyItem + ((placement & kPlaceSegment) ? kPutStartSegmentFields : 0);
+  return d.failed() ? 0 : kPutStartReplyHead + item * uint64_t(keys);
 }
 
 const char* MessageTypeName(uint16_t type) {
@@ -69,6 +74,8 @@ void Encode(const AttachRequest& m, Encoder* e) {
   e->Raw(m.token, sizeof(m.token));
   e->Str(m.tenant);
   e->Str(m.secret);
+  e->U64(m.segment_size);
+  e->Str(m.segment_session);
 }
 bool Decode(Decoder* d, AttachRequest* m) {
   m->local_hostname = d->Str();
@@ -79,6 +86,8 @@ bool Decode(Decoder* d, AttachRequest* m) {
   d->Raw(m->token, sizeof(m->token));
   m->tenant = d->Str();
   m->secret = d->Str();
+  m->segment_size = d->U64();
+  m->segment_session = d->Str();
   return !d->failed() && d->done();
 }
 
@@ -133,6 +142,8 @@ void EncodePutStartHead(const PutStartRequest& m, Encoder* e) {  // everything b
   e->U8(m.upsert ? 1 : 0);
   e->U32(m.config.flags);
   e->U64(m.config.soft_pin_ttl_ms);
+  e->U8(m.placement);
+  if (m.placement & kPlaceNamed) e->Str(m.preferred_segment);
 }
 }  // namespace
 
@@ -164,6 +175,9 @@ bool Decode(Decoder* d, PutStartRequest* m) {
   m->upsert = d->U8() != 0;
   m->config.flags = d->U32();
   m->config.soft_pin_ttl_ms = d->U64();
+  m->placement = d->U8();
+  if (m->placement & kPlaceNamed) m->preferred_segment.assign(d->Str());
+  else m->preferred_segment.clear();
   uint32_t n = d->Count(4 + 8 + 4);
   // Assigned in place: a request reused for the next decode keeps its
   // strings' capacity (the master's put path allocates nothing here).
@@ -186,7 +200,11 @@ void Encode(const PutStartReply& m, Encoder* e) {
     e->U64(it.entry_slot);
     e->U64(it.generation);
     e->U64(it.value_offset);
-    e->U8(it.settle ? 1 : 0);
+    e->U8((it.settle ? kItemSettle : 0) | (it.segment_generation != 0 ? kItemInSegment : 0));
+    if (it.segment_generation != 0) {
+      e->U32(it.segment_slot);
+      e->U64(it.segment_generation);
+    }
   }
 }
 bool Decode(Decoder* d, PutStartReply* m) {
@@ -198,7 +216,14 @@ bool Decode(Decoder* d, PutStartReply* m) {
     it.entry_slot = d->U64();
     it.generation = d->U64();
     it.value_offset = d->U64();
-    it.settle = d->U8() != 0;
+    uint8_t flags = d->U8();
+    it.settle = (flags & kItemSettle) != 0;
+    it.segment_slot = 0;
+    it.segment_generation = 0;
+    if (flags & kItemInSegment) {
+      it.segment_slot = d->U32();
+      it.segment_generation = d->U64();
+    }
   }
   return !d->failed();
 }

@@ -372,9 +372,13 @@ bool MasterImpl::CheckedLive(uint64_t slot) const {
     why = "no object of the master's is recorded there";
   } else if (off != ext.offset) {
     why = "its object_offset is not the extent the master allocated";
-  } else if (StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kOnDisk
+  } else if (!in_segment_.empty() && in_segment_.count(slot) != 0
+                 ? !SegmentEntryFits(slot, value_size, ext.size, m.key_len) ||
+                       StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kComplete
+             : StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kOnDisk
                  ? value_size == 0 || ExtentBytes(m.key_len, sizeof(DiskStub)) > ext.size
-                 : value_size == 0 || value_size > ext.size || ExtentBytes(m.key_len, value_size) > ext.size) {
+                 : value_size == 0 || value_size > ext.size || ExtentBytes(m.key_len, value_size) > ext.size ||
+                       StateOf(e.state_gen.load(std::memory_order_relaxed)) == EntryState::kInSegment) {
     why = "its value_size does not fit the extent the master allocated";
   } else {
     const ObjectHeader* h = pool_->At<const ObjectHeader>(ext.offset);

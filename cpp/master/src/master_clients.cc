@@ -224,6 +224,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
       ClientSlot* cs = pool_->client_slot(slot);
       if (!c.attached || c.generation != req.prev_generation) {
         AttachAnnounceHolds(slot, req.pid, KeyHash(req.machine));
+        DropSegment(slot, "a new attachment");
         c = ClientInfo{};
         c.attached = true;
         MarkPinTable(slot);
@@ -234,6 +235,7 @@ std::string MasterImpl::HandleAttach(Decoder* d, uint32_t* conn_slot) {
         c.remote = remote;
         c.attach_ns = NowNs();
         c.tenant = req.tenant.empty() ? std::string(kDefaultTenant) : req.tenant;
+        (void)AdoptSegment(&c, slot, req);  // a refused segment: the client runs on the pool alone
         cs->pid.store(req.pid, std::memory_order_relaxed);
         cs->machine_hash.store(KeyHash(req.machine), std::memory_order_relaxed);
         snprintf(cs->host, sizeof(cs->host), "%s", req.local_hostname.c_str());
@@ -308,6 +310,7 @@ void MasterImpl::ReclaimClient(uint32_t slot, const char* why) {
     else RevokePending(p, dead);
   }
   pending_.resize(keep);
+  DropSegment(slot, why);  // before the slot can be reused: its objects are misses
   ClientInfo was = c;
   c = ClientInfo{};
   SetAttached(slot, false);

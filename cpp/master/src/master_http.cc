@@ -42,17 +42,6 @@ std::string Human(double bytes) {
   return buf;
 }
 
-// A Prometheus label value: tenant ids hold no control bytes (tenant.h),
-// so quotes and backslashes are all that need escaping.
-std::string LabelEscape(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out;
-}
-
 const char* kOpNames[] = {"error", "ping", "attach", "detach", "put_start", "remove", "batch_remove",
                           "remove_by_regex", "remove_all", "heartbeat", "promote", "settle",
                           "announce_open", "announce_close", "locate", "publish", "leases"};
@@ -171,6 +160,7 @@ std::string MasterImpl::MetricsText() {
   for (const auto& t : tenants)
     w.Sample("master_tenant_value_bytes", ("{tenant=\"" + LabelEscape(t.name) + "\"}").c_str(), double(t.bytes));
   w.Metric("master_index_capacity", "gauge", "Entries of the object index", index_->capacity());
+  WriteSegmentMetrics(&w);
   WriteIndexMetrics(&w, hit);
   w.Metric("master_client_count", "gauge", "Attached clients", clients);
   w.Metric("master_active_clients", "gauge", "Attached clients (Mooncake's name)", clients);

@@ -184,6 +184,18 @@ class MasterImpl final : public Master, private TierHost {
     std::string tenant;      // key namespace (tenant.h), from Attach
     std::vector<uint64_t> abandoned;  // recent put ids it gave up on (bounded)
     uint64_t reply_tail = 0;          // ServeRing's copy of its reply ring's tail (ShmRing::Push)
+    std::string hostname;             // its local_hostname: the name of its DRAM segment
+    // Its DRAM segment (master_segments.cc): size and TE session from
+    // Attach, the allocator of its bytes (the master never touches them).
+    uint64_t segment_size = 0;
+    std::string segment_session;
+    std::shared_ptr<ExtentAllocator> segment;
+  };
+  // Where the value of a kInSegment entry (or a WRITING one bound there) lies.
+  struct SegmentPlacement {
+    uint32_t owner;
+    uint64_t owner_generation;
+    uint64_t handle;  // in the owner's segment allocator
   };
 
   // Makes `pool` (formatted, or verified when !fresh) the one served: every
@@ -254,6 +266,29 @@ class MasterImpl final : public Master, private TierHost {
   uint32_t ReclaimDeadLocalClients();
   void ReclaimClient(uint32_t slot, const char* why);
   void CheckClients();
+
+  // ---- DRAM segments (master_segments.cc) ----
+  // Records the segment an Attach names (size, session): false (logged)
+  // when its size is out of bounds.
+  bool AdoptSegment(ClientInfo* c, uint32_t slot, const AttachRequest& req);
+  // The segment a put of `bytes` goes to (its owner's slot, the extent in
+  // *ext), or kNoSlot for the pool: preferred_segment, then the putter's
+  // own with kPlaceSameNode, then the putter's own when the pool is past the
+  // point where eviction starts (watermark - ratio/2: eviction ahead). Only
+  // the owner writes a segment (it has no engine here). Never a grouped put.
+  uint32_t PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes, Extent* ext);
+  // A full segment: its least recently used objects go (by the rules of an
+  // eviction round, groups and protected ones kept) until `bytes` fit.
+  uint64_t EvictFromSegment(uint32_t owner, uint64_t bytes);
+  void WriteSegmentStub(uint64_t stub_offset, uint64_t key_len, uint32_t owner, const Extent& ext);
+  // Unlink's part: frees the segment extent of `entry_slot`, if any.
+  void FreeSegmentExtent(uint64_t entry_slot);
+  // Every object of `slot`'s segment is unlinked (its owner is gone: a miss,
+  // never other bytes) and the segment forgotten. Before the slot is reused.
+  void DropSegment(uint32_t slot, const char* why);
+  // A live entry bound to a segment agrees with the master's record of it.
+  bool SegmentEntryFits(uint64_t slot, uint64_t value_size, uint64_t extent_size, uint32_t key_len) const;
+  std::unordered_map<uint64_t, SegmentPlacement> in_segment_;  // entry slot -> placement
 
   // ---- puts and pending puts (master_puts.cc) ----
   std::string HandlePutStart(Decoder* d);
@@ -469,6 +504,7 @@ class MasterImpl final : public Master, private TierHost {
   ReadCountsResult ReadCounts() const;  // REQUIRES: mu_ held
   // The index's load, its evictions and probe lengths; `hit` from the scan.
   void WriteIndexMetrics(PromWriter* w, const ProbeHistogram& hit) const;  // under mu_
+  void WriteSegmentMetrics(PromWriter* w) const;  // DRAM segments' bytes, per segment (master_segments.cc); under mu_
   struct DiskReads {
     uint64_t hits, bad;
   };

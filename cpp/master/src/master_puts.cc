@@ -60,7 +60,15 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
     return item;
   }
   uint64_t extent_bytes = ExtentBytes(key.size(), size);
-  if (extent_bytes < size || extent_bytes > alloc_->capacity()) {
+  // A DRAM segment (master_segments.cc): the pool keeps a stub only.
+  Extent seg;
+  uint32_t seg_owner = kNoSlot;
+  // A group stays in the pool: eviction takes a group whole, from one place.
+  if ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment && extent_bytes >= size &&
+      req.groups[i].empty())
+    seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
+  if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
+  if ((extent_bytes < size && seg_owner == kNoSlot) || extent_bytes > alloc_->capacity()) {
     MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
              key.c_str(), (unsigned long long)size, (unsigned long long)alloc_->capacity());
     item.status = ErrorCode::NO_AVAILABLE_HANDLE;
@@ -68,6 +76,7 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   }
   auto ext = AllocateForPut(extent_bytes, key);
   if (!ext) {
+    if (seg_owner != kNoSlot) (void)clients_[seg_owner].segment->Free(seg.handle);
     item.status = ext.error();
     return item;
   }
@@ -80,17 +89,19 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   f.extent_size = ext->size;
   f.put_time_ns = now;
   f.group_hash = req.groups[i].empty() ? 0 : KeyHash(req.groups[i]);
-  f.flags = req.config.flags & (kFlagHardPin | kFlagSoftPin);
+  f.flags = (req.config.flags & (kFlagHardPin | kFlagSoftPin)) | (seg_owner != kNoSlot ? kFlagSegmentStub : 0);
   f.soft_pin_ttl_ms = !(f.flags & kFlagSoftPin)     ? 0
                       : req.config.soft_pin_ttl_ms ? req.config.soft_pin_ttl_ms
                                                    : config_.default_kv_soft_pin_ttl_ms;
   WriteObjectHeader(*pool_, ext->offset, f, key, hash);  // hash = KeyHash(key): not recomputed
+  if (seg_owner != kNoSlot) WriteSegmentStub(ext->offset, key.size(), seg_owner, seg);
   ObjectIndex::InsertArgs args{hash, ext->offset, size, gen, now, f.flags, req.client.slot};
   auto slot = index_->Insert(args);
   // Every slot of the key's probe window is in use: make one free there.
   if (!slot && EvictInWindow(hash) > 0) slot = index_->Insert(args);
   if (!slot) {
     (void)alloc_->Free(ext->handle);
+    if (seg_owner != kNoSlot) (void)clients_[seg_owner].segment->Free(seg.handle);
     bool transient = round_blocked_transiently_;
     MCXL_LOG(kWarn, "master", "put of '%s' refused: the %llu index slots of its probe window hold %s objects",
              key.c_str(), (unsigned long long)ObjectIndex::kMaxProbeSlots,
@@ -102,6 +113,7 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   // Recorded before anything looks the key up again: FindLive checks every
   // entry against these records (CheckedLive), the new one included.
   entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
+  if (seg_owner != kNoSlot) in_segment_[*slot] = {seg_owner, clients_[seg_owner].generation, seg.handle};
   if (req.upsert) {
     // Every older entry of the key, COMPLETE or still WRITING (a concurrent
     // upsert), is marked: a reader that meets one keeps probing and takes the
@@ -124,6 +136,11 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   item.entry_slot = *slot;
   item.generation = gen;
   item.value_offset = index_->ValueOffset(ext->offset, key.size());
+  if (seg_owner != kNoSlot) {
+    item.value_offset = seg.offset;
+    item.segment_slot = seg_owner;
+    item.segment_generation = clients_[seg_owner].generation;
+  }
   return item;
 }
 
@@ -258,8 +275,8 @@ EntryState MasterImpl::PendingState(const PendingPut& p) const {
   uint64_t sg = index_->entry(p.entry_slot).state_gen.load(std::memory_order_acquire);
   EntryState st = StateOf(sg);
   if (st == EntryState::kOnDisk) st = EntryState::kComplete;  // completed, then demoted before Tick saw it
-  bool ours = GenOf(sg) == p.generation &&
-              (st == EntryState::kWriting || st == EntryState::kComplete || st == EntryState::kAborted);
+  bool ours = GenOf(sg) == p.generation && (st == EntryState::kWriting || st == EntryState::kComplete ||
+                                            st == EntryState::kAborted || st == EntryState::kInSegment);
   return ours ? st : EntryState::kEmpty;
 }
 
@@ -271,9 +288,10 @@ void MasterImpl::CountComplete(uint64_t entry_slot) {
 
 void MasterImpl::FinishPending(const PendingPut& p, EntryState state) {
   if (state == EntryState::kEmpty) return;  // already unlinked by a remove
-  if (state == EntryState::kComplete) {
+  if (state == EntryState::kComplete || state == EntryState::kInSegment) {
     CountComplete(p.entry_slot);
-    if (tier_) tier_->OnPutComplete(p.entry_slot);  // write-through copies it
+    // Write-through copies it (a segment's bytes are not the master's to read).
+    if (tier_ && state == EntryState::kComplete) tier_->OnPutComplete(p.entry_slot);
     if (p.upsert) {
       std::string key(KeyOf(p.entry_slot));
       ClearSupersededIfSettled(key, KeyHash(key));

@@ -91,7 +91,12 @@ void MasterImpl::Recover() {
     if (st == EntryState::kWriting && ok && !index_->Abort(slot, GenOf(sg)))
       st = StateOf(e.state_gen.load(std::memory_order_acquire));
     Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_hash, h.key_len, seen};
-    if (Readable(st) && ok) {
+    if (st == EntryState::kInSegment && ok) {
+      // A restarted master cannot know the segment kept its bytes (its
+      // owner re-attaches with a new generation): the object is a miss.
+      index_->Tombstone(slot);
+      ++stats_.dropped_on_recovery;
+    } else if (Readable(st) && ok) {
       if (seen != WarmScan::kNone) found_at[seen] = uint32_t(complete.size());
       complete.push_back(f);
     } else if ((st == EntryState::kWriting || st == EntryState::kAborted) && ok) {

@@ -109,6 +109,13 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
     item.status = ErrorCode::REPLICA_IS_NOT_READY;
     return item;
   }
+  if (best.state() == EntryState::kInSegment) {
+    // In a client's DRAM segment: its pool extent is a stub, never a value
+    // to copy. A remote reader does not read segments (a miss).
+    if (count) cs->get_misses.fetch_add(1, std::memory_order_relaxed);
+    item.status = ErrorCode::OBJECT_NOT_FOUND;
+    return item;
+  }
   uint64_t now = NowNs();
   uint64_t until = now + config_.default_kv_lease_ttl_ms * 1000000ull;
   uint64_t hold_cap = now + kMaxLeaseHoldNs;

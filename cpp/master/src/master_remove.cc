@@ -75,6 +75,7 @@ void MasterImpl::Unlink(uint64_t entry_slot, bool free_now, uint64_t release_mon
   uint64_t gen = GenOf(index_->entry(entry_slot).state_gen.load(std::memory_order_relaxed));
   if (tier_) tier_->ForgetDiskCopy(entry_slot, gen);  // before the tombstone: it reads the state and key
   index_->Tombstone(entry_slot);
+  if (!in_segment_.empty()) FreeSegmentExtent(entry_slot);  // its value's bytes: after the tombstone's bump
   --live_entries_;
   RemoveFromGroup(entry_slot);
   EntryMeta& meta = entry_meta_[entry_slot];

@@ -6,8 +6,21 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <string_view>
 
 namespace mcxl {
+
+// A Prometheus label value: quotes and backslashes escaped, control bytes
+// (a client's local_hostname may hold any) dropped.
+inline std::string LabelEscape(std::string_view s) {
+  std::string out;
+  for (char c : s) {
+    if (static_cast<unsigned char>(c) < 0x20) continue;
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out;
+}
 
 class PromWriter {
  public:

@@ -51,9 +51,11 @@ bool CheckedObjectHeader(const Pool& pool, uint64_t offset, ObjectHeader* out) {
   const ObjectHeader& c = *out;
   uint64_t data_size = pool.geometry().data_size;
   if (c.magic != kObjectMagic || c.key_len == 0 || !HeaderInBounds(pool, offset, c.key_len)) return false;
-  // value_size first: ExtentBytes must not wrap. A stub (kOnDisk) holds a
-  // DiskStub where the value would be.
-  uint64_t held = (c.flags & kFlagDiskStub) ? sizeof(DiskStub) : c.value_size;
+  // value_size first: ExtentBytes must not wrap. A stub (kOnDisk,
+  // kInSegment) holds a DiskStub or SegmentStub where the value would be.
+  uint64_t held = (c.flags & kFlagDiskStub)      ? sizeof(DiskStub)
+                  : (c.flags & kFlagSegmentStub) ? sizeof(SegmentStub)
+                                                 : c.value_size;
   if (c.value_size == 0 || c.value_size > data_size || c.extent_size < ExtentBytes(c.key_len, held) ||
       !pool.InDataRegion(offset, c.extent_size))
     return false;

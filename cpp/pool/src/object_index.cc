@@ -139,7 +139,8 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
       if (s.state() == EntryState::kEmpty) break;
       if (!Readable(s.state()) || s.key_hash != hash) continue;
       PrefetchObject(s.object_offset);
-      // One bounds check of the header serves the key compare and the payload.
+      // One bounds check of the header serves the key compare and the payload
+      // (a kOnDisk DiskStub, a kInSegment SegmentStub, else the value).
       if (!HeaderInBounds(*pool_, s.object_offset, key.size()) || !KeyMatchesInBounds(s, key)) continue;
       s.payload = PayloadInBounds(s, key.size());
       if (s.payload == nullptr) {
@@ -182,13 +183,15 @@ Result<EntrySnapshot> ObjectIndex::FindComplete(std::string_view key, uint64_t h
 const char* ObjectIndex::PayloadInBounds(const EntrySnapshot& s, uint64_t key_len) const {
   // The header was checked first: ValueOffset cannot wrap once it is in bounds.
   uint64_t off = ValueOffset(s.object_offset, key_len);
-  uint64_t len = s.state() == EntryState::kOnDisk ? sizeof(DiskStub) : s.value_size;
+  uint64_t len = s.state() == EntryState::kOnDisk      ? sizeof(DiskStub)
+                 : s.state() == EntryState::kInSegment ? sizeof(SegmentStub)
+                                                       : s.value_size;
   if (!pool_->InDataRegion(off, len)) return nullptr;
   return pool_->base() + off;
 }
 
 const char* ObjectIndex::ValuePtr(const EntrySnapshot& s, std::string_view key) const {
-  if (s.state() == EntryState::kOnDisk) return nullptr;
+  if (s.state() == EntryState::kOnDisk || s.state() == EntryState::kInSegment) return nullptr;
   if (s.payload != nullptr) return s.payload;  // FindComplete checked this geometry
   if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
   return PayloadInBounds(s, key.size());
@@ -199,6 +202,13 @@ const DiskStub* ObjectIndex::StubPtr(const EntrySnapshot& s, std::string_view ke
   if (s.payload != nullptr) return reinterpret_cast<const DiskStub*>(s.payload);
   if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
   return reinterpret_cast<const DiskStub*>(PayloadInBounds(s, key.size()));
+}
+
+const SegmentStub* ObjectIndex::SegmentStubPtr(const EntrySnapshot& s, std::string_view key) const {
+  if (s.state() != EntryState::kInSegment) return nullptr;
+  if (s.payload != nullptr) return reinterpret_cast<const SegmentStub*>(s.payload);
+  if (!HeaderInBounds(*pool_, s.object_offset, key.size())) return nullptr;
+  return reinterpret_cast<const SegmentStub*>(PayloadInBounds(s, key.size()));
 }
 
 void ObjectIndex::ExtendLease(uint64_t slot, uint64_t until_ns) const {
@@ -260,9 +270,8 @@ bool ObjectIndex::CasState(uint64_t slot, uint64_t expected, uint64_t desired) c
   return ok;
 }
 
-bool ObjectIndex::PublishComplete(uint64_t slot, uint64_t generation) const {
-  return CasState(slot, PackStateGen(generation, EntryState::kWriting),
-                  PackStateGen(generation, EntryState::kComplete));
+bool ObjectIndex::PublishComplete(uint64_t slot, uint64_t generation, EntryState as) const {
+  return CasState(slot, PackStateGen(generation, EntryState::kWriting), PackStateGen(generation, as));
 }
 
 bool ObjectIndex::Abort(uint64_t slot, uint64_t generation) const {

@@ -85,6 +85,11 @@ struct ClientOptions {
   // (MC_CXL_STRICT_BUFFERS=1, setup(strict_buffers=True)): Mooncake's
   // contract. Off: unregistered memory is accepted too.
   bool strict_buffers = false;
+  // A DRAM segment of this many bytes beside the pool (client_segment.cc;
+  // 0 = none): a MAP_SHARED memfd named at Attach, where the master may
+  // place this client's puts. The Python setup sets it from
+  // global_segment_size when MC_CXL_DRAM_SEGMENT=1.
+  uint64_t dram_segment_size = 0;
 };
 
 struct PutOptions {
@@ -92,6 +97,10 @@ struct PutOptions {
   uint64_t soft_pin_ttl_ms = 0;  // 0 = the master's default
   // Eviction groups: one per key, or one for every key, or none.
   std::vector<std::string> group_ids;
+  // DRAM segments: the segment asked for (a client's local_hostname), and
+  // prefer_alloc_in_same_node (this client's own).
+  std::string preferred_segment;
+  bool same_node = false;
 };
 
 struct ConstSlice {
@@ -190,6 +199,7 @@ class Client {
   uint64_t offload_read_count() const { return offload_reads_.load(std::memory_order_relaxed); }
   // Where the tier is for this client ("" = no tier) and whether it reads it itself.
   std::string tier_root() const;
+  uint64_t dram_segment_size() const { return segment_size_; }  // 0: no DRAM segment
   bool tier_direct() const;
   // Counts a data read (get, get_into, get_buffer, ranges) as a hit or a
   // miss in this client's slot, where the master sums them for /metrics.
@@ -345,6 +355,19 @@ class Client {
   Status StageAndWait(const EntrySnapshot& snap, std::string_view key);
   void SendPromote(std::string_view key, uint64_t generation, bool stage);
   mutable std::mutex tier_mu_;
+  // ---- DRAM segment (client_segment.cc) ----
+  Status MapSegment();  // at Connect, when options_.dram_segment_size > 0
+  void UnmapSegment();
+  // Copies the value of a kInSegment snapshot from this client's own
+  // segment and re-checks the entry (false: changed, locate again); another
+  // client's segment, or a stub that does not fit the segment, is a miss.
+  Result<bool> CopyFromSegment(const EntrySnapshot& snap, std::string_view key, const ReadDest& dest);
+  // Where a put the master placed in a segment goes in this process, or
+  // nullptr (logged) when the reply does not name a range of our segment.
+  char* SegmentTarget(const PutStartItem& it, uint64_t size) const;
+  char* segment_base_ = nullptr;
+  uint64_t segment_size_ = 0;
+  int segment_fd_ = -1;
   std::shared_ptr<const TierView> tier_view_;
   // Relaxed: a statistic.
   std::atomic<uint64_t> offload_reads_{0};

@@ -17,11 +17,12 @@
 namespace mcxl {
 
 constexpr uint32_t kFrameMagic = 0x4D43584Cu;  // "LXCM"
-constexpr uint16_t kProtocolVersion = 7;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant;
+constexpr uint16_t kProtocolVersion = 8;  // 2: Attach token, ClientRef in removes, Ping bootstrap; 3: Attach tenant;
                                           // 4: tombstone tickets, PutStartItem.settle, Settle;
                                           // 5: RingHeader of four lines, doorbell rung only when needed;
                                           // 6: AnnounceOpen, AnnounceClose;
-                                          // 7: remote clients (Attach secret, TE session, Locate, Publish)
+                                          // 7: remote clients (Attach secret, TE session, Locate, Publish);
+                                          // 8: DRAM segments (Attach segment, PutStart placement, items' segment)
 constexpr uint32_t kMaxPayloadBytes = 64u << 20;
 
 struct FrameHeader {

@@ -75,6 +75,11 @@ struct AttachRequest {
   // A client that cannot map the pool (remote, over the Transfer Engine)
   // has no token: it presents the operator's secret (--auth_token_file).
   std::string secret;
+  // DRAM segment (MC_CXL_DRAM_SEGMENT=1 and global_segment_size > 0): bytes
+  // of this client's segment (0 = none) and the Transfer Engine session
+  // serving it ("" = none: only its owner reads it).
+  uint64_t segment_size = 0;
+  std::string segment_session;
 };
 struct AttachReply {
   ErrorCode status = ErrorCode::OK;
@@ -113,6 +118,13 @@ struct PutStartRequest {
   std::vector<uint64_t> abandoned;
   bool upsert = false;
   PutConfigWire config;
+  // DRAM segments: kPlaceSegment (the putter has a segment: only then may
+  // the master place there, and the reply's items may carry a segment),
+  // kPlaceSameNode (prefer_alloc_in_same_node: the putter's own), kPlaceNamed:
+  // preferred_segment (a client's local_hostname) follows on the wire.
+  // Without a segment the request and reply are those of a pool put.
+  uint8_t placement = 0;
+  std::string preferred_segment;  // meaningful with kPlaceNamed
   std::vector<std::string> keys;
   std::vector<uint64_t> sizes;
   std::vector<std::string> groups;  // per key; "" = no group
@@ -123,13 +135,21 @@ struct PutStartItem {
   ErrorCode status = ErrorCode::OK;
   uint64_t entry_slot = 0;
   uint64_t generation = 0;
-  uint64_t value_offset = 0;
+  uint64_t value_offset = 0;  // in the pool, or in the segment below
+  // Placed in a DRAM segment: the owner's slot and its generation (0 = in
+  // the pool; on the wire only when nonzero). The putter writes value_offset
+  // of that segment and publishes the entry kInSegment.
+  uint32_t segment_slot = 0;
+  uint64_t segment_generation = 0;
   // SSD tier: an older value of the key has a record on disk. After its
   // publishing CAS the client sends kSettle, so that the old record is
   // tombstoned before the upsert returns (else a --format rebuild could
   // bring the old value back).
   bool settle = false;
 };
+constexpr uint8_t kPlaceSameNode = 1;
+constexpr uint8_t kPlaceNamed = 2;
+constexpr uint8_t kPlaceSegment = 4;
 struct PutStartReply {
   ErrorCode status = ErrorCode::OK;  // of the request as a whole
   std::vector<PutStartItem> items;

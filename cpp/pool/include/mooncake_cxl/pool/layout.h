@@ -31,7 +31,8 @@ constexpr uint64_t kPoolMagic = 0x314C58434B4F4F4DULL;  // "MOOKCXL1"
 // 5: RingHeader::caller, and the SSD tier (EntryState::kOnDisk, DiskStub, Superblock::tier_*)
 // 6: Superblock::master_term and master_writing (the fence of --enable_ha)
 // 7: announcement channels named by the master, with their holders
-constexpr uint32_t kLayoutVersion = 7;
+// 8: DRAM segments (EntryState::kInSegment, SegmentStub, kFlagSegmentStub)
+constexpr uint32_t kLayoutVersion = 8;
 constexpr uint64_t kCacheLine = 64;
 constexpr uint64_t kSuperblockSize = 4096;
 constexpr uint32_t kMaxKeyLength = 65535;
@@ -230,9 +231,16 @@ enum class EntryState : uint8_t {
   // (ObjectHeader + key + DiskStub at the value offset) saying where the
   // record lives. value_size is the value's. Only the master sets or leaves it.
   kOnDisk = 5,
+  // Readable, value in a client's DRAM segment: object_offset names a stub
+  // extent (ObjectHeader + key + SegmentStub at the value offset) naming the
+  // segment and the range in it. Set by the owning putter's publishing CAS;
+  // the master tombstones every one of a segment before its slot is reused.
+  kInSegment = 6,
 };
-// A state readers return a value for (from the pool or from the tier).
-constexpr bool Readable(EntryState s) { return s == EntryState::kComplete || s == EntryState::kOnDisk; }
+// A state readers return a value for (from the pool, the tier or a segment).
+constexpr bool Readable(EntryState s) {
+  return s == EntryState::kComplete || s == EntryState::kOnDisk || s == EntryState::kInSegment;
+}
 
 constexpr uint64_t PackStateGen(uint64_t generation, EntryState s) {
   return (generation << 8) | uint64_t(s);
@@ -250,6 +258,9 @@ enum EntryFlags : uint32_t {
   kFlagSuperseded = 1u << 2,
   // ObjectHeader::flags of a stub extent (kOnDisk): its "value" is a DiskStub.
   kFlagDiskStub = 1u << 3,
+  // ObjectHeader::flags of a stub extent of a DRAM segment object: its
+  // "value" is a SegmentStub.
+  kFlagSegmentStub = 1u << 4,
 };
 
 // One object in the index: exactly one cache line.
@@ -305,6 +316,23 @@ struct DiskStub {
   std::atomic<uint64_t> disk_reads;
 };
 static_assert(sizeof(DiskStub) == 56);
+
+// Where the value of a kInSegment entry lives: `length` bytes at `offset` of
+// the DRAM segment of client slot `slot` while that slot has generation
+// `slot_generation`. Written by the master at PutStart, before the entry is
+// inserted; a reader copies it, bounds-checks it against the segment it
+// knows (the owner: its own mapping; others: the size the master recorded
+// at Attach), copies the value and re-checks the entry's version.
+constexpr uint64_t kSegmentStubMagic = 0x4753444C58434DULL;  // "MCXLDSG"
+struct SegmentStub {
+  uint64_t magic;
+  uint32_t slot;
+  uint32_t reserved;
+  uint64_t slot_generation;
+  uint64_t offset;
+  uint64_t length;
+};
+static_assert(sizeof(SegmentStub) == 40);
 
 constexpr uint64_t ObjectHeaderBytes(uint64_t key_len) {
   return RoundUp(sizeof(ObjectHeader) + key_len, kCacheLine);

@@ -56,9 +56,10 @@ struct EntrySnapshot {
   uint64_t put_time_ns = 0;
   uint32_t flags = 0;
   uint32_t owner_slot = 0;
-  // Set by FindComplete: where the value (kOnDisk: its DiskStub) starts in
-  // this process's mapping, bounds-checked once for the snapshot's geometry;
-  // nullptr in a snapshot taken otherwise (ValuePtr computes it).
+  // Set by FindComplete: where the value (kOnDisk: its DiskStub; kInSegment:
+  // its SegmentStub) starts in this process's mapping, bounds-checked once
+  // for the snapshot's geometry; nullptr in a snapshot taken otherwise
+  // (ValuePtr / StubPtr / SegmentStubPtr compute it).
   const char* payload = nullptr;
   EntryState state() const { return StateOf(state_gen); }
   uint64_t generation() const { return GenOf(state_gen); }
@@ -88,16 +89,19 @@ class ObjectIndex {
   // snapshot of a reused extent yields false or fails StillValid, never a
   // read outside the pool).
   bool KeyMatches(const EntrySnapshot& s, std::string_view key) const;
-  // The newest readable (COMPLETE, or kOnDisk: value in the SSD tier)
-  // entry of `key`: OBJECT_NOT_FOUND when none.
+  // The newest readable (COMPLETE, kOnDisk: value in the SSD tier, or
+  // kInSegment: value in a DRAM segment) entry of `key`: OBJECT_NOT_FOUND
+  // when none.
   Result<EntrySnapshot> FindComplete(std::string_view key, uint64_t hash) const;
   // Where the value of `s` starts in this process's mapping, or nullptr when
   // the snapshot's geometry is not inside the data region or the value is
-  // not in the pool (kOnDisk).
+  // not in the pool (kOnDisk, kInSegment).
   const char* ValuePtr(const EntrySnapshot& s, std::string_view key) const;
   // The DiskStub of a kOnDisk snapshot (at its value offset), or nullptr
   // when the stub is not inside the data region. Copy it, then StillValid.
   const DiskStub* StubPtr(const EntrySnapshot& s, std::string_view key) const;
+  // The SegmentStub of a kInSegment snapshot, likewise.
+  const SegmentStub* SegmentStubPtr(const EntrySnapshot& s, std::string_view key) const;
   // Entries FindComplete skipped as corrupt (value outside the data region).
   uint64_t corrupt_seen() const { return corrupt_seen_.load(std::memory_order_relaxed); }
   uint64_t ValueOffset(uint64_t object_offset, uint64_t key_len) const {
@@ -116,7 +120,8 @@ class ObjectIndex {
 
   // ---- putting client ----
   // CAS WRITING->COMPLETE (resp. ABORTED) for the generation the master gave.
-  bool PublishComplete(uint64_t slot, uint64_t generation) const;
+  // `as` kInSegment for a put the master placed in the putter's DRAM segment.
+  bool PublishComplete(uint64_t slot, uint64_t generation, EntryState as = EntryState::kComplete) const;
   bool Abort(uint64_t slot, uint64_t generation) const;
 
   // ---- master side ----

@@ -1,0 +1,113 @@
+// DRAM segments as the master sees them (master_segments.cc): an Attach's
+// segment is adopted or refused by its size; placement by
+// prefer_alloc_in_same_node and preferred_segment; the pool keeps a
+// SegmentStub; the owner publishes kInSegment; a detach unlinks the
+// segment's objects; a segment extent is reused after a remove.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "mooncake_cxl/common/clock.h"
+#include "mooncake_cxl/pool/key_hash.h"
+#include "test_util/master_fixture.h"
+
+namespace mcxl {
+namespace {
+
+using testutil::Enc;
+using testutil::kMiB;
+using testutil::StatusOf;
+
+class MasterSegmentsTest : public testutil::StartedMasterFixture {
+ protected:
+  ClientRef AttachWithSegment(const std::string& name, uint64_t size) {
+    AttachRequest req = AttachRequestFor(name);
+    req.segment_size = size;
+    return Attach(req);
+  }
+  PutStartItem PutStartPlaced(const ClientRef& c, const std::string& key, uint64_t size, uint8_t placement,
+                              const std::string& preferred = "") {
+    PutStartRequest req;
+    req.client = c;
+    conn_slot_ = c.slot;
+    req.keys = {key};
+    req.sizes = {size};
+    req.groups = {""};
+    req.placement = uint8_t(kPlaceSegment | placement | (preferred.empty() ? 0 : kPlaceNamed));
+    req.preferred_segment = preferred;
+    PutStartReply r = CallFor<PutStartReply>(MessageType::kPutStart, Enc(req));
+    EXPECT_EQ(r.items.size(), 1u);
+    return r.items.empty() ? PutStartItem{} : r.items[0];
+  }
+  SegmentStub StubOf(const std::string& key) {
+    auto s = index_->FindComplete(key, KeyHash(key));
+    EXPECT_TRUE(s.ok());
+    const SegmentStub* p = s.ok() ? index_->SegmentStubPtr(*s, key) : nullptr;
+    EXPECT_NE(p, nullptr);
+    SegmentStub out{};
+    if (p != nullptr) memcpy(&out, p, sizeof(out));
+    return out;
+  }
+};
+
+TEST_F(MasterSegmentsTest, SameNodePutGoesToTheSegmentWithAStubInThePool) {
+  ClientRef c = AttachWithSegment("seg:1", 4 * kMiB);
+  PutStartItem it = PutStartPlaced(c, "k", 100000, kPlaceSameNode);
+  ASSERT_EQ(it.status, ErrorCode::OK);
+  EXPECT_EQ(it.segment_slot, c.slot);
+  EXPECT_EQ(it.segment_generation, c.generation);
+  EXPECT_LE(it.value_offset + 100000, 4 * kMiB);
+  ASSERT_TRUE(index_->PublishComplete(it.entry_slot, it.generation, EntryState::kInSegment));
+  master_->Tick();
+  SegmentStub st = StubOf("k");
+  EXPECT_EQ(st.magic, kSegmentStubMagic);
+  EXPECT_EQ(st.slot, c.slot);
+  EXPECT_EQ(st.slot_generation, c.generation);
+  EXPECT_EQ(st.offset, it.value_offset);
+  EXPECT_GE(st.length, 100000u);
+  EXPECT_EQ(master_->stats().complete_keys, 1u);
+  // The same put by name; a name that is not this client's goes to the pool.
+  PutStartItem named = PutStartPlaced(c, "named", 5000, 0, "seg:1");
+  EXPECT_EQ(named.segment_generation, c.generation);
+  PutStartItem other = PutStartPlaced(c, "other", 5000, 0, "someone:2");
+  EXPECT_EQ(other.segment_generation, 0u);
+  EXPECT_TRUE(master_->pool().InDataRegion(other.value_offset, 5000));
+}
+
+TEST_F(MasterSegmentsTest, WithoutASegmentEveryPutGoesToThePool) {
+  ClientRef c = Attach("plain:1");
+  PutStartItem it = PutStartPlaced(c, "k", 4096, kPlaceSameNode, "plain:1");
+  ASSERT_EQ(it.status, ErrorCode::OK);
+  EXPECT_EQ(it.segment_generation, 0u);
+  // A segment size past the bound is refused at Attach: the client runs on the pool.
+  ClientRef big = AttachWithSegment("big:1", 2ull << 40);
+  PutStartItem b = PutStartPlaced(big, "b", 4096, kPlaceSameNode);
+  ASSERT_EQ(b.status, ErrorCode::OK);
+  EXPECT_EQ(b.segment_generation, 0u);
+}
+
+TEST_F(MasterSegmentsTest, DetachUnlinksTheSegmentObjectsAndRemoveFreesTheExtent) {
+  ClientRef c = AttachWithSegment("seg:1", 1 * kMiB);
+  PutStartItem a = PutStartPlaced(c, "a", 600000, kPlaceSameNode);
+  ASSERT_EQ(a.segment_generation, c.generation);
+  ASSERT_TRUE(index_->PublishComplete(a.entry_slot, a.generation, EntryState::kInSegment));
+  master_->Tick();
+  // The segment is full: the next one goes to the pool (a is read-leased: kept).
+  index_->ExtendLease(a.entry_slot, NowNs() + 60ull * 1000000000ull);
+  PutStartItem b = PutStartPlaced(c, "b", 600000, kPlaceSameNode);
+  EXPECT_EQ(b.segment_generation, 0u);
+  // Removed, its extent is free again for the next segment put.
+  EXPECT_EQ(Remove("a", true), ErrorCode::OK);
+  PutStartItem again = PutStartPlaced(c, "again", 600000, kPlaceSameNode);
+  ASSERT_EQ(again.segment_generation, c.generation);
+  ASSERT_TRUE(index_->PublishComplete(again.entry_slot, again.generation, EntryState::kInSegment));
+  master_->Tick();
+  EXPECT_TRUE(Found("again"));
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
+  EXPECT_FALSE(Found("again"));  // died with its client
+  EXPECT_EQ(master_->stats().complete_keys, 0u);
+}
+
+}  // namespace
+}  // namespace mcxl
