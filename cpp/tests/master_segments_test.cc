@@ -2,7 +2,8 @@
 // segment is adopted or refused by its size; placement by
 // prefer_alloc_in_same_node and preferred_segment; the pool keeps a
 // SegmentStub; the owner publishes kInSegment; a detach unlinks the
-// segment's objects; a segment extent is reused after a remove.
+// segment's objects; a segment extent is reused after a remove; a restart
+// drops a segment object and the older values of its key.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -27,8 +28,9 @@ class MasterSegmentsTest : public testutil::StartedMasterFixture {
     return Attach(req);
   }
   PutStartItem PutStartPlaced(const ClientRef& c, const std::string& key, uint64_t size, uint8_t placement,
-                              const std::string& preferred = "") {
+                              const std::string& preferred = "", bool upsert = false) {
     PutStartRequest req;
+    req.upsert = upsert;
     req.client = c;
     conn_slot_ = c.slot;
     req.keys = {key};
@@ -107,6 +109,34 @@ TEST_F(MasterSegmentsTest, DetachUnlinksTheSegmentObjectsAndRemoveFreesTheExtent
   EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(c))), ErrorCode::OK);
   EXPECT_FALSE(Found("again"));  // died with its client
   EXPECT_EQ(master_->stats().complete_keys, 0u);
+}
+
+}  // namespace
+}  // namespace mcxl
+
+namespace mcxl {
+namespace {
+
+TEST_F(MasterSegmentsTest, RestartDropsAnUnsettledUpsertInASegmentAndTheOlderValueOfItsKey) {
+  // An upsert into the segment caught mid-flight: the pool value and the
+  // segment value are both readable, the master never ticked. The restarted
+  // master drops the segment object; the older pool value must not come
+  // back as the key's value (a miss is safe, an older value is not).
+  ClientRef c = AttachWithSegment("seg:1", 4 * kMiB);
+  PutStartItem old = PutStartPlaced(c, "k", 4096, 0);
+  ASSERT_EQ(old.segment_generation, 0u);
+  ASSERT_TRUE(index_->PublishComplete(old.entry_slot, old.generation));
+  PutStartItem kept = PutStartPlaced(c, "other", 4096, 0);
+  ASSERT_TRUE(index_->PublishComplete(kept.entry_slot, kept.generation));
+  master_->Tick();
+  PutStartItem up = PutStartPlaced(c, "k", 4096, kPlaceSameNode, "", /*upsert=*/true);
+  ASSERT_EQ(up.segment_generation, c.generation);
+  ASSERT_TRUE(index_->PublishComplete(up.entry_slot, up.generation, EntryState::kInSegment));
+  config_.format = false;
+  StartMaster();
+  EXPECT_FALSE(Found("k"));
+  EXPECT_TRUE(Found("other"));
+  EXPECT_EQ(master_->stats().complete_keys, 1u);
 }
 
 }  // namespace

@@ -50,6 +50,7 @@ void MasterImpl::Recover() {
     uint32_t key_len, seen;  // seen: its index in the standby's scan, or WarmScan::kNone
   };
   std::vector<Found> complete, unfinished;
+  std::vector<std::pair<uint64_t, uint64_t>> segment_dropped;  // (key hash, generation) of dropped kInSegment entries
   // Generations grow by one per put: one this large was written by someone else.
   constexpr uint64_t kMaxSaneGeneration = 1ull << 55;
   uint64_t capacity = index_->capacity();
@@ -93,9 +94,11 @@ void MasterImpl::Recover() {
     Found f{slot, off, h.extent_size, GenOf(sg), h.group_hash, h.key_hash, h.key_len, seen};
     if (st == EntryState::kInSegment && ok) {
       // A restarted master cannot know the segment kept its bytes (its
-      // owner re-attaches with a new generation): the object is a miss.
+      // owner re-attaches with a new generation): the object is a miss,
+      // and so are the older values of its key (below).
       index_->Tombstone(slot);
       ++stats_.dropped_on_recovery;
+      segment_dropped.emplace_back(h.key_hash, GenOf(sg));
     } else if (Readable(st) && ok) {
       if (seen != WarmScan::kNone) found_at[seen] = uint32_t(complete.size());
       complete.push_back(f);
@@ -210,6 +213,23 @@ void MasterImpl::Recover() {
       }
     }
     i = end;
+  }
+  // A dropped segment entry may be the newest value of a key an upsert
+  // caught mid-flight: the key's older kept entries must not come back as
+  // its value. Dropped by hash (a colliding key's older entry too: a miss).
+  if (!segment_dropped.empty()) {
+    std::sort(segment_dropped.begin(), segment_dropped.end());
+    for (const auto& [hash, slot] : by_hash) {
+      auto it = std::lower_bound(segment_dropped.begin(), segment_dropped.end(), std::make_pair(hash, uint64_t(0)));
+      uint64_t newest_dropped = 0;
+      for (; it != segment_dropped.end() && it->first == hash; ++it) newest_dropped = std::max(newest_dropped, it->second);
+      uint64_t sg = index_->entry(slot).state_gen.load(std::memory_order_relaxed);
+      if (newest_dropped == 0 || !Readable(StateOf(sg)) || GenOf(sg) >= newest_dropped) continue;
+      MCXL_LOG(kInfo, "master", "recovery: entry %llu is an older value of a key whose newest was in a DRAM "
+               "segment; dropped", (unsigned long long)slot);
+      Unlink(slot, true, 0);
+      ++stats_.dropped_on_recovery;
+    }
   }
   const uint64_t t_keys = MonoNs();
   // Unfinished puts: revoke. Their extents are reserved (a live client of the
