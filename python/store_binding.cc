@@ -287,6 +287,9 @@ void DefineStoreCalls(StoreClass& store) {
       .def("_offload_read_count", [](Store& s) -> int64_t {
              auto c = s.client();
              return c ? int64_t(c->offload_read_count()) : 0; })
+      .def("_populated", [](Store& s) {
+             auto c = s.client();
+             return c && c->populated(); })
       .def("_hold", [](Store& s, const std::vector<std::string>& keys, uint64_t until_ns) {
              return Hold(s, keys, until_ns, false); }, py::arg("keys"), py::arg("until_ns"))
       .def("_release_hold", [](Store& s, const std::vector<std::string>& keys) {

@@ -60,7 +60,7 @@ TEST_F(IndexEvictionTest, TinyObjectsPastTheWatermarkEvictTheOldest) {
   for (int i = 0; i < 100; ++i) EXPECT_FALSE(Found("tiny/" + std::to_string(i)));
 }
 
-TEST_F(IndexEvictionTest, AFullProbeWindowEvictsItsOldestObject) {
+TEST_F(IndexEvictionTest, AFullProbeWindowEvictsItsOldestObjects) {
   StartMaster();
   ClientRef c = Attach();
   // kMaxProbeSlots + 1 keys with one home slot.
@@ -74,12 +74,21 @@ TEST_F(IndexEvictionTest, AFullProbeWindowEvictsItsOldestObject) {
   }
   for (size_t i = 0; i < ObjectIndex::kMaxProbeSlots; ++i) PutAll(c, {same[i]});
   EXPECT_EQ(master_->stats().index_window_evictions, 0u);
-  PutAll(c, {same.back()});  // the window is full: its oldest object goes
+  PutAll(c, {same.back()});  // the window is full: its kWindowEvictions oldest objects go
   MasterStats st = master_->stats();
-  EXPECT_EQ(st.index_window_evictions, 1u);
-  EXPECT_EQ(st.index_evicted_keys, 1u);
-  EXPECT_FALSE(Found(same[0]));
-  for (size_t i = 1; i < same.size(); ++i) EXPECT_EQ(Get(same[i]), ValueFor(same[i], 64)) << same[i];
+  EXPECT_EQ(st.index_window_evictions, kWindowEvictions);
+  EXPECT_EQ(st.index_evicted_keys, kWindowEvictions);
+  for (size_t i = 0; i < kWindowEvictions; ++i) EXPECT_FALSE(Found(same[i])) << same[i];
+  for (size_t i = kWindowEvictions; i < same.size(); ++i) EXPECT_EQ(Get(same[i]), ValueFor(same[i], 64)) << same[i];
+  // The next new keys of that window find its freed slots: no more evictions.
+  std::vector<std::string> more;
+  for (int i = 0; more.size() < kWindowEvictions - 1; ++i) {
+    std::string k = "more/" + std::to_string(i);
+    if ((KeyHash(k) & (kCapacity - 1)) == (KeyHash(same[0]) & (kCapacity - 1))) more.push_back(k);
+  }
+  PutAll(c, more);
+  EXPECT_EQ(master_->stats().index_window_evictions, kWindowEvictions);
+  for (const auto& k : more) EXPECT_EQ(Get(k), ValueFor(k, 64)) << k;
 }
 
 TEST_F(IndexEvictionTest, AWindowOfUnfinishedPutsIsBusyNotFull) {
@@ -103,7 +112,7 @@ TEST_F(IndexEvictionTest, AWindowOfUnfinishedPutsIsBusyNotFull) {
   for (size_t i = 0; i < first.size(); ++i) WriteAndPublish(r.items[i], ValueFor(first[i], 64));
   master_->Tick();
   PutAll(c, {same.back()});
-  EXPECT_EQ(master_->stats().index_window_evictions, 1u);
+  EXPECT_EQ(master_->stats().index_window_evictions, kWindowEvictions);
 }
 
 TEST_F(IndexEvictionTest, WatermarkOutsideItsRangeIsRefused) {

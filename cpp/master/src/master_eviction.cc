@@ -268,6 +268,7 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
       std::sort(window.begin(), window.end());
       size_t used = 0;
       for (; used < window.size() && !met(); ++used) {
+        PrefetchVictims(window, used);
         const SampledSlot& c = window[used];
         // An earlier group eviction may have taken this one already.
         if (!Evictable(StateOf(index_->entry(c.slot).state_gen.load(std::memory_order_relaxed)), entries > 0))
@@ -311,6 +312,7 @@ uint64_t MasterImpl::EvictFromAheadWindow(uint64_t bytes, uint64_t entries, uint
   if (!AheadWindowUsable(MonoNs())) return 0;  // scanning, used up, or older than a lease
   uint64_t cap = index_->capacity(), freed = 0;
   while ((*freed_bytes < bytes || freed < entries) && ahead_next_ < ahead_window_.size()) {
+    PrefetchVictims(ahead_window_, ahead_next_);
     const SampledSlot& c = ahead_window_[ahead_next_++];
     // Still the object sampled; re-checked whole when evicted. A stub
     // gains only a slot: taken only when slots are wanted.
@@ -419,6 +421,7 @@ void MasterImpl::EvictAhead(uint64_t budget_ns, const std::function<bool()>& int
   evict_drop_ = for_index;
   if (for_index) NoteIndexDrivesEviction("past its watermark");
   while (ahead_next_ < ahead_window_.size() && !satisfied()) {
+    PrefetchVictims(ahead_window_, ahead_next_);
     const SampledSlot& c = ahead_window_[ahead_next_++];
     uint64_t slot = c.slot;
     // Still the object sampled (not gone, nor its slot reused since); the
@@ -524,9 +527,15 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
   std::sort(window.begin(), window.end(),
             [](const Candidate& a, const Candidate& b) { return a.last_access < b.last_access; });
   uint64_t freed = 0, bytes = 0;
-  // The oldest that goes (its group whole): its slot is in the window.
-  for (const Candidate& c : window)
-    if ((freed = EvictCandidate(c.slot, now, pins, &bytes)) > 0) break;
+  // The oldest kWindowEvictions that go (groups whole): one scan and sort
+  // for them (the index is at its watermark: each put frees a slot somewhere
+  // anyway, and these are the slots new keys want).
+  for (size_t i = 0, taken = 0; i < window.size() && taken < kWindowEvictions; ++i) {
+    PrefetchVictims(window, i);
+    uint64_t n = EvictCandidate(window[i].slot, now, pins, &bytes);
+    freed += n;
+    taken += n > 0;
+  }
   stats_.evicted_keys += freed;
   stats_.evicted_bytes += bytes;
   stats_.index_evicted_keys += freed;

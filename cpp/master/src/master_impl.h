@@ -439,6 +439,19 @@ class MasterImpl final : public Master, private TierHost {
   // home) is full: evicts the least recently used evictable object of the
   // window, by the rules of a round. The number of objects evicted.
   uint64_t EvictInWindow(uint64_t hash);
+  // Look-ahead for a loop over sorted candidates: each one's misses (entry,
+  // records, header, shadow window) overlap the candidates before it.
+  template <typename Window>
+  void PrefetchVictims(const Window& w, size_t next) const {
+    if (next + 8 < w.size()) {
+      index_->PrefetchEntry(w[next + 8].slot);
+      if (w[next + 8].slot < entry_meta_.size()) __builtin_prefetch(&entry_meta_[w[next + 8].slot]);
+    }
+    if (next + 4 < w.size() && w[next + 4].slot < entry_meta_.size()) {
+      index_->PrefetchBehindEntry(w[next + 4].slot);
+      alloc_->Prefetch(entry_meta_[w[next + 4].slot].extent);
+    }
+  }
   // The i-th slot a sampled scan from `start` visits (every slot once in
   // `capacity` steps, spread over the whole index).
   uint64_t SampleSlot(uint64_t start, uint64_t i) const;

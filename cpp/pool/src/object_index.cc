@@ -255,6 +255,26 @@ bool ObjectIndex::LowerLeaseOf(const EntrySnapshot& s, uint64_t to_ns) const {
   return false;
 }
 
+void ObjectIndex::PrefetchEntry(uint64_t slot) const {
+  if (slot >= capacity_) return;
+  __builtin_prefetch(&entries_[slot]);
+  if (shadowed_) __builtin_prefetch(&shadow_hash_[slot]);
+}
+
+void ObjectIndex::PrefetchBehindEntry(uint64_t slot) const {
+  if (slot >= capacity_) return;
+  // Relaxed: a hint; the offset is bounded before it becomes an address.
+  uint64_t off = entries_[slot].object_offset.load(std::memory_order_relaxed);
+  if (off < pool_->size()) __builtin_prefetch(pool_->base() + off);
+  if (!shadowed_) return;
+  // Tombstone's walk back and ShadowCount read the tags from the home on.
+  uint64_t home = HomeSlot(shadow_hash_[slot]);
+  __builtin_prefetch(&shadow_tag_[home]);
+  __builtin_prefetch(&shadow_tag_[(home + 16) & (capacity_ - 1)]);
+  __builtin_prefetch(&shadow_tag_[(home + 32) & (capacity_ - 1)]);
+  __builtin_prefetch(&shadow_tag_[(home + 48) & (capacity_ - 1)]);
+}
+
 uint64_t ObjectIndex::LeaseUntil(uint64_t slot) const {
   // Relaxed: a hint compared with the clock, as above.
   return entries_[slot].lease_until_ns.load(std::memory_order_relaxed);

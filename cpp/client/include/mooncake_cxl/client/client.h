@@ -197,6 +197,10 @@ class Client {
   Result<uint64_t> GetInto(std::string_view key, const MutSlice* dsts, size_t ndsts);
   // Reads served from the SSD tier by this client (get_offload_rpc_read_count).
   uint64_t offload_read_count() const { return offload_reads_.load(std::memory_order_relaxed); }
+  // True once the background population of this client's mapping (setup
+  // with MC_CXL_PREFAULT) mapped the whole plan; false while it runs or when
+  // none was started.
+  bool populated() const { return populator_.done(); }
   // Where the tier is for this client ("" = no tier) and whether it reads it itself.
   std::string tier_root() const;
   uint64_t dram_segment_size() const { return segment_size_; }  // 0: no DRAM segment

@@ -36,6 +36,11 @@
 
 namespace mcxl {
 
+// A new key whose probe window is full frees up to this many of the window's
+// least recently used objects (groups whole) at once: the window lies in a
+// long run of live entries where the next new keys land too.
+constexpr size_t kWindowEvictions = 4;
+
 struct MasterConfig {
   std::string rpc_address = "0.0.0.0";
   int64_t rpc_port = 50051;

@@ -107,6 +107,12 @@ class ObjectIndex {
   uint64_t ValueOffset(uint64_t object_offset, uint64_t key_len) const {
     return object_offset + ObjectHeaderBytes(key_len);
   }
+  // Eviction's look-ahead (master side; hints only, nothing is read that a
+  // fault could follow): the entry's line and its shadow hash, then, once
+  // those are in cache, the shadow tags of its window and the object header
+  // the entry names (when inside the pool).
+  void PrefetchEntry(uint64_t slot) const;
+  void PrefetchBehindEntry(uint64_t slot) const;
   // Raises the entry's lease to `until_ns` (never lowers it).
   void ExtendLease(uint64_t slot, uint64_t until_ns) const;
   uint64_t LeaseUntil(uint64_t slot) const;
