@@ -393,26 +393,11 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
 }
 
 Status Client::Settle(const std::vector<std::pair<std::string, uint64_t>>& items) {
-  for (size_t begin = 0; begin < items.size();) {
-    size_t end = std::min(items.size(), begin + kMaxRequestKeys);
-    SettleRequest req;
-    req.items.assign(items.begin() + begin, items.begin() + end);
-    auto r = MasterCall(MessageType::kSettle, [&] {
-      req.client = Ref();
-      Encoder e;
-      Encode(req, &e);
-      return e.data();
-    }, true);
-    TicketReply reply;
-    if (!r.ok()) return r.error();
-    Decoder d(*r);
-    if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
-    if (reply.status != ErrorCode::OK) return reply.status;
-    Status w = WaitTombstones(reply.tomb_ticket);
-    if (!w.ok()) return w;
-    begin = end;
-  }
-  return ErrorCode::OK;
+  return MasterCallInChunks<SettleRequest, TicketReply>(
+      MessageType::kSettle, items, kMaxRequestKeys, true,
+      [&](size_t, size_t, const Status& st, const TicketReply& reply) {
+        return st.ok() ? WaitTombstones(reply.tomb_ticket) : st;
+      });
 }
 
 Status Client::WaitTombstones(uint64_t ticket) {

@@ -298,6 +298,13 @@ class Client {
   // and retries once when that is safe (idempotent, or the master restarted).
   Result<std::string> MasterCall(MessageType type, const std::function<std::string()>& build,
                                  bool idempotent);
+  // One MasterCall per chunk of at most `chunk` of `items` (a Request with
+  // .client and .items; a Reply with .status; definition in
+  // client_internal.h): take(begin, end, st, reply) merges a chunk's per-item
+  // results, where st is the call's error, RPC_FAIL for a reply that does not
+  // decode, or the reply's status. take's error ends the walk and is returned.
+  template <class Request, class Reply, class Items, class Take>
+  Status MasterCallInChunks(MessageType type, const Items& items, size_t chunk, bool idempotent, Take&& take);
   void HeartbeatLoop();
   // One request over this client's rings: the reply payload, NOT_SUPPORTED
   // when the frame is too big for a ring (the caller uses TCP), RPC_FAIL when
