@@ -169,6 +169,10 @@ class Client {
   Status Close();
   // 0 healthy, 1 closed, 2 master unreachable.
   int HealthCheck();
+  // Sends the queued leases now and waits for a send in flight (this
+  // client's removes do it first; a test does before it asks the master
+  // whether leases lapsed); nothing on a coherent pool.
+  void FlushLeases();
   bool closed() const;
 
   // Per-key results (OK or an error), one master round trip for all keys.
@@ -428,9 +432,6 @@ class Client {
   void RaiseLease(const EntrySnapshot& s, uint64_t until_ns);
   // kLeases for the items now (per item OK, OBJECT_NOT_FOUND or the error).
   std::vector<int32_t> SendLeases(const std::vector<LeaseItem>& items);
-  // Sends the queued leases now (before this client's removes); nothing on
-  // a coherent pool.
-  void FlushLeases();
   void LeaseLoop();
   void StopLeaseThread();
   // At setup on a non-coherent pool: an empty kLeases, which a master
