@@ -307,6 +307,8 @@ class Client {
   // client_internal.h): take(begin, end, st, reply) merges a chunk's per-item
   // results, where st is the call's error, RPC_FAIL for a reply that does not
   // decode, or the reply's status. take's error ends the walk and is returned.
+  // RemoveByRegex and RemoveAll (kRemoveAll's pattern is empty): one master call.
+  Result<uint64_t> RemoveMatching(MessageType type, const std::string& pattern, bool force);
   template <class Request, class Reply, class Items, class Take>
   Status MasterCallInChunks(MessageType type, const Items& items, size_t chunk, bool idempotent, Take&& take);
   void HeartbeatLoop();
