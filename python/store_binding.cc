@@ -69,6 +69,13 @@ int Store::Close() {
   return 0;
 }
 
+void Store::FlushLeases() {
+  auto c = client_;
+  if (!c || c->closed()) return;
+  py::gil_scoped_release nogil;
+  c->FlushLeases();
+}
+
 int Store::HealthCheck() {
   auto c = client_;
   if (!c) return 1;
@@ -273,6 +280,7 @@ void DefineStoreCalls(StoreClass& store) {
            py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0)
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
+      .def("_flush_leases", &Store::FlushLeases)  // tests: queued leases land at the master
       .def("get_hostname", &Store::GetHostname)
       .def("get", &Get, py::arg("key"))
       .def("get_batch", &GetBatch, py::arg("keys"))

@@ -74,6 +74,7 @@ class Store {
                 uint64_t dram_segment_size);
   int Close();
   int HealthCheck();
+  void FlushLeases();  // the client's queued leases (a non-coherent pool) land at the master
   std::string GetHostname() const { return hostname_; }
   std::shared_ptr<Client> client() const { return client_; }
   // The client if set up and open; else logs why `op` is refused.

@@ -21,6 +21,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
+import weakref
 
 import pytest
 
@@ -184,10 +185,31 @@ def lease_remaining_ms(master, key):
         raise
 
 
+# Every store this process makes: wait_for_leases_to_lapse sends their queued
+# leases first (on a non-coherent pool a read's lease waits in its client's
+# queue for the lease thread; this client's next remove sends it, so a lease
+# not yet at the master when the wait ended would refuse that remove).
+_stores = weakref.WeakSet()
+
+
+def _registered(init):
+    def wrapped(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        _stores.add(self)
+    return wrapped
+
+
+MooncakeDistributedStore.__init__ = _registered(MooncakeDistributedStore.__init__)
+
+
 def wait_for_leases_to_lapse(master, keys=None, timeout=WAIT_TIMEOUT):
     """Until the leases of `keys` (read leases and kv holds) are over, or with
     no keys until the master counts no leased object at all: what a test needs
-    before a remove or an eviction that a lease would refuse."""
+    before a remove or an eviction that a lease would refuse. The leases this
+    process's stores still queue are sent first, so the master's lease words
+    are the whole truth (a child process's store flushes its own)."""
+    for s in list(_stores):
+        s._flush_leases()
     if keys is None:
         wait_until(lambda: metric(master, "master_objects", state="leased") == 0,
                    "every lease to lapse (master_objects{state=\"leased\"} == 0)", timeout, master)

@@ -3,8 +3,13 @@
 // prefer_alloc_in_same_node and preferred_segment; the pool keeps a
 // SegmentStub; the owner publishes kInSegment; a detach unlinks the
 // segment's objects; a segment extent is reused after a remove; a restart
-// drops a segment object and the older values of its key.
+// drops a segment object and the older values of its key; of many owners,
+// a dead one's reclaim drops its objects only.
 #include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstring>
 #include <string>
@@ -137,6 +142,57 @@ TEST_F(MasterSegmentsTest, RestartDropsAnUnsettledUpsertInASegmentAndTheOlderVal
   EXPECT_FALSE(Found("k"));
   EXPECT_TRUE(Found("other"));
   EXPECT_EQ(master_->stats().complete_keys, 1u);
+}
+
+}  // namespace
+}  // namespace mcxl
+
+namespace mcxl {
+namespace {
+
+TEST_F(MasterSegmentsTest, ReclaimOfADeadOwnerDropsItsSegmentObjectsOnly) {
+  // Many owners, each with objects in its segment; one owner's process
+  // dies and the master's client check reclaims it: its objects are misses,
+  // every other owner's stay readable (and their segments usable).
+  constexpr int kOwners = 8, kPerOwner = 5, kDying = 3;
+  pid_t child = fork();
+  if (child == 0) {
+    pause();
+    _exit(0);
+  }
+  ASSERT_GT(child, 0);
+  std::vector<ClientRef> owners;
+  for (int o = 0; o < kOwners; ++o) {
+    std::string name = "seg:" + std::to_string(o);
+    AttachRequest req = AttachRequestFor(name, o == kDying ? uint64_t(child) : uint64_t(getpid()));
+    req.segment_size = 4 * kMiB;
+    owners.push_back(Attach(req));
+    for (int k = 0; k < kPerOwner; ++k) {
+      PutStartItem it = PutStartPlaced(owners[o], name + "/" + std::to_string(k), 8192, kPlaceSameNode);
+      ASSERT_EQ(it.segment_generation, owners[o].generation);
+      ASSERT_TRUE(index_->PublishComplete(it.entry_slot, it.generation, EntryState::kInSegment));
+    }
+  }
+  master_->Tick();
+  ASSERT_EQ(master_->stats().complete_keys, uint64_t(kOwners * kPerOwner));
+  kill(child, SIGKILL);
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  // The client check (every kClientCheckIntervalNs of Ticks) finds the
+  // owner's process gone: waited for as a condition, bounded.
+  std::string first = "seg:" + std::to_string(kDying) + "/0";
+  for (uint64_t until = MonoNs() + 10000000000ull; Found(first) && MonoNs() < until;) {
+    master_->Tick();
+    usleep(1000);
+  }
+  for (int o = 0; o < kOwners; ++o)
+    for (int k = 0; k < kPerOwner; ++k)
+      EXPECT_EQ(Found("seg:" + std::to_string(o) + "/" + std::to_string(k)), o != kDying) << o << "/" << k;
+  EXPECT_EQ(master_->stats().complete_keys, uint64_t((kOwners - 1) * kPerOwner));
+  // A survivor's segment still takes puts; its older objects stay.
+  PutStartItem more = PutStartPlaced(owners[0], "seg:0/more", 8192, kPlaceSameNode);
+  EXPECT_EQ(more.segment_generation, owners[0].generation);
+  EXPECT_TRUE(Found("seg:0/0"));
 }
 
 }  // namespace

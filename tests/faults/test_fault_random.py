@@ -6,7 +6,9 @@ and SIGKILLs, SIGSTOPs and SIGCONTs workers, some past --client_ttl and the
 put timeouts so that the master reclaims them while they are stopped. Worker
 1 has a DRAM segment (MC_CXL_DRAM_SEGMENT=1): its puts spill there past the
 pool's watermark, and its death, reclaim or a master restart drops them
-(misses; MCXL_FAULT_SEGMENT=0 turns it off).
+(misses; MCXL_FAULT_SEGMENT=0 turns it off); every seed SIGSTOPs it once
+past --client_ttl a third into the faults and asserts that the master
+dropped its segment (its resumed puts must not bring older values back).
 test_random_faults_ha runs it with elected masters (a real etcd): the master
 fault there kills the leader and a standby takes over.
 
@@ -169,6 +171,9 @@ class Run:
         self.procs = [None] * SLOTS
         self.logs = [None] * SLOTS
         self.stopped = {}  # slot -> time of its SIGCONT
+        # When the DRAM segment's owner is SIGSTOPped past --client_ttl (set
+        # by drive where it has a segment): every seed reaches its reclaim.
+        self.segment_stop_due = None
         self.long_stops = {}  # slot -> start of its current stop, if it outlasts --client_ttl
         self.problems = []  # (invariant, text)
         self.events = collections.Counter()
@@ -350,6 +355,15 @@ class Run:
                 self.timeline.append((time.time(), "SIGCONT", slot))
                 del self.stopped[slot]
                 self.events["sigcont"] += 1
+        if (self.segment_stop_due is not None and now >= self.segment_stop_due
+                and SEGMENT_SLOT not in self.stopped and len(self.stopped) < 2):
+            # The segment owner frozen until the master reclaims it: its
+            # objects become misses (DropSegment) while its own puts are in
+            # flight; resumed, it re-attaches and must not bring older values back.
+            self.segment_stop_due = None
+            self.stop_worker(SEGMENT_SLOT, now, self.rnd.uniform(CLIENT_TTL + 2, CLIENT_TTL + 4))
+            self.events["segment_owner_sigstop"] += 1
+            return
         r = self.rnd.random()
         slot = self.rnd.randrange(SLOTS)
         kind = "master" if r < 0.12 else "kill" if r < 0.32 else "stop" if r < 0.55 else "poll"
@@ -386,13 +400,8 @@ class Run:
             # Short stops, and stops long enough for the master to reclaim the
             # client (--client_ttl) and its unfinished put's extent.
             long = self.rnd.random() < 0.5
-            dur = self.rnd.uniform(CLIENT_TTL + 2, CLIENT_TTL + 4) if long else self.rnd.uniform(0.2, 1.5)
-            self.long_stops[slot] = now if long else -1e9
-            self.schedule.append(f"{now:.1f} worker {slot} SIGSTOP for {dur:.1f} s")
-            os.kill(self.procs[slot].pid, signal.SIGSTOP)
-            self.timeline.append((time.time(), f"SIGSTOP {dur:.1f} s", slot))
-            self.stopped[slot] = now + dur
-            self.events["sigstop"] += 1
+            self.stop_worker(slot, now, self.rnd.uniform(CLIENT_TTL + 2, CLIENT_TTL + 4) if long
+                             else self.rnd.uniform(0.2, 1.5))
         elif r < 0.65:
             # The monitoring pages walk the index: a crash there would show.
             try:
@@ -402,6 +411,14 @@ class Run:
             except OSError as e:
                 self.problems.append(("master_crash", f"{now:.1f}: monitoring request failed: {e!r}"))
         time.sleep(self.rnd.uniform(0.2, 1.0))
+
+    def stop_worker(self, slot, now, dur):
+        self.long_stops[slot] = now if dur > CLIENT_TTL else -1e9
+        self.schedule.append(f"{now:.1f} worker {slot} SIGSTOP for {dur:.1f} s")
+        os.kill(self.procs[slot].pid, signal.SIGSTOP)
+        self.timeline.append((time.time(), f"SIGSTOP {dur:.1f} s", slot))
+        self.stopped[slot] = now + dur
+        self.events["sigstop"] += 1
 
     def explain(self, v):
         """The driver's actions around a violation (every one: a stalled or
@@ -519,8 +536,12 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
     run = Run(seed, tmp_path, pool_path, kinds, extra_flags, tier_fs=tier_dir if tier_fs else None, etcd=etcd,
               remote=remote, sim_hosts=sim_hosts)
     final = {}
+    # Every seed with a segment owner and stops SIGSTOPs it once past --client_ttl.
+    segment_stop = 0 <= SEGMENT_SLOT < SLOTS and sim_hosts < 2 and "stop" in kinds and seconds >= 10
     try:
         assert run.start_master(fmt=True), f"seed {seed}: the first master did not start: {run.problems}"
+        if segment_stop:
+            run.segment_stop_due = seconds / 3
         for slot in range(SLOTS):
             run.start_worker(slot)
         t0 = time.monotonic()
@@ -606,8 +627,9 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
             for line in f:
                 for what in ("heartbeat expired", "revoked unfinished put", "[evict] round", "recovery:",
                              "compacting segment", "tier full", "SSD tier degraded", "damaged blocks: dropped",
-                             "index high watermark", "drives eviction"):
+                             "index high watermark", "drives eviction", "dropped for index slots"):
                     seen[what] += what in line
+                seen["segment dropped"] += "DRAM segment of client slot" in line and "dropped" in line
     summary = (f"seed {seed} ({seconds:g} s of faults): events {dict(run.events)}; master logs {dict(seen)}; "
                f"worker lives {run.lives}; "
                f"final read: {final.get('hits')} hits, {final.get('misses')} misses; logs in {run.tmp}")
@@ -626,6 +648,9 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
                            for inv, items in sorted(by_inv.items()))
         + f"\n{summary}\ndriver schedule (last 30): {run.schedule[-30:]}")
     assert sum(r["stats"]["ok"] for _, r in results) > 0, f"seed {seed}: no worker op succeeded"
+    if segment_stop:  # the forced stop of the segment owner ran and its segment was dropped
+        assert run.events["segment_owner_sigstop"] >= 1 and seen["segment dropped"] >= 1, \
+            f"seed {seed}: the DRAM segment owner's stop and reclaim were not reached: {summary}"
     assert final.get("hits", 0) > 0, f"seed {seed}: the final read found no key at all: {final}"
 
 

@@ -25,6 +25,7 @@
 #include "mooncake_cxl/common/clock.h"
 #include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/pool/publish.h"
+#include "client_internal.h"
 
 namespace mcxl {
 
@@ -48,26 +49,16 @@ void Client::RaiseLease(const EntrySnapshot& s, uint64_t until_ns) {
 
 std::vector<int32_t> Client::SendLeases(const std::vector<LeaseItem>& items) {
   std::vector<int32_t> out(items.size(), ToInt(ErrorCode::RPC_FAIL));
-  for (size_t begin = 0; begin < items.size(); begin += kMaxMasterFoldItems) {
-    size_t end = std::min(items.size(), begin + kMaxMasterFoldItems);
-    LeasesRequest req;
-    req.items.assign(items.begin() + begin, items.begin() + end);
-    auto r = MasterCall(MessageType::kLeases, [&] {
-      req.client = Ref();
-      Encoder e;
-      Encode(req, &e);
-      return e.data();
-    }, true);  // idempotent: a max, or a lower to a fixed deadline
-    PublishReply reply;
-    if (!r.ok()) {
-      for (size_t i = begin; i < end; ++i) out[i] = ToInt(r.error());
-      continue;
-    }
-    Decoder d(*r);
-    bool ok = Decode(&d, &reply) && reply.status == ErrorCode::OK && reply.results.size() == end - begin;
-    for (size_t i = begin; i < end; ++i)
-      out[i] = ok ? reply.results[i - begin] : ToInt(reply.status != ErrorCode::OK ? reply.status : ErrorCode::RPC_FAIL);
-  }
+  // Idempotent: a max, or a lower to a fixed deadline. A chunk's failure is
+  // its items' result; the next chunk is still sent.
+  (void)MasterCallInChunks<LeasesRequest, PublishReply>(
+      MessageType::kLeases, items, kMaxMasterFoldItems, true,
+      [&](size_t begin, size_t end, const Status& st, const PublishReply& reply) {
+        bool ok = st.ok() && reply.results.size() == end - begin;
+        for (size_t i = begin; i < end; ++i)
+          out[i] = ok ? reply.results[i - begin] : ToInt(st.ok() ? ErrorCode::RPC_FAIL : st.error());
+        return Status(ErrorCode::OK);
+      });
   return out;
 }
 
@@ -123,32 +114,20 @@ void Client::StopLeaseThread() {
 ErrorCode Client::PublishByMaster(const std::vector<std::pair<uint64_t, uint64_t>>& items,
                                   std::vector<ErrorCode>* results) {
   results->assign(items.size(), ErrorCode::TRANSFER_FAIL);
-  for (size_t begin = 0; begin < items.size(); begin += kMaxMasterFoldItems) {
-    size_t end = std::min(items.size(), begin + kMaxMasterFoldItems);
-    PublishRequest req;
-    req.items.assign(items.begin() + begin, items.begin() + end);
-    // Not idempotent on a new attachment: the master's pending puts name
-    // the attachment that started them, so a retry is refused per item.
-    auto r = MasterCall(MessageType::kPublish, [&] {
-      req.client = Ref();
-      Encoder e;
-      Encode(req, &e);
-      return e.data();
-    }, false);
-    if (!r.ok()) return r.error();
-    PublishReply reply;
-    Decoder d(*r);
-    if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
-    if (reply.status != ErrorCode::OK) return reply.status;
-    if (reply.results.size() != end - begin) return ErrorCode::RPC_FAIL;
-    for (size_t i = begin; i < end; ++i)
-      (*results)[i] = reply.results[i - begin] == 0 ? ErrorCode::OK : ErrorCode::TRANSFER_FAIL;
-    // An upsert's older values were settled by the master; a record of
-    // theirs on disk is tombstoned durably before the put returns.
-    Status w = WaitTombstones(reply.tomb_ticket);
-    if (!w.ok()) return w.error();
-  }
-  return ErrorCode::OK;
+  // Not idempotent on a new attachment: the master's pending puts name
+  // the attachment that started them, so a retry is refused per item.
+  Status s = MasterCallInChunks<PublishRequest, PublishReply>(
+      MessageType::kPublish, items, kMaxMasterFoldItems, false,
+      [&](size_t begin, size_t end, const Status& st, const PublishReply& reply) {
+        if (!st.ok()) return st;
+        if (reply.results.size() != end - begin) return Status(ErrorCode::RPC_FAIL);
+        for (size_t i = begin; i < end; ++i)
+          (*results)[i] = reply.results[i - begin] == 0 ? ErrorCode::OK : ErrorCode::TRANSFER_FAIL;
+        // An upsert's older values were settled by the master; a record of
+        // theirs on disk is tombstoned durably before the put returns.
+        return WaitTombstones(reply.tomb_ticket);
+      });
+  return s.ok() ? ErrorCode::OK : s.error();
 }
 
 }  // namespace mcxl

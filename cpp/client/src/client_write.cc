@@ -393,26 +393,11 @@ void Client::PutOnce(const std::vector<std::string_view>& keys, const std::vecto
 }
 
 Status Client::Settle(const std::vector<std::pair<std::string, uint64_t>>& items) {
-  for (size_t begin = 0; begin < items.size();) {
-    size_t end = std::min(items.size(), begin + kMaxRequestKeys);
-    SettleRequest req;
-    req.items.assign(items.begin() + begin, items.begin() + end);
-    auto r = MasterCall(MessageType::kSettle, [&] {
-      req.client = Ref();
-      Encoder e;
-      Encode(req, &e);
-      return e.data();
-    }, true);
-    TicketReply reply;
-    if (!r.ok()) return r.error();
-    Decoder d(*r);
-    if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
-    if (reply.status != ErrorCode::OK) return reply.status;
-    Status w = WaitTombstones(reply.tomb_ticket);
-    if (!w.ok()) return w;
-    begin = end;
-  }
-  return ErrorCode::OK;
+  return MasterCallInChunks<SettleRequest, TicketReply>(
+      MessageType::kSettle, items, kMaxRequestKeys, true,
+      [&](size_t, size_t, const Status& st, const TicketReply& reply) {
+        return st.ok() ? WaitTombstones(reply.tomb_ticket) : st;
+      });
 }
 
 Status Client::WaitTombstones(uint64_t ticket) {
@@ -501,31 +486,18 @@ std::vector<int32_t> Client::BatchRemove(const std::vector<std::string_view>& ke
 }
 
 Result<uint64_t> Client::RemoveByRegex(const std::string& pattern, bool force) {
-  std::shared_lock<std::shared_mutex> lock(life_mu_);
-  if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
-  FlushLeases();  // as in BatchRemove
-  auto r = MasterCall(MessageType::kRemoveByRegex, [&] {
-    Encoder e;
-    Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
-    return e.data();
-  }, true);
-  if (!r) return r.error();
-  CountReply reply;
-  Decoder d(*r);
-  if (!Decode(&d, &reply)) return ErrorCode::RPC_FAIL;
-  if (reply.status != ErrorCode::OK) return reply.status;
-  Status w = WaitTombstones(reply.tomb_ticket);
-  if (!w.ok()) return w.error();
-  return reply.count;
+  return RemoveMatching(MessageType::kRemoveByRegex, pattern, force);
 }
 
-Result<uint64_t> Client::RemoveAll(bool force) {
+Result<uint64_t> Client::RemoveAll(bool force) { return RemoveMatching(MessageType::kRemoveAll, "", force); }
+
+Result<uint64_t> Client::RemoveMatching(MessageType type, const std::string& pattern, bool force) {
   std::shared_lock<std::shared_mutex> lock(life_mu_);
   if (closed_) return ErrorCode::UNAVAILABLE_IN_CURRENT_STATUS;
   FlushLeases();  // as in BatchRemove
-  auto r = MasterCall(MessageType::kRemoveAll, [&] {
+  auto r = MasterCall(type, [&] {
     Encoder e;
-    Encode(RemoveByRegexRequest{Ref(), "", force}, &e);
+    Encode(RemoveByRegexRequest{Ref(), pattern, force}, &e);
     return e.data();
   }, true);
   if (!r) return r.error();

@@ -228,6 +228,7 @@ uint64_t MasterImpl::EvictCandidate(uint64_t slot, uint64_t now, const PinSet& p
 uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* why) {
   uint64_t t0 = MonoNs();
   uint64_t used_before = alloc_->used_bytes();
+  uint64_t disk_dropped_before = stats_.index_evicted_disk_keys;
   uint64_t now = NowNs();
   uint64_t ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   PinSet pins;
@@ -298,6 +299,10 @@ uint64_t MasterImpl::EvictRound(uint64_t bytes, uint64_t entries, const char* wh
            100.0 * double(used_before) / cap_bytes, 100.0 * double(alloc_->used_bytes()) / cap_bytes,
            100.0 * double(live_entries_) / double(cap), (unsigned long long)freed, (unsigned long long)freed_bytes,
            double(MonoNs() - t0) / 1e6);
+  if (stats_.index_evicted_disk_keys > disk_dropped_before)
+    MCXL_LOG(kInfo, "evict", "round %llu: %llu disk-resident objects dropped for index slots (records too)",
+             (unsigned long long)stats_.eviction_rounds,
+             (unsigned long long)(stats_.index_evicted_disk_keys - disk_dropped_before));
   return freed;
 }
 

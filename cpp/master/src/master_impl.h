@@ -94,10 +94,12 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
 #include "mooncake_cxl/common/error_code.h"
+#include "mooncake_cxl/common/log.h"
 #include "mooncake_cxl/control/rpc_protocol.h"
 #include "mooncake_cxl/master/master.h"
 #include "mooncake_cxl/master/warm_scan.h"
@@ -255,6 +257,12 @@ class MasterImpl final : public Master, private TierHost {
   std::string TeSession() const;
   void FillRemoteReply(AttachReply* reply) const;
   bool ClientValid(const ClientRef& ref) const;
+  // A batch request (kLocate, kPublish, kLeases): refused, logged, with
+  // reply.status set, when it does not decode, has more than kMaxRequestKeys
+  // items (count(req)) or names no current attachment; else fold(req, &reply)
+  // does its items. Returns the encoded reply.
+  template <class Request, class Reply, class Count, class Fold>
+  std::string FoldBatch(Decoder* d, const char* what, const char* unit, Count&& count, Fold&& fold);
   // Access check of every request but Ping and Attach (see Handle): false
   // with the refusal reply in *refusal.
   bool Admit(uint16_t type, std::string_view payload, uint32_t conn_slot, std::string* refusal);
@@ -288,7 +296,13 @@ class MasterImpl final : public Master, private TierHost {
   void DropSegment(uint32_t slot, const char* why);
   // A live entry bound to a segment agrees with the master's record of it.
   bool SegmentEntryFits(uint64_t slot, uint64_t value_size, uint64_t extent_size, uint32_t key_len) const;
+  // Records and forgets a placement in in_segment_ and its owner's index.
+  void RecordSegmentPlacement(uint64_t entry_slot, const SegmentPlacement& p);
+  void ForgetSegmentPlacement(uint64_t entry_slot);
   std::unordered_map<uint64_t, SegmentPlacement> in_segment_;  // entry slot -> placement
+  // Owner slot -> its entry slots in in_segment_: a reclaim or a full
+  // segment costs the owner's objects only, not every segment object.
+  std::unordered_map<uint32_t, std::unordered_set<uint64_t>> segment_entries_of_;
 
   // ---- puts and pending puts (master_puts.cc) ----
   std::string HandlePutStart(Decoder* d);
@@ -637,5 +651,25 @@ class MasterImpl final : public Master, private TierHost {
   mutable FencedMutex mu_;
   std::unique_ptr<std::atomic<uint64_t>[]> attached_bits_;  // see AttachedWord
 };
+
+template <class Request, class Reply, class Count, class Fold>
+std::string MasterImpl::FoldBatch(Decoder* d, const char* what, const char* unit, Count&& count, Fold&& fold) {
+  Request req;
+  Reply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed %s request rejected", what);
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (count(req) > kMaxRequestKeys) {
+    MCXL_LOG(kWarn, "master", "%s of %zu %s refused: at most %u", what, count(req), unit, kMaxRequestKeys);
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else {
+    fold(req, &reply);
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
 
 }  // namespace mcxl

@@ -28,24 +28,13 @@ int32_t MasterImpl::ApplyLease(const LeaseItem& it, uint64_t now) {
 }
 
 std::string MasterImpl::HandleLeases(Decoder* d) {
-  LeasesRequest req;
-  PublishReply reply;
-  if (!Decode(d, &req)) {
-    MCXL_LOG(kWarn, "master", "malformed Leases request rejected");
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (req.items.size() > kMaxRequestKeys) {
-    MCXL_LOG(kWarn, "master", "Leases of %zu entries refused: at most %u", req.items.size(), kMaxRequestKeys);
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (!ClientValid(req.client)) {
-    reply.status = ErrorCode::ILLEGAL_CLIENT;
-  } else {
-    uint64_t now = NowNs();
-    reply.results.reserve(req.items.size());
-    for (const LeaseItem& it : req.items) reply.results.push_back(ApplyLease(it, now));
-  }
-  Encoder e;
-  Encode(reply, &e);
-  return e.data();
+  return FoldBatch<LeasesRequest, PublishReply>(
+      d, "Leases", "entries", [](const LeasesRequest& r) { return r.items.size(); },
+      [&](const LeasesRequest& req, PublishReply* reply) {
+        uint64_t now = NowNs();
+        reply->results.reserve(req.items.size());
+        for (const LeaseItem& it : req.items) reply->results.push_back(ApplyLease(it, now));
+      });
 }
 
 }  // namespace mcxl

@@ -113,7 +113,7 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   // Recorded before anything looks the key up again: FindLive checks every
   // entry against these records (CheckedLive), the new one included.
   entry_meta_[*slot] = EntryMeta{ext->handle, uint32_t(key.size()), true, false, false};
-  if (seg_owner != kNoSlot) in_segment_[*slot] = {seg_owner, clients_[seg_owner].generation, seg.handle};
+  if (seg_owner != kNoSlot) RecordSegmentPlacement(*slot, {seg_owner, clients_[seg_owner].generation, seg.handle});
   if (req.upsert) {
     // Every older entry of the key, COMPLETE or still WRITING (a concurrent
     // upsert), is marked: a reader that meets one keeps probing and takes the

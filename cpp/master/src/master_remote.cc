@@ -138,63 +138,41 @@ LocateItem MasterImpl::LocateOne(const ClientRef& ref, const std::string& key, u
 }
 
 std::string MasterImpl::HandleLocate(Decoder* d) {
-  LocateRequest req;
-  LocateReply reply;
-  if (!Decode(d, &req)) {
-    MCXL_LOG(kWarn, "master", "malformed Locate request rejected");
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (req.keys.size() > kMaxRequestKeys) {
-    MCXL_LOG(kWarn, "master", "Locate of %zu keys refused: at most %u", req.keys.size(), kMaxRequestKeys);
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (!ClientValid(req.client)) {
-    reply.status = ErrorCode::ILLEGAL_CLIENT;
-  } else {
-    reply.items.reserve(req.keys.size());
-    for (const auto& k : req.keys) reply.items.push_back(LocateOne(req.client, k, req.lease_until_ns));
-    PublishRange(&pool_->client_slot(req.client.slot)->get_hits, 2 * sizeof(uint64_t));
-  }
-  Encoder e;
-  Encode(reply, &e);
-  return e.data();
+  return FoldBatch<LocateRequest, LocateReply>(
+      d, "Locate", "keys", [](const LocateRequest& r) { return r.keys.size(); },
+      [&](const LocateRequest& req, LocateReply* reply) {
+        reply->items.reserve(req.keys.size());
+        for (const auto& k : req.keys) reply->items.push_back(LocateOne(req.client, k, req.lease_until_ns));
+        PublishRange(&pool_->client_slot(req.client.slot)->get_hits, 2 * sizeof(uint64_t));
+      });
 }
 
 std::string MasterImpl::HandlePublish(Decoder* d) {
-  PublishRequest req;
-  PublishReply reply;
-  if (!Decode(d, &req)) {
-    MCXL_LOG(kWarn, "master", "malformed Publish request rejected");
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (req.items.size() > kMaxRequestKeys) {
-    MCXL_LOG(kWarn, "master", "Publish of %zu puts refused: at most %u", req.items.size(), kMaxRequestKeys);
-    reply.status = ErrorCode::INVALID_PARAMS;
-  } else if (!ClientValid(req.client)) {
-    reply.status = ErrorCode::ILLEGAL_CLIENT;
-  } else {
-    reply.results.reserve(req.items.size());
-    for (const auto& [slot, gen] : req.items) {
-      auto it = std::find_if(pending_.begin(), pending_.end(), [&](const PendingPut& p) {
-        return p.entry_slot == slot && p.generation == gen && p.owner == req.client.slot;
+  return FoldBatch<PublishRequest, PublishReply>(
+      d, "Publish", "puts", [](const PublishRequest& r) { return r.items.size(); },
+      [&](const PublishRequest& req, PublishReply* reply) {
+        reply->results.reserve(req.items.size());
+        for (const auto& [slot, gen] : req.items) {
+          auto it = std::find_if(pending_.begin(), pending_.end(), [&](const PendingPut& p) {
+            return p.entry_slot == slot && p.generation == gen && p.owner == req.client.slot;
+          });
+          // Not (or no longer) this client's unfinished put: revoked, or a
+          // forged item. The CAS names the generation, so it cannot touch
+          // another object either way.
+          if (it == pending_.end() || !index_->PublishComplete(slot, gen)) {
+            reply->results.push_back(ToInt(ErrorCode::TRANSFER_FAIL));
+            continue;
+          }
+          reply->results.push_back(0);
+          if (it->upsert) {
+            // What HandleSettle does for a local client: the older values go now.
+            std::string key(KeyOf(slot));
+            uint64_t hash = index_->entry(slot).key_hash.load(std::memory_order_relaxed);
+            if (!key.empty()) ClearSupersededIfSettled(key, hash);
+            if (tier_ && !key.empty()) reply->tomb_ticket = std::max(reply->tomb_ticket, tier_->PendingTomb(key));
+          }
+        }
       });
-      // Not (or no longer) this client's unfinished put: revoked, or a
-      // forged item. The CAS names the generation, so it cannot touch
-      // another object either way.
-      if (it == pending_.end() || !index_->PublishComplete(slot, gen)) {
-        reply.results.push_back(ToInt(ErrorCode::TRANSFER_FAIL));
-        continue;
-      }
-      reply.results.push_back(0);
-      if (it->upsert) {
-        // What HandleSettle does for a local client: the older values go now.
-        std::string key(KeyOf(slot));
-        uint64_t hash = index_->entry(slot).key_hash.load(std::memory_order_relaxed);
-        if (!key.empty()) ClearSupersededIfSettled(key, hash);
-        if (tier_ && !key.empty()) reply.tomb_ticket = std::max(reply.tomb_ticket, tier_->PendingTomb(key));
-      }
-    }
-  }
-  Encoder e;
-  Encode(reply, &e);
-  return e.data();
 }
 
 }  // namespace mcxl

@@ -92,8 +92,9 @@ uint64_t MasterImpl::EvictFromSegment(uint32_t owner, uint64_t bytes) {
   const ExtentAllocator& seg = *clients_[owner].segment;
   uint64_t now = NowNs(), ttl = config_.default_kv_lease_ttl_ms * 1000000ull;
   std::vector<SampledSlot> cands;  // (last access, slot), oldest first
-  for (const auto& [s, p] : in_segment_) {
-    if (p.owner != owner) continue;
+  auto mine = segment_entries_of_.find(owner);
+  if (mine == segment_entries_of_.end()) return 0;
+  for (uint64_t s : mine->second) {
     const IndexEntry& e = index_->entry(s);
     // One look at the state; unfinished, hard-pinned, leased, soft-pinned
     // and grouped objects stay (a group goes whole, with pool members: not here).
@@ -134,6 +135,23 @@ void MasterImpl::WriteSegmentStub(uint64_t stub_offset, uint64_t key_len, uint32
   PublishRange(st, sizeof(SegmentStub));  // before the entry that names it is inserted
 }
 
+void MasterImpl::RecordSegmentPlacement(uint64_t entry_slot, const SegmentPlacement& p) {
+  ForgetSegmentPlacement(entry_slot);  // an earlier record of the slot is another object's
+  in_segment_[entry_slot] = p;
+  segment_entries_of_[p.owner].insert(entry_slot);
+}
+
+void MasterImpl::ForgetSegmentPlacement(uint64_t entry_slot) {
+  auto it = in_segment_.find(entry_slot);
+  if (it == in_segment_.end()) return;
+  auto mine = segment_entries_of_.find(it->second.owner);
+  if (mine != segment_entries_of_.end()) {
+    mine->second.erase(entry_slot);
+    if (mine->second.empty()) segment_entries_of_.erase(mine);
+  }
+  in_segment_.erase(it);
+}
+
 void MasterImpl::FreeSegmentExtent(uint64_t entry_slot) {
   auto it = in_segment_.find(entry_slot);
   if (it == in_segment_.end()) return;
@@ -141,20 +159,20 @@ void MasterImpl::FreeSegmentExtent(uint64_t entry_slot) {
   ClientInfo& c = clients_[p.owner];
   // A segment of an ended attachment is gone with its allocator.
   if (c.segment && c.generation == p.owner_generation) (void)c.segment->Free(p.handle);
-  in_segment_.erase(it);
+  ForgetSegmentPlacement(entry_slot);
 }
 
 void MasterImpl::DropSegment(uint32_t slot, const char* why) {
   ClientInfo& c = clients_[slot];
   if (!c.segment) return;
-  std::vector<uint64_t> doomed;
-  for (const auto& [entry, p] : in_segment_)
-    if (p.owner == slot) doomed.push_back(entry);
+  std::vector<uint64_t> doomed;  // a copy: unlinking forgets them one by one
+  if (auto mine = segment_entries_of_.find(slot); mine != segment_entries_of_.end())
+    doomed.assign(mine->second.begin(), mine->second.end());
   uint64_t gone = 0;
   for (uint64_t s : doomed) {
     EntryState st = StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire));
     if (!entry_meta_[s].live) {
-      in_segment_.erase(s);
+      ForgetSegmentPlacement(s);
       continue;
     }
     // A WRITING one is the owner's own put, revoked (it writes only its own
@@ -167,7 +185,7 @@ void MasterImpl::DropSegment(uint32_t slot, const char* why) {
     } else if (StateOf(index_->entry(s).state_gen.load(std::memory_order_acquire)) == EntryState::kInSegment) {
       gone += UnlinkWithOlder(s, nullptr);
     }
-    in_segment_.erase(s);
+    ForgetSegmentPlacement(s);
   }
   MCXL_LOG(kInfo, "master", "DRAM segment of client slot %u (%s) dropped: %llu objects are misses now", slot, why,
            (unsigned long long)gone);

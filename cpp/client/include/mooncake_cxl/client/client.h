@@ -169,6 +169,10 @@ class Client {
   Status Close();
   // 0 healthy, 1 closed, 2 master unreachable.
   int HealthCheck();
+  // Sends the queued leases now and waits for a send in flight (this
+  // client's removes do it first; a test does before it asks the master
+  // whether leases lapsed); nothing on a coherent pool.
+  void FlushLeases();
   bool closed() const;
 
   // Per-key results (OK or an error), one master round trip for all keys.
@@ -302,6 +306,15 @@ class Client {
   // and retries once when that is safe (idempotent, or the master restarted).
   Result<std::string> MasterCall(MessageType type, const std::function<std::string()>& build,
                                  bool idempotent);
+  // One MasterCall per chunk of at most `chunk` of `items` (a Request with
+  // .client and .items; a Reply with .status; definition in
+  // client_internal.h): take(begin, end, st, reply) merges a chunk's per-item
+  // results, where st is the call's error, RPC_FAIL for a reply that does not
+  // decode, or the reply's status. take's error ends the walk and is returned.
+  // RemoveByRegex and RemoveAll (kRemoveAll's pattern is empty): one master call.
+  Result<uint64_t> RemoveMatching(MessageType type, const std::string& pattern, bool force);
+  template <class Request, class Reply, class Items, class Take>
+  Status MasterCallInChunks(MessageType type, const Items& items, size_t chunk, bool idempotent, Take&& take);
   void HeartbeatLoop();
   // One request over this client's rings: the reply payload, NOT_SUPPORTED
   // when the frame is too big for a ring (the caller uses TCP), RPC_FAIL when
@@ -425,9 +438,6 @@ class Client {
   void RaiseLease(const EntrySnapshot& s, uint64_t until_ns);
   // kLeases for the items now (per item OK, OBJECT_NOT_FOUND or the error).
   std::vector<int32_t> SendLeases(const std::vector<LeaseItem>& items);
-  // Sends the queued leases now (before this client's removes); nothing on
-  // a coherent pool.
-  void FlushLeases();
   void LeaseLoop();
   void StopLeaseThread();
   // At setup on a non-coherent pool: an empty kLeases, which a master
