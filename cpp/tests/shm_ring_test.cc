@@ -302,6 +302,25 @@ TEST(ShmRingTest, RequestIdsTagTheAttachment) {
 // The producer in a child process, the consumer here, the ring in a
 // MAP_SHARED mapping: every record arrives whole and in order across many
 // wraps, and a consumer that sleeps on the futex is woken across processes.
+TEST(SpinWaitTest, AYieldThatRanAnotherTaskForASliceStopsYieldsOnlyWhereAsked) {
+  SpinWait peer;  // a short long yield, then data: the peer shares our core
+  peer.NoteYield(5000);
+  peer.Found();
+  EXPECT_EQ(peer.pause_ns(), 0u);
+  EXPECT_TRUE(peer.yields());
+  SpinWait server;  // not asked: keeps yielding after a hogged yield
+  server.NoteYield(SpinWait::kThirdPartyNs + 1);
+  EXPECT_TRUE(server.yields());
+  SpinWait client(true);
+  client.NoteYield(SpinWait::kThirdPartyNs + 1);
+  EXPECT_FALSE(client.yields());
+  for (uint32_t i = 0; i + 1 < SpinWait::kNoYieldWaits; ++i) client.Found();
+  EXPECT_FALSE(client.yields());
+  client.Found();  // kNoYieldWaits waits later: yields may find the core free again
+  EXPECT_TRUE(client.yields());
+  EXPECT_NE(client.pause_ns(), 0u);  // a hogged yield does not say the peer shares our core
+}
+
 TEST(ShmRingTest, TwoProcessesStreamThroughSharedMemory) {
   constexpr uint64_t kRingBytes = sizeof(RingHeader) + 4096;
   constexpr uint64_t kRecords = 20000;

@@ -197,14 +197,23 @@ uint64_t ShmRing::CallerOf(RingHeader* h) {
 void SpinWait::Relax(uint64_t waited) {
   if (last_ == Step::kFastYield)  // yielding bought nothing: our core is ours
     pause_ns_ = std::min<uint64_t>(kMaxPauseNs, pause_ns_ == 0 ? 1000 : pause_ns_ * 2);
-  if (waited < pause_ns_) {
+  if (waited < pause_ns_ || no_yield_waits_ > 0) {
     _mm_pause();
     last_ = Step::kPause;
     return;
   }
   uint64_t t0 = MonoNs();
   sched_yield();
-  last_ = MonoNs() - t0 > kContendedNs ? Step::kLongYield : Step::kFastYield;
+  NoteYield(MonoNs() - t0);
+}
+
+void SpinWait::NoteYield(uint64_t took_ns) {
+  if (stop_when_hogged_ && took_ns > kThirdPartyNs) {  // not the peer: stop yielding (header)
+    no_yield_waits_ = kNoYieldWaits;
+    last_ = Step::kPause;
+    return;
+  }
+  last_ = took_ns > kContendedNs ? Step::kLongYield : Step::kFastYield;
 }
 
 bool ShmRing::WaitForData(uint64_t spin_ns, uint64_t timeout_ns) {

@@ -502,7 +502,7 @@ class Client {
   // MonoNs of the last kill(pid, 0) probe of the master (under ring_mu_): a
   // syscall, so made at most every kMasterPidProbeNs on the call path.
   uint64_t ring_pid_probe_ns_ = 0;
-  SpinWait ring_spin_;  // polling policy of reply waits (under ring_mu_)
+  SpinWait ring_spin_{true};  // polling policy of reply waits (under ring_mu_); no yields to a hog
 
   // Pin records of the table of slot pin_slot_: free list and high-water
   // mark. A re-attach to the same slot keeps the table (and so these).

@@ -50,27 +50,46 @@ namespace mcxl {
 // pause-only window double (to kMaxPauseNs); a yield that took longer than
 // kContendedNs (another task ran here) after which the data was there says
 // the peer shares our core: the window drops to zero, we yield at once.
+// A yield that took longer than kThirdPartyNs gave a whole time slice to a
+// task that is not the peer (a peer that answers runs for µs, then waits
+// again): a yield hands such a task the core for milliseconds at every
+// poll, so a SpinWait made with stop_yielding_when_hogged (a client's reply
+// wait: its spin is 30 µs) only pauses for the next kNoYieldWaits waits,
+// then the caller's futex sleep, whose wake-up runs it ahead of such a task.
+// (The ring server keeps yielding: its window can be long, and a client on
+// its core must get the core.)
 // Measured (2 cores, fixed 2 µs pause): a ring round trip took
-// 1.3 µs with client and master on different cores, 9.6 µs on one core.
+// 1.3 µs with client and master on different cores, 9.6 µs on one core;
+// a batch of 64 puts with two CPU-bound processes beside the master and the
+// client took ~4 ms (one time slice a round trip) while waits yielded.
 // Not thread-safe: one per waiting thread (callers serialise).
 class SpinWait {
  public:
   static constexpr uint64_t kMaxPauseNs = 20000;
   static constexpr uint64_t kContendedNs = 2000;  // an idle sched_yield: 0.5-1 µs
+  static constexpr uint64_t kThirdPartyNs = 200000;
+  static constexpr uint32_t kNoYieldWaits = 256;  // then a yield may find the core free again
+  explicit SpinWait(bool stop_yielding_when_hogged = false) : stop_when_hogged_(stop_yielding_when_hogged) {}
   // One poll step after a poll that found nothing, `waited` ns into the wait.
   void Relax(uint64_t waited);
+  // How long the last sched_yield took (Relax's; a seam for tests).
+  void NoteYield(uint64_t took_ns);
   // The poll after the last step found data.
   void Found() {
     if (last_ == Step::kLongYield) pause_ns_ = 0;
     last_ = Step::kNone;
+    if (no_yield_waits_ > 0) --no_yield_waits_;
   }
   // A futex sleep came between: the next Found() says nothing about cores.
   void Slept() { last_ = Step::kNone; }
   uint64_t pause_ns() const { return pause_ns_; }
+  bool yields() const { return no_yield_waits_ == 0; }
 
  private:
   enum class Step { kNone, kPause, kFastYield, kLongYield };
   uint64_t pause_ns_ = 2000;
+  uint32_t no_yield_waits_ = 0;
+  bool stop_when_hogged_;
   Step last_ = Step::kNone;
 };
 
