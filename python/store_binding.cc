@@ -13,6 +13,36 @@
 
 namespace mcxl::binding {
 
+namespace {
+// The client's segment calls into the Python engine (segment_te.py): each
+// takes the GIL (the client calls them from released-GIL sections); the
+// engine is dropped under the GIL too, whichever thread drops the last copy.
+void SetSegmentEngine(const py::object& engine, ClientOptions* o) {
+  std::shared_ptr<py::object> te(new py::object(engine), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  o->serve_segment = [te](char* base, uint64_t size) -> std::string {
+    py::gil_scoped_acquire gil;
+    try {
+      return te->attr("serve")(uintptr_t(base), size).cast<std::string>();
+    } catch (const std::exception& e) {
+      MCXL_LOG(kError, "store", "DRAM segment not served over the Transfer Engine: %s", e.what());
+      return "";
+    }
+  };
+  o->read_peer_segment = [te](const std::string& session, uint64_t offset, char* dst, uint64_t n) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      return te->attr("read")(session, offset, uintptr_t(dst), n).cast<bool>();
+    } catch (const std::exception& e) {
+      MCXL_LOG(kError, "store", "Transfer Engine read from the segment at %s failed: %s", session.c_str(), e.what());
+      return false;
+    }
+  };
+}
+}  // namespace
+
 Store::~Store() {
   if (client_) {
     py::gil_scoped_release nogil;
@@ -23,7 +53,7 @@ Store::~Store() {
 int Store::SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                      uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
                      const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload,
-                     bool strict_buffers, uint64_t dram_segment_size) {
+                     bool strict_buffers, uint64_t dram_segment_size, py::object segment_te) {
   if (client_ && !client_->closed()) {
     MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
     return kNotReady;
@@ -47,6 +77,7 @@ int Store::SetupCore(const std::string& local_hostname, const std::string& maste
   o.enable_ssd_offload = enable_ssd_offload;
   o.strict_buffers = strict_buffers;
   o.dram_segment_size = dram_segment_size;  // 0 unless MC_CXL_DRAM_SEGMENT=1 (store.py)
+  if (!segment_te.is_none()) SetSegmentEngine(segment_te, &o);
   const char* td = getenv("MC_CXL_TIER_DIRECT_READ");
   o.tier_direct_read = td == nullptr || td[0] == '\0' || strcmp(td, "0") != 0;
   std::optional<Result<std::shared_ptr<Client>>> r;
@@ -183,7 +214,7 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
   auto c = s.Ready("get_replica_desc");
   if (!c) return py::int_(kNotReady);
   std::optional<Result<EntrySnapshot>> snap;
-  std::string writer;
+  std::string writer, peer_session;
   {
     py::gil_scoped_release nogil;
     snap.emplace(c->Locate(key));
@@ -199,18 +230,21 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
         const char* host = pool->client_slot(uint32_t(slot))->host;
         writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
       }
+      if (snap->value().state() == EntryState::kInSegment) peer_session = c->PeerSegmentSession(snap->value(), key);
     }
   }
   if (!*snap) return py::int_(ToInt(snap->error()));
   py::dict d;
   // kOnDisk: the value is a record in the SSD tier (the stub says where);
-  // kInSegment: in its writer's DRAM segment (only the owner writes there).
+  // kInSegment: in its writer's DRAM segment (only the owner writes there),
+  // read by others over the Transfer Engine from its session.
   bool on_disk = snap->value().state() == EntryState::kOnDisk;
   d["tier"] = on_disk ? "disk" : "memory";
   if (on_disk) d["disk_root"] = c->tier_root();
   if (snap->value().state() == EntryState::kInSegment) {
     d["segment_name"] = writer;
-    d["read_by"] = "segment";
+    d["read_by"] = peer_session.empty() ? "segment" : "transfer_engine";
+    if (!peer_session.empty()) d["te_session"] = peer_session;
   }
   d["offset"] = snap->value().object_offset;
   d["size"] = snap->value().value_size;
@@ -270,7 +304,8 @@ void DefineStoreCalls(StoreClass& store) {
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
            py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default",
            py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false,
-           py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0)
+           py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0,
+           py::arg("segment_te") = py::none())
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("get_hostname", &Store::GetHostname)

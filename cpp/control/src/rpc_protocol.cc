@@ -51,6 +51,7 @@ const char* MessageTypeName(uint16_t type) {
     case MessageType::kLocate: return "Locate";
     case MessageType::kPublish: return "Publish";
     case MessageType::kLeases: return "Leases";
+    case MessageType::kSegmentSession: return "SegmentSession";
   }
   return "Unknown";
 }

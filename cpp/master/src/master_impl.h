@@ -250,6 +250,7 @@ class MasterImpl final : public Master, private TierHost {
   LocateItem LocateOne(const ClientRef& ref, const std::string& key, uint64_t lease_until_ns);
   // ---- leases of a non-coherent pool's clients (master_leases.cc) ----
   std::string HandleLeases(Decoder* d);
+  std::string HandleSegmentSession(Decoder* d);
   int32_t ApplyLease(const LeaseItem& it, uint64_t now);
   // The session the serving process advertises (te_session_file), "" if none.
   std::string TeSession() const;

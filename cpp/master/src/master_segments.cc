@@ -8,9 +8,11 @@
 // the owner publishes kInSegment; Unlink frees both. Before a slot is
 // reused (reclaim, detach, a new attachment) every object of its segment is
 // unlinked, so a reader meets a bumped version or a stub naming an ended
-// generation: a miss, never another object's bytes. Only the owner writes
-// its segment (a putter elsewhere has no engine in the C++ client), so a
-// preferred_segment naming another client's segment falls back to the pool.
+// generation: a miss, never another object's bytes. Another in-pod reader
+// asks kSegmentSession for the owner's TE session and segment size (per
+// attachment: both fixed from its Attach to its end). Only the owner writes
+// its segment, so a preferred_segment naming another client's segment falls
+// back to the pool.
 //
 // Atomics follow the three rules stated in master_impl.h.
 #include "master_impl.h"
@@ -59,6 +61,26 @@ bool MasterImpl::AdoptSegment(ClientInfo* c, uint32_t slot, const AttachRequest&
            req.local_hostname.c_str(), slot, (unsigned long long)size,
            req.segment_session.empty() ? "" : ", served at ", req.segment_session.c_str());
   return true;
+}
+
+std::string MasterImpl::HandleSegmentSession(Decoder* d) {
+  SegmentSessionRequest req;
+  SegmentSessionReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed SegmentSession request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else if (!ClientValid(ClientRef{req.slot, req.generation}) || !clients_[req.slot].segment ||
+             clients_[req.slot].segment_session.empty()) {
+    reply.status = ErrorCode::OBJECT_NOT_FOUND;  // ended, or no segment served: a miss
+  } else {
+    reply.segment_size = clients_[req.slot].segment_size;
+    reply.session = clients_[req.slot].segment_session;
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
 }
 
 uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes,
