@@ -133,3 +133,23 @@ def test_a_stub_past_the_owners_segment_is_refused_by_another_reader(master, chi
         assert ask(reader, "get", "te/fine") == b"ok" * 100
     finally:
         stop(owner, reader)
+
+
+def test_the_owner_names_its_session_again_after_a_master_restart(master_factory, children):
+    m1 = master_factory()
+    owner, reader = owner_and_reader(children, m1)
+    try:
+        assert ask(owner, "put", "te/rs/old", b"o" * 9000, "", True) == 0
+        assert ask(reader, "get", "te/rs/old") == b"o" * 9000
+        m1.kill()
+        m2 = master_factory(format=False, extra_flags=[f"--rpc_port={m1.port}"])
+        # Recovery dropped the segment object; the owner re-attaches (with its
+        # session) and places a new one, which the other process reads over TE.
+        wait_until(lambda: ask(owner, "put", "te/rs/new", b"n" * 9000, "", True) == 0,
+                   "the owner's put after the restart", master=m2)
+        assert ask(reader, "get", "te/rs/old") == b""
+        wait_until(lambda: ask(reader, "get", "te/rs/new") == b"n" * 9000, "the reader's TE read after the restart",
+                   master=m2)
+        assert ask(reader, "desc", "te/rs/new")[0][0] == "transfer_engine"
+    finally:
+        stop(owner, reader)
