@@ -87,31 +87,40 @@ def _zero_copy_read(s, op, args):
         s.unregister_buffer(base)
 
 
+def read_judged(s, key, floor):
+    """One get of `key`: ("miss", None), ("hit", version) or ("error", why):
+    torn, or older than `floor` (a version already seen or published)."""
+    v = s.get(key)
+    if not v:
+        return "miss", None
+    try:
+        got = check_versioned(v)
+    except AssertionError as e:
+        return "error", str(e)
+    return ("error", f"stale: read {got} after {floor}") if got < floor else ("hit", got)
+
+
 def read_until_stopped(s, key, rounds):
     """Reads `key` `rounds` times: every value must be whole (versioned) and
     none older than one read before it; returns (errors, hits, misses, the
     highest version seen)."""
     errors, hits, misses, top = [], 0, 0, 0
     for _ in range(rounds):
-        v = s.get(key)
-        if not v:
+        what, got = read_judged(s, key, top)
+        if what == "error":
+            errors.append(got)
+            break
+        if what == "miss":
             misses += 1
-            continue
-        try:
-            got = check_versioned(v)
-        except AssertionError as e:
-            errors.append(str(e))
-            break
-        if got < top:
-            errors.append(f"stale: read {got} after {top}")
-            break
-        top, hits = got, hits + 1
+        else:
+            top, hits = got, hits + 1
     return errors, hits, misses, top
 
 
-def churn(s, key, rounds, size):
+def churn(s, key, rounds, size, published=None):
     """Upserts versioned values 1..rounds of `key` into this client's
-    segment, removing it now and then; returns the errors."""
+    segment (published[0] = the last one returned), removing it now and
+    then; returns the errors."""
     errors = []
     for i in range(1, rounds + 1):
         if i % 17 == 0 and s.remove(key, True) not in (0, -704):  # forced: readers lease it
@@ -120,6 +129,8 @@ def churn(s, key, rounds, size):
         if rc != 0:
             errors.append(f"upsert {i}: {rc}")
             break
+        if published is not None:
+            published[0] = i
     return errors
 
 
@@ -146,34 +157,18 @@ def upsert_remove_reader(conn, address, hostname, rounds, size):
     errors = []
 
     def writer():
-        for i in range(1, rounds + 1):
-            if i % 17 == 0:
-                assert s.remove(key, True) in (0, -704)  # forced: the reader leases it
-            rc = s.upsert(key, versioned(i, size), config(same_node=True))
-            if rc != 0:
-                errors.append(f"upsert {i}: {rc}")
-                break
-            published[0] = i
+        errors.extend(churn(s, key, rounds, size, published))
         stop.set()
 
     reads = [0, 0]
 
     def reader():
         while not stop.is_set():
-            floor = published[0]
-            v = s.get(key)
-            if not v:
-                reads[1] += 1
-                continue
-            try:
-                got = check_versioned(v)
-            except AssertionError as e:
-                errors.append(str(e))
+            what, got = read_judged(s, key, published[0])
+            if what == "error":
+                errors.append(got)
                 return
-            if got < floor:
-                errors.append(f"stale: read {got} after {floor} was published")
-                return
-            reads[0] += 1
+            reads[0 if what == "hit" else 1] += 1
 
     t = [threading.Thread(target=writer), threading.Thread(target=reader)]
     for x in t:

@@ -38,6 +38,21 @@ bool LogDue(std::atomic<uint64_t>* last_log) {
   return now - last > 1000000000ull && last_log->compare_exchange_strong(last, now, std::memory_order_relaxed);
 }
 constexpr size_t kMaxPeerSegments = 1024;  // cached attachments; past it the cache starts over
+
+// True when the stub's range lies in a segment of `segment_size` bytes and
+// holds the value; else logs the refusal (a miss for the caller).
+bool StubFits(const SegmentStub& stub, uint64_t value_size, uint64_t segment_size, std::string_view key) {
+  if (stub.magic == kSegmentStubMagic && segment_size != 0 && stub.offset <= segment_size &&
+      stub.length <= segment_size - stub.offset && value_size <= stub.length)
+    return true;
+  static std::atomic<uint64_t> last_log{0};
+  if (LogDue(&last_log))
+    MCXL_LOG(kError, "client", "segment stub of '%.*s' refused: %llu bytes at %llu (value %llu) do not fit "
+             "the segment of slot %u (%llu bytes); a miss", int(key.size()), key.data(),
+             (unsigned long long)stub.length, (unsigned long long)stub.offset, (unsigned long long)value_size,
+             stub.slot, (unsigned long long)segment_size);
+  return false;
+}
 }  // namespace
 
 Status Client::MapSegment() {
@@ -104,17 +119,8 @@ Result<bool> Client::CopyFromSegment(const EntrySnapshot& snap, std::string_view
   ClientRef me = Ref();
   if (stub.magic == kSegmentStubMagic && (stub.slot != me.slot || stub.slot_generation != me.generation))
     return CopyFromPeerSegment(snap, key, stub, dest);  // another client's (or our ended attachment's)
-  bool fits = stub.magic == kSegmentStubMagic && segment_base_ != nullptr && stub.offset <= segment_size_ &&
-              stub.length <= segment_size_ - stub.offset && snap.value_size <= stub.length;
-  if (!fits) {
-    static std::atomic<uint64_t> last_log{0};
-    if (LogDue(&last_log))
-      MCXL_LOG(kError, "client", "segment stub of '%.*s' refused: %llu bytes at %llu (value %llu) do not fit "
-               "this client's segment of %llu bytes; a miss", int(key.size()), key.data(),
-               (unsigned long long)stub.length, (unsigned long long)stub.offset,
-               (unsigned long long)snap.value_size, (unsigned long long)segment_size_);
+  if (!StubFits(stub, snap.value_size, segment_size_, key))
     return ErrorCode::OBJECT_NOT_FOUND;
-  }
   CopyOut(segment_base_ + stub.offset, snap.value_size, dest);
   return index_->StillValid(snap);
 }
@@ -178,16 +184,7 @@ Result<bool> Client::CopyFromPeerSegment(const EntrySnapshot& snap, std::string_
   if (!options_.read_peer_segment) return ErrorCode::OBJECT_NOT_FOUND;  // no engine here
   PeerSegment peer = FindPeerSegment(stub.slot, stub.slot_generation, false);
   if (peer.status != ErrorCode::OK) return peer.status == ErrorCode::OBJECT_NOT_FOUND ? peer.status : ErrorCode::TRANSFER_FAIL;
-  bool fits = stub.offset <= peer.size && stub.length <= peer.size - stub.offset && snap.value_size <= stub.length;
-  if (!fits) {
-    static std::atomic<uint64_t> last_log{0};
-    if (LogDue(&last_log))
-      MCXL_LOG(kError, "client", "segment stub of '%.*s' refused: %llu bytes at %llu (value %llu) do not fit "
-               "the segment of slot %u (%llu bytes); a miss", int(key.size()), key.data(),
-               (unsigned long long)stub.length, (unsigned long long)stub.offset,
-               (unsigned long long)snap.value_size, stub.slot, (unsigned long long)peer.size);
-    return ErrorCode::OBJECT_NOT_FOUND;
-  }
+  if (!StubFits(stub, snap.value_size, peer.size, key)) return ErrorCode::OBJECT_NOT_FOUND;
   thread_local std::string scratch;
   if (scratch.size() < snap.value_size) scratch.resize(snap.value_size);
   bool copied = options_.read_peer_segment(peer.session, stub.offset, scratch.data(), snap.value_size);
