@@ -97,7 +97,7 @@ class ReplicaMethods:
         info = self._replica_info(key)
         if isinstance(info, int):
             return None
-        return ReplicaDescriptor(info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
+        return ReplicaDescriptor(info.get("segment_name") or info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
                                  info.get("disk_root", ""), info.get("te_session"),
                                  info.get("read_by"))
 

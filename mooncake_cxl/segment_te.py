@@ -1,7 +1,7 @@
 """The Transfer Engine of a client's DRAM segment (docs/architecture.md §10):
 the binding calls `serve` once the segment is mapped (its session goes into
-every Attach) and `read` when this client reads a value in another client's
-segment. One engine per store, started on first use: a client that never
+every Attach), `read` when this client reads a value in another client's
+segment and `write` when it puts into one (preferred_segment). One engine per store, started on first use: a client that never
 serves a segment and never reads another's starts none. `MC_CXL_SEGMENT_TE=0`
 turns it off (the segment is then read by its owner only)."""
 import logging
@@ -54,18 +54,25 @@ class SegmentEngine:
             return ""
         return f"{self.host}:{te.get_rpc_port()}"
 
-    def read(self, session, offset, dst, n):
-        """Copies n bytes at `offset` of the segment served at `session` to dst."""
-        te = self._engine()
-        if te is None:
-            return False
+    def _base(self, te, session):
         base = self.bases.get(session)
         if base is None:
             base = te.get_first_buffer_address(session)
-            if not base:
-                return False
-            with self.lock:
-                if len(self.bases) >= 1024:
-                    self.bases.clear()
-                self.bases[session] = base
-        return te.transfer_sync_read(session, dst, base + offset, n) == 0
+            if base:
+                with self.lock:
+                    if len(self.bases) >= 1024:
+                        self.bases.clear()
+                    self.bases[session] = base
+        return base
+
+    def read(self, session, offset, dst, n):
+        """Copies n bytes at `offset` of the segment served at `session` to dst."""
+        te = self._engine()
+        base = te and self._base(te, session)
+        return bool(base) and te.transfer_sync_read(session, dst, base + offset, n) == 0
+
+    def write(self, session, offset, src, n):
+        """Copies n bytes from src to `offset` of the segment served at `session`."""
+        te = self._engine()
+        base = te and self._base(te, session)
+        return bool(base) and te.transfer_sync_write(session, src, base + offset, n) == 0

@@ -31,6 +31,15 @@ void SetSegmentEngine(const py::object& engine, ClientOptions* o) {
       return "";
     }
   };
+  o->write_peer_segment = [te](const std::string& session, uint64_t offset, const char* src, uint64_t n) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      return te->attr("write")(session, offset, uintptr_t(src), n).cast<bool>();
+    } catch (const std::exception& e) {
+      MCXL_LOG(kError, "store", "Transfer Engine write to the segment at %s failed: %s", session.c_str(), e.what());
+      return false;
+    }
+  };
   o->read_peer_segment = [te](const std::string& session, uint64_t offset, char* dst, uint64_t n) -> bool {
     py::gil_scoped_acquire gil;
     try {
@@ -214,7 +223,7 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
   auto c = s.Ready("get_replica_desc");
   if (!c) return py::int_(kNotReady);
   std::optional<Result<EntrySnapshot>> snap;
-  std::string writer, peer_session;
+  std::string writer, segment_owner, peer_session;
   {
     py::gil_scoped_release nogil;
     snap.emplace(c->Locate(key));
@@ -224,25 +233,31 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
       // torn while its slot is re-attached; it is descriptive only.
       const auto& pool = c->pool();
       const Superblock* sb = pool->superblock();
-      uint64_t slot = snap->value().owner_slot;
-      if (slot < sb->client_slot_count && sb->client_table_offset <= pool->size() &&
-          slot < (pool->size() - sb->client_table_offset) / sizeof(ClientSlot)) {
+      auto host_of = [&](uint64_t slot) {
+        if (slot >= sb->client_slot_count || sb->client_table_offset > pool->size() ||
+            slot >= (pool->size() - sb->client_table_offset) / sizeof(ClientSlot))
+          return std::string();
         const char* host = pool->client_slot(uint32_t(slot))->host;
-        writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
+        return std::string(host, strnlen(host, sizeof(ClientSlot::host)));
+      };
+      writer = host_of(snap->value().owner_slot);
+      if (snap->value().state() == EntryState::kInSegment) {
+        uint32_t holder = 0;
+        peer_session = c->PeerSegmentSession(snap->value(), key, &holder);
+        segment_owner = host_of(holder);  // the segment's client, not always the putter
       }
-      if (snap->value().state() == EntryState::kInSegment) peer_session = c->PeerSegmentSession(snap->value(), key);
     }
   }
   if (!*snap) return py::int_(ToInt(snap->error()));
   py::dict d;
   // kOnDisk: the value is a record in the SSD tier (the stub says where);
-  // kInSegment: in its writer's DRAM segment (only the owner writes there),
-  // read by others over the Transfer Engine from its session.
+  // kInSegment: in a client's DRAM segment, read by others over the
+  // Transfer Engine from its session.
   bool on_disk = snap->value().state() == EntryState::kOnDisk;
   d["tier"] = on_disk ? "disk" : "memory";
   if (on_disk) d["disk_root"] = c->tier_root();
   if (snap->value().state() == EntryState::kInSegment) {
-    d["segment_name"] = writer;
+    d["segment_name"] = segment_owner;
     d["read_by"] = peer_session.empty() ? "segment" : "transfer_engine";
     if (!peer_session.empty()) d["te_session"] = peer_session;
   }

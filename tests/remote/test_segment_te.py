@@ -1,7 +1,9 @@
-"""DRAM segments read by other clients of the pod over the Transfer Engine
-(docs/architecture.md §10): the owner serves its segment with its own engine
-(MC_CXL_SEGMENT_TE, on by default) and names the session at Attach; another
-process's reads of a segment object copy it over TE and re-check the entry.
+"""DRAM segments read and written by other clients of the pod over the
+Transfer Engine (docs/architecture.md §10): the owner serves its segment with
+its own engine (MC_CXL_SEGMENT_TE, on by default) and names the session at
+Attach; another process's reads of a segment object copy it over TE and
+re-check the entry; a put whose preferred_segment names the owner is written
+into its segment over TE.
 Engines bind 0.0.0.0, so this runs only inside a private network namespace:
 
     unshare -n -- bash -c 'ip link set lo up && MCXL_ORACLE_NETNS=1 python -m pytest -q tests/remote'
@@ -153,3 +155,23 @@ def test_the_owner_names_its_session_again_after_a_master_restart(master_factory
         assert ask(reader, "desc", "te/rs/new")[0][0] == "transfer_engine"
     finally:
         stop(owner, reader)
+
+
+def test_a_put_naming_another_clients_segment_writes_it_over_te(master, children):
+    owner, putter = owner_and_reader(children, master)
+    third = segment_workers.start_owner(children, master, "127.0.0.1:17103", segment=0, te=True)
+    plain = connect(master)  # reads only pool objects here: no engine starts in this process
+    try:
+        for k, n in (("te/into/4k", 4096), ("te/into/1m", 1 << 20)):
+            assert ask(putter, "put", k, value_for(k, n), OWNER, False) == 0
+            assert ask(owner, "desc", k)[0][:2] == ("segment", OWNER), k
+            assert ask(owner, "get", k) == value_for(k, n)
+            assert ask(third, "get", k) == value_for(k, n)
+            assert ask(third, "desc", k)[0][0] == "transfer_engine"
+        # A name nobody serves: the pool.
+        assert ask(putter, "put", "te/into/nobody", b"p" * 5000, "127.0.0.1:1", False) == 0
+        assert ask(third, "desc", "te/into/nobody")[0][0] == "pool"
+        assert plain.get("te/into/nobody") == b"p" * 5000
+    finally:
+        plain.close()
+        stop(owner, putter, third)

@@ -125,10 +125,11 @@ Result<bool> Client::CopyFromSegment(const EntrySnapshot& snap, std::string_view
   return index_->StillValid(snap);
 }
 
-std::string Client::PeerSegmentSession(const EntrySnapshot& snap, std::string_view key) {
+std::string Client::PeerSegmentSession(const EntrySnapshot& snap, std::string_view key, uint32_t* owner_slot) {
+  *owner_slot = UINT32_MAX;
   std::string buf;
   std::string_view stored;
-  if (!options_.read_peer_segment || !ScopeKey(key, "get_replica_desc", &buf, &stored)) return "";
+  if (!ScopeKey(key, "get_replica_desc", &buf, &stored)) return "";
   SegmentStub stub;
   {
     GateScope entered(read_gate_);
@@ -136,8 +137,10 @@ std::string Client::PeerSegmentSession(const EntrySnapshot& snap, std::string_vi
     if (p == nullptr) return "";
     memcpy(&stub, p, sizeof(stub));
   }
+  if (stub.magic != kSegmentStubMagic) return "";
+  *owner_slot = stub.slot;
   ClientRef me = Ref();
-  if (stub.magic != kSegmentStubMagic || (stub.slot == me.slot && stub.slot_generation == me.generation)) return "";
+  if (!options_.read_peer_segment || (stub.slot == me.slot && stub.slot_generation == me.generation)) return "";
   return FindPeerSegment(stub.slot, stub.slot_generation, false).session;
 }
 
@@ -202,6 +205,30 @@ Result<bool> Client::CopyFromPeerSegment(const EntrySnapshot& snap, std::string_
   }
   CopyOut(scratch.data(), snap.value_size, dest);
   return true;
+}
+
+ErrorCode Client::PutIntoPeerSegment(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                                     const PutStartItem& it) {
+  PeerSegment peer;
+  if (options_.write_peer_segment) peer = FindPeerSegment(it.segment_slot, it.segment_generation, false);
+  bool ok = peer.status == ErrorCode::OK && it.value_offset <= peer.size && size <= peer.size - it.value_offset;
+  for (size_t i = 0, at = it.value_offset; ok && i < nparts; at += parts[i].size, ++i)
+    ok = parts[i].size == 0 ||
+         options_.write_peer_segment(peer.session, at, static_cast<const char*>(parts[i].data), parts[i].size);
+  if (!ok) {
+    MCXL_LOG(kWarn, "client", "put of '%.*s' into the segment of slot %u (%llu bytes at %llu): %s; put abandoned",
+             int(key.size()), key.data(), it.segment_slot, (unsigned long long)size,
+             (unsigned long long)it.value_offset,
+             peer.status != ErrorCode::OK ? "its owner is gone" : "out of its range or the transfer failed");
+    (void)index_->Abort(it.entry_slot, it.generation);
+    return ErrorCode::TRANSFER_FAIL;
+  }
+  if (!index_->PublishComplete(it.entry_slot, it.generation, EntryState::kInSegment)) {
+    MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed", int(key.size()),
+             key.data());
+    return ErrorCode::TRANSFER_FAIL;
+  }
+  return ErrorCode::OK;
 }
 
 }  // namespace mcxl
