@@ -14,8 +14,10 @@ Descriptors are read from the pool's index: no master round trip, no lease.
 `read_by` says how this client's reads reach the bytes: "pool" (it maps the
 pool: loads from the mapping) or "transfer_engine" (a host outside the pod:
 Transfer Engine reads from the process serving the pool, `te_session`) or
-"segment" (the value is in its writer's DRAM segment, `segment_name`, which
-only that client reads: MC_CXL_DRAM_SEGMENT=1).
+"segment" (the value is in its writer's DRAM segment, `segment_name`: its own
+reads, or another client's where the owner serves no engine: a miss). Another
+in-pod client reads a served segment over TE: "transfer_engine", the owner's
+`te_session`.
 """
 import logging
 
@@ -95,8 +97,8 @@ class ReplicaMethods:
         info = self._replica_info(key)
         if isinstance(info, int):
             return None
-        return ReplicaDescriptor(info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
-                                 info.get("disk_root", ""), info["te_session"] if info.get("remote") else None,
+        return ReplicaDescriptor(info.get("segment_name") or info["writer"], info["offset"], info["size"], info.get("tier", "memory"),
+                                 info.get("disk_root", ""), info.get("te_session"),
                                  info.get("read_by"))
 
     def get_replica_desc(self, key):

@@ -21,6 +21,7 @@ from .remote.client import secret_from_env
 from .remote.mode import remote_mode
 from .remote.store import RemoteStoreMethods
 from .replica import ReplicaMethods
+from .segment_te import segment_engine
 from .session import SessionMethods
 from .setup_args import (PROTOCOLS, config_flag, env_int, normalize_config, strict_buffers_wanted,
                          tier_path, valid_tenant, with_port)
@@ -171,7 +172,8 @@ class MooncakeDistributedStore(TensorMethods, ReplicaMethods, SessionMethods, Du
             # variable); default: the master's --root_fs_dir.
             tier_path(ssd_offload_path or os.environ.get("MOONCAKE_OFFLOAD_FILE_STORAGE_PATH", "")),
             enable_ssd_offload, strict_buffers_wanted(strict_buffers),
-            segment_size if os.environ.get("MC_CXL_DRAM_SEGMENT") == "1" else 0)
+            segment_size if os.environ.get("MC_CXL_DRAM_SEGMENT") == "1" else 0,
+            segment_engine(local_hostname))
         if rc != 0:
             # Callers such as LMCache ignore the code: this line is their trace.
             log.error("setup(): could not attach to the master at %r: %s (%d)", master_server_addr,

@@ -22,10 +22,18 @@ namespace {
 // BufferError if the master dropped it (only a retired client of another host
 // past --put_start_release_timeout_sec): it never shows other bytes. A
 // memoryview or array taken from the handle is valid while the handle is.
+// A value in a DRAM segment has no pool bytes to pin: its handle holds a
+// copy instead (no client, nothing to check).
 class BufferHandle {
  public:
   BufferHandle(std::shared_ptr<Client> c, PinnedView v) : client_(std::move(c)), view_(v) {}
-  ~BufferHandle() { client_->Unpin(view_); }
+  explicit BufferHandle(std::string copy) : copy_(std::move(copy)) {
+    view_.data = copy_.data();
+    view_.size = copy_.size();
+  }
+  ~BufferHandle() {
+    if (client_) client_->Unpin(view_);
+  }
   BufferHandle(const BufferHandle&) = delete;
   uintptr_t ptr() const { return reinterpret_cast<uintptr_t>(Checked()); }
   uint64_t size() const { return view_.size; }
@@ -33,13 +41,30 @@ class BufferHandle {
 
  private:
   const char* Checked() const {
-    if (!client_->PinHeld(view_))
+    if (client_ && !client_->PinHeld(view_))
       throw py::buffer_error("BufferHandle: the master dropped this view's pin (its client was retired "
                              "longer than --put_start_release_timeout_sec); the bytes are no longer valid");
     return view_.data;
   }
   std::shared_ptr<Client> client_;
   PinnedView view_;
+  std::string copy_;
+};
+
+// get_buffer's copy of a segment value.
+class StringSink final : public ReadSink {
+ public:
+  Status Place(uint64_t size, ReadDest* dest) override {
+    bytes.resize(size);
+    slice_ = {bytes.data(), size};
+    dest->slices = &slice_;
+    dest->nslices = 1;
+    return ErrorCode::OK;
+  }
+  std::string bytes;
+
+ private:
+  MutSlice slice_{};
 };
 
 // The zero-copy batch calls take one buffer list and one size list per key.
@@ -297,6 +322,16 @@ py::object GetBuffer(Store& s, const std::string& key) {
   {
     py::gil_scoped_release nogil;
     v.emplace(c->PinValue(key));
+  }
+  if (!*v && v->error() == ErrorCode::NOT_SUPPORTED) {  // in a DRAM segment: a copy
+    StringSink sink;
+    Result<uint64_t> r = ErrorCode::OBJECT_NOT_FOUND;
+    {
+      py::gil_scoped_release nogil;
+      r = c->Get(key, sink);
+    }
+    if (!r) return py::none();
+    return py::cast(std::make_unique<BufferHandle>(std::move(sink.bytes)));
   }
   if (!*v) return py::none();
   return py::cast(std::make_unique<BufferHandle>(c, v->value()));

@@ -13,6 +13,44 @@
 
 namespace mcxl::binding {
 
+namespace {
+// The client's segment calls into the Python engine (segment_te.py): each
+// takes the GIL (the client calls them from released-GIL sections); the
+// engine is dropped under the GIL too, whichever thread drops the last copy.
+void SetSegmentEngine(const py::object& engine, ClientOptions* o) {
+  std::shared_ptr<py::object> te(new py::object(engine), [](py::object* p) {
+    py::gil_scoped_acquire gil;
+    delete p;
+  });
+  o->serve_segment = [te](char* base, uint64_t size) -> std::string {
+    py::gil_scoped_acquire gil;
+    try {
+      return te->attr("serve")(uintptr_t(base), size).cast<std::string>();
+    } catch (const std::exception& e) {
+      MCXL_LOG(kError, "store", "DRAM segment not served over the Transfer Engine: %s", e.what());
+      return "";
+    }
+  };
+  // One TE copy, `op` "read" or "write", between `local` and the segment at `session`.
+  auto copy = [te](const char* op, const std::string& session, uint64_t offset, const void* local,
+                   uint64_t n) -> bool {
+    py::gil_scoped_acquire gil;
+    try {
+      return te->attr(op)(session, offset, uintptr_t(local), n).cast<bool>();
+    } catch (const std::exception& e) {
+      MCXL_LOG(kError, "store", "Transfer Engine %s of the segment at %s failed: %s", op, session.c_str(), e.what());
+      return false;
+    }
+  };
+  o->write_peer_segment = [copy](const std::string& session, uint64_t offset, const char* src, uint64_t n) {
+    return copy("write", session, offset, src, n);
+  };
+  o->read_peer_segment = [copy](const std::string& session, uint64_t offset, char* dst, uint64_t n) {
+    return copy("read", session, offset, dst, n);
+  };
+}
+}  // namespace
+
 Store::~Store() {
   if (client_) {
     py::gil_scoped_release nogil;
@@ -23,7 +61,7 @@ Store::~Store() {
 int Store::SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                      uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
                      const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload,
-                     bool strict_buffers, uint64_t dram_segment_size) {
+                     bool strict_buffers, uint64_t dram_segment_size, py::object segment_te) {
   if (client_ && !client_->closed()) {
     MCXL_LOG(kWarn, "store", "setup() called on a store that is already set up; close() it first");
     return kNotReady;
@@ -47,6 +85,7 @@ int Store::SetupCore(const std::string& local_hostname, const std::string& maste
   o.enable_ssd_offload = enable_ssd_offload;
   o.strict_buffers = strict_buffers;
   o.dram_segment_size = dram_segment_size;  // 0 unless MC_CXL_DRAM_SEGMENT=1 (store.py)
+  if (!segment_te.is_none()) SetSegmentEngine(segment_te, &o);
   const char* td = getenv("MC_CXL_TIER_DIRECT_READ");
   o.tier_direct_read = td == nullptr || td[0] == '\0' || strcmp(td, "0") != 0;
   std::optional<Result<std::shared_ptr<Client>>> r;
@@ -190,7 +229,7 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
   auto c = s.Ready("get_replica_desc");
   if (!c) return py::int_(kNotReady);
   std::optional<Result<EntrySnapshot>> snap;
-  std::string writer;
+  std::string writer, segment_owner, peer_session;
   {
     py::gil_scoped_release nogil;
     snap.emplace(c->Locate(key));
@@ -200,24 +239,33 @@ py::object ReplicaInfo(Store& s, const std::string& key) {
       // torn while its slot is re-attached; it is descriptive only.
       const auto& pool = c->pool();
       const Superblock* sb = pool->superblock();
-      uint64_t slot = snap->value().owner_slot;
-      if (slot < sb->client_slot_count && sb->client_table_offset <= pool->size() &&
-          slot < (pool->size() - sb->client_table_offset) / sizeof(ClientSlot)) {
+      auto host_of = [&](uint64_t slot) {
+        if (slot >= sb->client_slot_count || sb->client_table_offset > pool->size() ||
+            slot >= (pool->size() - sb->client_table_offset) / sizeof(ClientSlot))
+          return std::string();
         const char* host = pool->client_slot(uint32_t(slot))->host;
-        writer.assign(host, strnlen(host, sizeof(ClientSlot::host)));
+        return std::string(host, strnlen(host, sizeof(ClientSlot::host)));
+      };
+      writer = host_of(snap->value().owner_slot);
+      if (snap->value().state() == EntryState::kInSegment) {
+        uint32_t holder = 0;
+        peer_session = c->PeerSegmentSession(snap->value(), key, &holder);
+        segment_owner = host_of(holder);  // the segment's client, not always the putter
       }
     }
   }
   if (!*snap) return py::int_(ToInt(snap->error()));
   py::dict d;
   // kOnDisk: the value is a record in the SSD tier (the stub says where);
-  // kInSegment: in its writer's DRAM segment (only the owner writes there).
+  // kInSegment: in a client's DRAM segment, read by others over the
+  // Transfer Engine from its session.
   bool on_disk = snap->value().state() == EntryState::kOnDisk;
   d["tier"] = on_disk ? "disk" : "memory";
   if (on_disk) d["disk_root"] = c->tier_root();
   if (snap->value().state() == EntryState::kInSegment) {
-    d["segment_name"] = writer;
-    d["read_by"] = "segment";
+    d["segment_name"] = segment_owner;
+    d["read_by"] = peer_session.empty() ? "segment" : "transfer_engine";
+    if (!peer_session.empty()) d["te_session"] = peer_session;
   }
   d["offset"] = snap->value().object_offset;
   d["size"] = snap->value().value_size;
@@ -277,7 +325,8 @@ void DefineStoreCalls(StoreClass& store) {
            py::arg("pool_path"), py::arg("pool_size"), py::arg("connect_timeout_ms"), py::arg("rpc_timeout_ms"),
            py::arg("put_wait_ms"), py::arg("use_rings"), py::arg("tenant_id") = "default",
            py::arg("offload_path") = "", py::arg("enable_ssd_offload") = false,
-           py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0)
+           py::arg("strict_buffers") = false, py::arg("dram_segment_size") = 0,
+           py::arg("segment_te") = py::none())
       .def("close", &Store::Close)
       .def("health_check", &Store::HealthCheck)
       .def("_flush_leases", &Store::FlushLeases)  // tests: queued leases land at the master

@@ -71,7 +71,7 @@ class Store {
   int SetupCore(const std::string& local_hostname, const std::string& master_addr, const std::string& pool_path,
                 uint64_t pool_size, int connect_timeout_ms, int rpc_timeout_ms, int put_wait_ms, bool use_rings,
                 const std::string& tenant, const std::string& offload_path, bool enable_ssd_offload, bool strict_buffers,
-                uint64_t dram_segment_size);
+                uint64_t dram_segment_size, py::object segment_te);
   int Close();
   int HealthCheck();
   void FlushLeases();  // the client's queued leases (a non-coherent pool) land at the master

@@ -3,8 +3,13 @@
 // prefer_alloc_in_same_node and preferred_segment; the pool keeps a
 // SegmentStub; the owner publishes kInSegment; a detach unlinks the
 // segment's objects; a segment extent is reused after a remove; a restart
+<<<<<<< HEAD
 // drops a segment object and the older values of its key; of many owners,
 // a dead one's reclaim drops its objects only.
+=======
+// drops a segment object and the older values of its key; kSegmentSession
+// names a live attachment's session and size, and nothing for an ended one.
+>>>>>>> h-seg2
 #include <gtest/gtest.h>
 
 #include <signal.h>
@@ -80,6 +85,33 @@ TEST_F(MasterSegmentsTest, SameNodePutGoesToTheSegmentWithAStubInThePool) {
   PutStartItem other = PutStartPlaced(c, "other", 5000, 0, "someone:2");
   EXPECT_EQ(other.segment_generation, 0u);
   EXPECT_TRUE(master_->pool().InDataRegion(other.value_offset, 5000));
+}
+
+TEST_F(MasterSegmentsTest, SegmentSessionNamesALiveOwnersSessionOnly) {
+  AttachRequest req = AttachRequestFor("seg:1");
+  req.segment_size = 4 * kMiB;
+  req.segment_session = "127.0.0.1:15123";
+  ClientRef owner = Attach(req);
+  ClientRef plain = AttachWithSegment("seg:2", 4 * kMiB);  // a segment nobody else can read
+  ClientRef reader = Attach(AttachRequestFor("reader:3"));
+  auto ask = [&](uint32_t slot, uint64_t generation) {
+    conn_slot_ = reader.slot;
+    return CallFor<SegmentSessionReply>(MessageType::kSegmentSession,
+                                        Enc(SegmentSessionRequest{reader, slot, generation}));
+  };
+  SegmentSessionReply r = ask(owner.slot, owner.generation);
+  EXPECT_EQ(r.status, ErrorCode::OK);
+  EXPECT_EQ(r.session, "127.0.0.1:15123");
+  EXPECT_EQ(r.segment_size, 4 * kMiB);
+  EXPECT_EQ(ask(owner.slot, owner.generation + 1).status, ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(ask(plain.slot, plain.generation).status, ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(ask(reader.slot, reader.generation).status, ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_EQ(ask(1u << 30, 1).status, ErrorCode::OBJECT_NOT_FOUND);
+  conn_slot_ = owner.slot;
+  EXPECT_EQ(StatusOf(Call(MessageType::kDetach, Enc(owner))), ErrorCode::OK);
+  r = ask(owner.slot, owner.generation);
+  EXPECT_EQ(r.status, ErrorCode::OBJECT_NOT_FOUND);
+  EXPECT_TRUE(r.session.empty());
 }
 
 TEST_F(MasterSegmentsTest, WithoutASegmentEveryPutGoesToThePool) {

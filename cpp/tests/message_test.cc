@@ -354,6 +354,21 @@ TEST(RpcProtocolTest, RemoteClientMessagesRoundTrip) {
   EXPECT_LT(hm.keys.capacity(), 16u);
 }
 
+TEST(RpcProtocolTest, SegmentSessionRoundTrip) {
+  SegmentSessionRequest q{{3, 4}, 7, 0x500000002ull}, qout;
+  ASSERT_TRUE(Dec(Enc(q), &qout));
+  EXPECT_EQ(qout.client.slot, 3u);
+  EXPECT_EQ(qout.slot, 7u);
+  EXPECT_EQ(qout.generation, 0x500000002ull);
+  SegmentSessionReply r{ErrorCode::OK, 64u << 20, "127.0.0.1:15123"}, rout;
+  ASSERT_TRUE(Dec(Enc(r), &rout));
+  EXPECT_EQ(rout.segment_size, 64u << 20);
+  EXPECT_EQ(rout.session, "127.0.0.1:15123");
+  ExpectEveryTruncationFails<SegmentSessionRequest>(Enc(q));
+  ExpectEveryTruncationFails<SegmentSessionReply>(Enc(r));
+  EXPECT_STREQ(MessageTypeName(uint16_t(MessageType::kSegmentSession)), "SegmentSession");
+}
+
 TEST(RpcProtocolTest, AnnounceOpenAndCloseRoundTrip) {
   AnnounceOpenRequest oin{{7, 0x200000003ull}, "prefill-0"}, oout;
   ASSERT_TRUE(Dec(Enc(oin), &oout));

@@ -10,9 +10,9 @@ with global_segment_size > 0); the measured Mooncake client contributes none,
 so its gets and puts cross TE-TCP as ours do.
 
 A second table: a client's reads of values in its own DRAM segment
-(MC_CXL_DRAM_SEGMENT=1, placed with prefer_alloc_in_same_node) against the
-same client's reads of pool values, alternating. Reads of a segment by other
-clients are not built (they miss), so that row is absent.
+(MC_CXL_DRAM_SEGMENT=1, placed with prefer_alloc_in_same_node), of values in
+another client process's segment (over that owner's Transfer Engine, TCP)
+and of pool values, alternating.
 """
 import ctypes
 import json
@@ -70,6 +70,34 @@ def _holder(address):
     line = p.stdout.readline().decode()
     if not line.startswith("ready 0"):
         raise RuntimeError(f"Mooncake segment holder failed: {line!r}")
+    return p
+
+
+_SEGMENT_OWNER = """
+import os, sys
+os.environ["MC_CXL_DRAM_SEGMENT"] = "1"
+from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
+from mooncake_cxl.bench import common
+s = MooncakeDistributedStore()
+rc = s.setup(f"127.0.0.1:{common.free_port()}", "P2PHANDSHAKE", 256 << 20, 0, "cxl", "", sys.argv[1])
+near = ReplicateConfig()
+near.prefer_alloc_in_same_node = True
+for size in map(int, sys.argv[2:]):
+    rc = rc or s.put(f"peer-{size}", common.value(size, 3), near)
+print("ready", rc, flush=True)
+sys.stdin.read()
+s.close()
+"""
+
+
+def _segment_owner(address):
+    """Another client process whose segment holds peer-<size> values."""
+    p = subprocess.Popen([sys.executable, "-c", _SEGMENT_OWNER, address] + [str(n) for n in SIZES],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                         preexec_fn=reference.die_with_parent)
+    line = p.stdout.readline().decode()
+    if not line.startswith("ready 0"):
+        raise RuntimeError(f"segment owner failed: {line!r}")
     return p
 
 
@@ -191,8 +219,8 @@ def _rows(cfg, local, ours, ref):
 
 
 def _segment_rows(cfg, master):
-    """get / get_into of values in this client's DRAM segment against values
-    in the pool, one client, alternating."""
+    """get / get_into of values in this client's DRAM segment, in another
+    client's (over TE) and in the pool, one reader, alternating."""
     from mooncake_cxl import MooncakeDistributedStore, ReplicateConfig
     os.environ["MC_CXL_DRAM_SEGMENT"] = "1"
     s = MooncakeDistributedStore()
@@ -203,22 +231,29 @@ def _segment_rows(cfg, master):
     near = ReplicateConfig()
     near.prefer_alloc_in_same_node = True
     rows = []
+    owner = _segment_owner(master.address)
     try:
         for size in SIZES:
             n = _iters(size, cfg["quick"])
             v = common.value(size, 2)
             if s.put(f"seg-{size}", v, near) != 0 or s.put(f"pool-{size}", v) != 0:
                 raise RuntimeError("segment bench: put failed")
-            where = (s.get_replica_desc(f"seg-{size}")[0].read_by, s.get_replica_desc(f"pool-{size}")[0].read_by)
-            if where != ("segment", "pool"):
+            where = tuple(s.get_replica_desc(f"{k}-{size}")[0].read_by for k in ("seg", "peer", "pool"))
+            if where != ("segment", "transfer_engine", "pool") or s.get(f"peer-{size}") != common.value(size, 3):
                 raise RuntimeError(f"segment bench: values placed in {where}")
             dst = _Buf(size)
+            s.register_buffer(dst.ptr, size)
             rows.append(("get", size, _measure({"segment": lambda i: s.get(f"seg-{size}"),
+                                                "peer": lambda i: s.get(f"peer-{size}"),
                                                 "pool": lambda i: s.get(f"pool-{size}")}, n)))
             rows.append(("get_into", size, _measure({
                 "segment": lambda i: s.get_into(f"seg-{size}", dst.ptr, size),
+                "peer": lambda i: s.get_into(f"peer-{size}", dst.ptr, size),
                 "pool": lambda i: s.get_into(f"pool-{size}", dst.ptr, size)}, n)))
+            s.unregister_buffer(dst.ptr)
     finally:
+        owner.stdin.close()
+        owner.wait(30)
         s.close()
     return rows
 
@@ -270,14 +305,15 @@ def markdown(r):
               f"TE read {lk['te_512']:.0f} µs (what each probe window of a one-sided locate would cost)."]
     if r.get("segment_rows"):
         lines += ["", "DRAM segments: median µs per call (GB/s for ≥ 1 MiB) of one client reading values in its "
-                  "own segment (MC_CXL_DRAM_SEGMENT=1, prefer_alloc_in_same_node) and in the pool, alternating. "
-                  "Other clients' reads of a segment are not built.", "",
-                  "| op | bytes | own segment | pool | segment/pool |", "|---|---:|---:|---:|---:|"]
+                  "own segment (MC_CXL_DRAM_SEGMENT=1, prefer_alloc_in_same_node), in another client process's "
+                  "segment (over that owner's Transfer Engine, TCP) and in the pool, alternating.", "",
+                  "| op | bytes | own segment | other's segment (TE) | pool | own/pool | other's/pool |",
+                  "|---|---:|---:|---:|---:|---:|---:|"]
         for row in r["segment_rows"]:
             us, b = row["us"], row["bytes"]
             cell = lambda t: f"{t:.0f}" + (f" ({b / t / 1e3:.2f} GB/s)" if b >= MIB else "")  # noqa: E731
-            lines.append(f"| {row['op']} | {common.size_name(b)} | {cell(us['segment'])} | {cell(us['pool'])} | "
-                         f"{us['segment'] / us['pool']:.2f} |")
+            lines.append(f"| {row['op']} | {common.size_name(b)} | {cell(us['segment'])} | {cell(us['peer'])} | "
+                         f"{cell(us['pool'])} | {us['segment'] / us['pool']:.2f} | {us['peer'] / us['pool']:.2f} |")
     return "\n".join(lines)
 
 

@@ -9,6 +9,8 @@ pool's watermark, and its death, reclaim or a master restart drops them
 (misses; MCXL_FAULT_SEGMENT=0 turns it off); every seed SIGSTOPs it once
 past --client_ttl a third into the faults and asserts that the master
 dropped its segment (its resumed puts must not bring older values back).
+Inside a private network namespace it serves them over the Transfer Engine,
+and the other workers' reads of its keys go over TE.
 test_random_faults_ha runs it with elected masters (a real etcd): the master
 fault there kills the leader and a standby takes over.
 
@@ -121,6 +123,10 @@ MASTER_FLAGS = [f"--client_ttl={CLIENT_TTL}", "--put_start_discard_timeout_sec=2
 WORKERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "fault_workers.py")
 # The worker whose puts may go to its DRAM segment (-1: none).
 SEGMENT_SLOT = 1 if os.environ.get("MCXL_FAULT_SEGMENT", "1") != "0" else -1
+# Inside a loopback-only network namespace it serves its segment over the
+# Transfer Engine, so the other workers' reads of its keys go over TE (and
+# meet its deaths); elsewhere no engine may start: only it reads its segment.
+SEGMENT_TE = "1" if oracle.reference_skip_reason() is None else "0"
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
 DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
 FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
@@ -273,6 +279,7 @@ class Run:
             env.update(MC_CXL_REMOTE="1", MC_CXL_AUTH_TOKEN_FILE=self.secret)
         elif slot == SEGMENT_SLOT and self.sim_hosts < 2:  # a non-coherent pool has no segments
             env.update(MC_CXL_DRAM_SEGMENT="1")  # with global_segment_size 16 MiB (fault_workers.py)
+        env.update(MC_CXL_SEGMENT_TE=SEGMENT_TE)
         env = self.sim_env(self.worker_host(slot), env)
         log = open(os.path.join(self.tmp, f"worker{slot}.{life}.log"), "ab")
         self.logs[slot] = log

@@ -201,6 +201,7 @@ Status Client::Attach(bool initial) {
   memcpy(req.token, token_, sizeof(req.token));
   req.tenant = options_.tenant;
   req.segment_size = segment_size_;
+  req.segment_session = segment_session_;
   Encoder e;
   Encode(req, &e);
   Result<std::string> r = ErrorCode::RPC_FAIL;

@@ -1,7 +1,8 @@
 // Codecs of the requests that have the master do what a client on a
 // coherent pool does itself: kLocate, kPublish (remote clients, which reach
 // the pool over the Transfer Engine instead of a mapping; kPublish also for
-// every client of a non-coherent pool) and kLeases (non-coherent pools).
+// every client of a non-coherent pool), kLeases (non-coherent pools) and
+// kSegmentSession (in-pod readers of another client's DRAM segment).
 #include "mooncake_cxl/control/rpc_protocol.h"
 
 namespace mcxl {
@@ -113,6 +114,30 @@ bool Decode(Decoder* d, PublishReply* m) {
   m->results.resize(n);
   for (auto& r : m->results) r = d->I32();
   m->tomb_ticket = d->U64();
+  return !d->failed();
+}
+
+void Encode(const SegmentSessionRequest& m, Encoder* e) {
+  Encode(m.client, e);
+  e->U32(m.slot);
+  e->U64(m.generation);
+}
+bool Decode(Decoder* d, SegmentSessionRequest* m) {
+  if (!Decode(d, &m->client)) return false;
+  m->slot = d->U32();
+  m->generation = d->U64();
+  return !d->failed() && d->done();
+}
+
+void Encode(const SegmentSessionReply& m, Encoder* e) {
+  e->I32(ToInt(m.status));
+  e->U64(m.segment_size);
+  e->Str(m.session);
+}
+bool Decode(Decoder* d, SegmentSessionReply* m) {
+  m->status = ErrorCode(d->I32());
+  m->segment_size = d->U64();
+  m->session = std::string(d->Str());
   return !d->failed();
 }
 

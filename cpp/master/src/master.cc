@@ -599,6 +599,7 @@ std::string MasterImpl::Dispatch(uint16_t type, std::string_view payload, uint32
     case MessageType::kLocate: return HandleLocate(&d);
     case MessageType::kPublish: return HandlePublish(&d);
     case MessageType::kLeases: return HandleLeases(&d);
+    case MessageType::kSegmentSession: return HandleSegmentSession(&d);
     case MessageType::kRemoveByRegex:
     case MessageType::kRemoveAll: return StatusReply(ErrorCode::NOT_SUPPORTED);  // Handle: in slices
     default:

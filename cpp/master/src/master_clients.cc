@@ -100,6 +100,7 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kLocate:
     case MessageType::kPublish:
     case MessageType::kLeases:
+    case MessageType::kSegmentSession:
       break;
     default:
       return true;  // Ping (bootstrap), Attach (checks its token), unknown types (rejected)
@@ -136,6 +137,7 @@ bool MasterImpl::Admit(uint16_t type, std::string_view payload, uint32_t conn_sl
     case MessageType::kLocate: Encode(LocateReply{ErrorCode::ILLEGAL_CLIENT, {}}, &e); break;
     case MessageType::kPublish:
     case MessageType::kLeases: Encode(PublishReply{ErrorCode::ILLEGAL_CLIENT, {}, 0}, &e); break;
+    case MessageType::kSegmentSession: Encode(SegmentSessionReply{ErrorCode::ILLEGAL_CLIENT, 0, {}}, &e); break;
     default: EncodeStatus(ErrorCode::ILLEGAL_CLIENT, &e);
   }
   *refusal = e.data();

@@ -252,6 +252,7 @@ class MasterImpl final : public Master, private TierHost {
   LocateItem LocateOne(const ClientRef& ref, const std::string& key, uint64_t lease_until_ns);
   // ---- leases of a non-coherent pool's clients (master_leases.cc) ----
   std::string HandleLeases(Decoder* d);
+  std::string HandleSegmentSession(Decoder* d);
   int32_t ApplyLease(const LeaseItem& it, uint64_t now);
   // The session the serving process advertises (te_session_file), "" if none.
   std::string TeSession() const;
@@ -285,6 +286,9 @@ class MasterImpl final : public Master, private TierHost {
   // point where eviction starts (watermark - ratio/2: eviction ahead). Only
   // the owner writes a segment (it has no engine here). Never a grouped put.
   uint32_t PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes, Extent* ext);
+  // `bytes` in the segment of `owner` (evicting its LRU objects if need be):
+  // owner, or kNoSlot when they do not fit.
+  uint32_t AllocateInSegment(uint32_t owner, uint64_t bytes, Extent* ext);
   // A full segment: its least recently used objects go (by the rules of an
   // eviction round, groups and protected ones kept) until `bytes` fit.
   uint64_t EvictFromSegment(uint32_t owner, uint64_t bytes);

@@ -64,8 +64,9 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   Extent seg;
   uint32_t seg_owner = kNoSlot;
   // A group stays in the pool: eviction takes a group whole, from one place.
-  if ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment && extent_bytes >= size &&
-      req.groups[i].empty())
+  bool may_segment = ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment) ||
+                     (req.placement & (kPlacePeer | kPlaceNamed)) == (kPlacePeer | kPlaceNamed);
+  if (may_segment && extent_bytes >= size && req.groups[i].empty())
     seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
   if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
   if ((extent_bytes < size && seg_owner == kNoSlot) || extent_bytes > alloc_->capacity()) {

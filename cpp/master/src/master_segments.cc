@@ -8,9 +8,12 @@
 // the owner publishes kInSegment; Unlink frees both. Before a slot is
 // reused (reclaim, detach, a new attachment) every object of its segment is
 // unlinked, so a reader meets a bumped version or a stub naming an ended
-// generation: a miss, never another object's bytes. Only the owner writes
-// its segment (a putter elsewhere has no engine in the C++ client), so a
-// preferred_segment naming another client's segment falls back to the pool.
+// generation: a miss, never another object's bytes. Another in-pod reader
+// asks kSegmentSession for the owner's TE session and segment size (per
+// attachment: both fixed from its Attach to its end). A preferred_segment
+// naming another client's served segment places there for a putter that
+// writes over TE (kPlacePeer); otherwise, or when none is served under that
+// name, the pool.
 //
 // Atomics follow the three rules stated in master_impl.h.
 #include "master_impl.h"
@@ -61,11 +64,42 @@ bool MasterImpl::AdoptSegment(ClientInfo* c, uint32_t slot, const AttachRequest&
   return true;
 }
 
+std::string MasterImpl::HandleSegmentSession(Decoder* d) {
+  SegmentSessionRequest req;
+  SegmentSessionReply reply;
+  if (!Decode(d, &req)) {
+    MCXL_LOG(kWarn, "master", "malformed SegmentSession request rejected");
+    reply.status = ErrorCode::INVALID_PARAMS;
+  } else if (!ClientValid(req.client)) {
+    reply.status = ErrorCode::ILLEGAL_CLIENT;
+  } else if (!ClientValid(ClientRef{req.slot, req.generation}) || !clients_[req.slot].segment ||
+             clients_[req.slot].segment_session.empty()) {
+    reply.status = ErrorCode::OBJECT_NOT_FOUND;  // ended, or no segment served: a miss
+  } else {
+    reply.segment_size = clients_[req.slot].segment_size;
+    reply.session = clients_[req.slot].segment_session;
+  }
+  Encoder e;
+  Encode(reply, &e);
+  return e.data();
+}
+
 uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes,
                                     Extent* ext) {
   uint32_t putter = req.client.slot;
   ClientInfo& own = clients_[putter];
-  if (!own.segment) return kNoSlot;  // only the owner writes a segment
+  if ((req.placement & kPlacePeer) && (req.placement & kPlaceNamed) && !req.preferred_segment.empty() &&
+      req.preferred_segment != own.hostname) {
+    // Another client's segment, written by the putter over TE: the first
+    // attached client of that name serving one (bounded by the slot table).
+    for (uint32_t s = 0; s < clients_.size(); ++s) {
+      const ClientInfo& c = clients_[s];
+      if (c.attached && c.segment && !c.segment_session.empty() && c.hostname == req.preferred_segment)
+        return AllocateInSegment(s, bytes, ext);
+    }
+    return kNoSlot;  // none served under that name: the pool
+  }
+  if (!own.segment) return kNoSlot;
   bool wanted = false;
   if ((req.placement & kPlaceNamed) && !req.preferred_segment.empty()) {
     wanted = req.preferred_segment == own.hostname;
@@ -81,11 +115,16 @@ uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, 
     wanted = used + pool_extent_bytes > high;
   }
   if (!wanted) return kNoSlot;
-  auto got = own.segment->Allocate(bytes);
-  if (!got && EvictFromSegment(putter, bytes) > 0) got = own.segment->Allocate(bytes);
+  return AllocateInSegment(putter, bytes, ext);
+}
+
+uint32_t MasterImpl::AllocateInSegment(uint32_t owner, uint64_t bytes, Extent* ext) {
+  ExtentAllocator& seg = *clients_[owner].segment;
+  auto got = seg.Allocate(bytes);
+  if (!got && EvictFromSegment(owner, bytes) > 0) got = seg.Allocate(bytes);
   if (!got) return kNoSlot;  // full of what may not go: the pool (a preference, not a demand)
   *ext = *got;
-  return putter;
+  return owner;
 }
 
 uint64_t MasterImpl::EvictFromSegment(uint32_t owner, uint64_t bytes) {

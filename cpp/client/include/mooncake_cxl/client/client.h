@@ -90,6 +90,16 @@ struct ClientOptions {
   // place this client's puts. The Python setup sets it from
   // global_segment_size when MC_CXL_DRAM_SEGMENT=1.
   uint64_t dram_segment_size = 0;
+  // DRAM segments over the Transfer Engine (unset: none; the binding sets
+  // them to its Python engine, segment_te.py). serve_segment registers this
+  // client's segment and returns its session ("" = not served: only the
+  // owner reads it); read_peer_segment copies n bytes at `offset` of the
+  // segment served at `session` into dst (false: the transfer failed).
+  std::function<std::string(char* base, uint64_t size)> serve_segment;
+  std::function<bool(const std::string& session, uint64_t offset, char* dst, uint64_t n)> read_peer_segment;
+  // Writes n bytes from src at `offset` of the segment served at `session`
+  // (false: failed); set: a preferred_segment may name another client's.
+  std::function<bool(const std::string& session, uint64_t offset, const char* src, uint64_t n)> write_peer_segment;
 };
 
 struct PutOptions {
@@ -208,6 +218,11 @@ class Client {
   // Where the tier is for this client ("" = no tier) and whether it reads it itself.
   std::string tier_root() const;
   uint64_t dram_segment_size() const { return segment_size_; }  // 0: no DRAM segment
+  // The TE session this client reads a kInSegment snapshot's value from:
+  // "" when it is in this client's own segment (or the owner serves none,
+  // or there is no engine here); get_replica_desc's read_by. *owner_slot:
+  // the slot whose segment holds it (kNoSlot when the stub is unreadable).
+  std::string PeerSegmentSession(const EntrySnapshot& snap, std::string_view key, uint32_t* owner_slot);
   bool tier_direct() const;
   // Counts a data read (get, get_into, get_buffer, ranges) as a hit or a
   // miss in this client's slot, where the master sums them for /metrics.
@@ -382,6 +397,25 @@ class Client {
   // Where a put the master placed in a segment goes in this process, or
   // nullptr (logged) when the reply does not name a range of our segment.
   char* SegmentTarget(const PutStartItem& it, uint64_t size) const;
+  // Another client's segment: its session and size from the master
+  // (kSegmentSession, cached per attachment), a range check, a TE copy into
+  // a scratch buffer, the entry's re-check, then the caller's bytes.
+  struct PeerSegment {
+    ErrorCode status = ErrorCode::OBJECT_NOT_FOUND;
+    uint64_t size = 0;
+    std::string session;
+  };
+  Result<bool> CopyFromPeerSegment(const EntrySnapshot& snap, std::string_view key, const SegmentStub& stub,
+                                   const ReadDest& dest);
+  PeerSegment FindPeerSegment(uint32_t slot, uint64_t generation, bool fresh);
+  // A put the master placed in another client's segment: TE writes of the
+  // parts into the granted range (checked against that segment), then the
+  // publish as for our own; a failure aborts the put (TRANSFER_FAIL).
+  ErrorCode PutIntoPeerSegment(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
+                               const PutStartItem& it);
+  std::mutex peer_mu_;  // guards peers_ (never held across a call)
+  std::map<std::pair<uint32_t, uint64_t>, PeerSegment> peers_;
+  std::string segment_session_;  // this client's segment's TE session ("" = not served)
   char* segment_base_ = nullptr;
   uint64_t segment_size_ = 0;
   int segment_fd_ = -1;

@@ -39,6 +39,7 @@ enum class MessageType : uint16_t {
   kLocate = 14,   // remote clients: where keys' values lie (no pool mapping to probe)
   kPublish = 15,  // remote clients: the publishing CAS, done by the master
   kLeases = 16,   // non-coherent pools: a client's lease changes, folded in by the master
+  kSegmentSession = 17,  // DRAM segments: where another client's segment is served (its TE session)
 };
 const char* MessageTypeName(uint16_t type);
 // Requests whose handling scans the whole index in slices (RemoveByRegex,
@@ -150,6 +151,10 @@ struct PutStartItem {
 constexpr uint8_t kPlaceSameNode = 1;
 constexpr uint8_t kPlaceNamed = 2;
 constexpr uint8_t kPlaceSegment = 4;
+// With kPlaceNamed: the putter writes other clients' segments over the
+// Transfer Engine, so preferred_segment may name one (the reply's items
+// may then carry a segment, as with kPlaceSegment).
+constexpr uint8_t kPlacePeer = 8;
 struct PutStartReply {
   ErrorCode status = ErrorCode::OK;  // of the request as a whole
   std::vector<PutStartItem> items;
@@ -291,6 +296,21 @@ constexpr uint32_t kMaxMasterFoldItems = 256;
 // master's Locate and kLeases clamp to it).
 constexpr uint64_t kMaxLeaseHoldNs = 3600ull * 1000000000ull;
 
+// kSegmentSession: the Transfer Engine session serving the DRAM segment of
+// the attachment (slot, generation) and the segment's size, so another
+// in-pod reader can copy a stub's range over TE (client_segment.cc).
+// OBJECT_NOT_FOUND: that attachment ended, or has no segment or session.
+struct SegmentSessionRequest {
+  ClientRef client;
+  uint32_t slot = 0;
+  uint64_t generation = 0;
+};
+struct SegmentSessionReply {
+  ErrorCode status = ErrorCode::OK;
+  uint64_t segment_size = 0;
+  std::string session;
+};
+
 // Frame = header + payload.
 std::string MakeFrame(MessageType type, uint64_t request_id, const std::string& payload);
 
@@ -340,6 +360,10 @@ void Encode(const LeasesRequest& m, Encoder* e);
 bool Decode(Decoder* d, LeasesRequest* m);
 void Encode(const PublishReply& m, Encoder* e);
 bool Decode(Decoder* d, PublishReply* m);
+void Encode(const SegmentSessionRequest& m, Encoder* e);
+bool Decode(Decoder* d, SegmentSessionRequest* m);
+void Encode(const SegmentSessionReply& m, Encoder* e);
+bool Decode(Decoder* d, SegmentSessionReply* m);
 // Reply carrying only a status (Detach, Heartbeat, kError).
 void EncodeStatus(ErrorCode status, Encoder* e);
 bool DecodeStatus(Decoder* d, ErrorCode* status);
