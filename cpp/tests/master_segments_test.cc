@@ -3,13 +3,9 @@
 // prefer_alloc_in_same_node and preferred_segment; the pool keeps a
 // SegmentStub; the owner publishes kInSegment; a detach unlinks the
 // segment's objects; a segment extent is reused after a remove; a restart
-<<<<<<< HEAD
 // drops a segment object and the older values of its key; of many owners,
-// a dead one's reclaim drops its objects only.
-=======
-// drops a segment object and the older values of its key; kSegmentSession
-// names a live attachment's session and size, and nothing for an ended one.
->>>>>>> h-seg2
+// a dead one's reclaim drops its objects only; kSegmentSession names a live
+// attachment's session and size, and nothing for an ended one.
 #include <gtest/gtest.h>
 
 #include <signal.h>
