@@ -17,6 +17,7 @@ and of pool values, alternating.
 import ctypes
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -101,12 +102,11 @@ def _segment_owner(address):
     return p
 
 
-def _stores(cfg):
+def _stores(cfg, d):
     from mooncake.store import MooncakeDistributedStore as RefStore
 
     from ..launch import RemoteServedMaster
     from mooncake_cxl import MooncakeDistributedStore
-    d = tempfile.mkdtemp(dir=cfg["pool_dir"], prefix="mcxl_bench_remote_")
     master = RemoteServedMaster(os.path.join(d, "pool"), os.path.join(d, "secret"), pool_size=1024 * MIB,
                                 format=True)
     master.start()
@@ -261,8 +261,11 @@ def _segment_rows(cfg, master):
 def _child(cfg):
     reference.bring_loopback_up()
     master = holder = ref_master = None
+    # The pool (1 GiB), its secret and the reference master's log: removed
+    # however the run ends.
+    d = tempfile.mkdtemp(dir=cfg["pool_dir"], prefix="mcxl_bench_remote_")
     try:
-        master, local, ours, ref, ref_master, holder = _stores(cfg)
+        master, local, ours, ref, ref_master, holder = _stores(cfg, d)
         rows, lookup = _rows(cfg, local, ours, ref)
         segment = _segment_rows(cfg, master)
         result = {"rows": [{"op": op, "bytes": b, "us": us} for op, b, us in rows], "lookup": lookup,
@@ -276,6 +279,7 @@ def _child(cfg):
             ref_master.stop()
         if master is not None:
             master.stop()
+        shutil.rmtree(d, ignore_errors=True)
         sys.stdout.flush()
         os._exit(0)  # the engines' threads do not join cleanly
 
