@@ -94,11 +94,12 @@ std::string SerializeResponse(const HttpResponse& r, bool head_only, bool allow_
 // the wake eventfd from HttpServer. Lives on the server thread only.
 class HttpLoop {
  public:
-  HttpLoop(int listen_fd, int wake_fd, const HttpServerOptions& options, const HttpServer::Handler& handler)
-      : listen_fd_(listen_fd), wake_fd_(wake_fd), options_(options), handler_(handler) {}
+  // The three descriptors are the server's (it closes them).
+  HttpLoop(int listen_fd, int wake_fd, int epoll_fd, const HttpServerOptions& options,
+           const HttpServer::Handler& handler)
+      : listen_fd_(listen_fd), wake_fd_(wake_fd), epoll_fd_(epoll_fd), options_(options), handler_(handler) {}
   ~HttpLoop() {
     for (auto& [fd, c] : conns_) close(fd);
-    if (epoll_fd_ >= 0) close(epoll_fd_);
   }
   void Run();
 
@@ -138,7 +139,7 @@ class HttpLoop {
   int NextTimeoutMs() const;
   void LogRejection(const char* fmt, ...) __attribute__((format(printf, 2, 3)));
 
-  int listen_fd_, wake_fd_, epoll_fd_ = -1;
+  int listen_fd_, wake_fd_, epoll_fd_;
   const HttpServerOptions& options_;
   const HttpServer::Handler& handler_;
   std::unordered_map<int, Conn> conns_;
@@ -169,11 +170,6 @@ void HttpLoop::Watch(int fd, uint32_t events, int op) {
 }
 
 void HttpLoop::Run() {
-  epoll_fd_ = epoll_create1(EPOLL_CLOEXEC);
-  if (epoll_fd_ < 0) {
-    MCXL_LOG(kError, "http", "epoll_create1: %s; not serving", strerror(errno));
-    return;
-  }
   Watch(listen_fd_, EPOLLIN, EPOLL_CTL_ADD);
   Watch(wake_fd_, EPOLLIN, EPOLL_CTL_ADD);
   epoll_event events[64];
@@ -450,10 +446,15 @@ Status HttpServer::Listen(const std::string& address, int port) {
   getsockname(fd, reinterpret_cast<sockaddr*>(&bound), &len);
   port_ = bound.ss_family == AF_INET6 ? ntohs(reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port)
                                       : ntohs(reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+  // Every descriptor the loop needs is taken here, before the owner says
+  // it serves: at the descriptor limit later, only new connections wait.
   wake_fd_ = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-  if (wake_fd_ < 0) {
-    MCXL_LOG(kError, "http", "eventfd: %s", strerror(errno));
+  epoll_fd_ = wake_fd_ < 0 ? -1 : epoll_create1(EPOLL_CLOEXEC);
+  if (wake_fd_ < 0 || epoll_fd_ < 0) {
+    MCXL_LOG(kError, "http", "%s: %s", wake_fd_ < 0 ? "eventfd" : "epoll_create1", strerror(errno));
+    if (wake_fd_ >= 0) close(wake_fd_);
     close(fd);
+    wake_fd_ = epoll_fd_ = -1;
     return ErrorCode::INTERNAL_ERROR;
   }
   listen_fd_ = fd;
@@ -467,7 +468,7 @@ void HttpServer::Start(Handler handler) {
   }
   if (!handler) handler = [](const HttpRequest& r) { return NotFound(r.path); };
   thread_ = std::thread([this, h = std::move(handler)] {
-    HttpLoop loop(listen_fd_, wake_fd_, options_, h);
+    HttpLoop loop(listen_fd_, wake_fd_, epoll_fd_, options_, h);
     loop.Run();
   });
 }
@@ -481,7 +482,8 @@ void HttpServer::Stop() {
   }
   if (listen_fd_ >= 0) close(listen_fd_);
   if (wake_fd_ >= 0) close(wake_fd_);
-  listen_fd_ = wake_fd_ = -1;
+  if (epoll_fd_ >= 0) close(epoll_fd_);
+  listen_fd_ = wake_fd_ = epoll_fd_ = -1;
 }
 
 }  // namespace mcxl

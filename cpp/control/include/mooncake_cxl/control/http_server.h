@@ -70,6 +70,7 @@ class HttpServer {
   HttpServerOptions options_;
   int listen_fd_ = -1;
   int wake_fd_ = -1;  // eventfd: Stop() makes it readable, the loop exits
+  int epoll_fd_ = -1;  // the loop's, created by Listen
   int port_ = 0;
   std::thread thread_;
 };
