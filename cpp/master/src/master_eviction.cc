@@ -535,7 +535,11 @@ uint64_t MasterImpl::EvictInWindow(uint64_t hash) {
   // The oldest kWindowEvictions that go (groups whole): one scan and sort
   // for them (the index is at its watermark: each put frees a slot somewhere
   // anyway, and these are the slots new keys want).
+  // The ones after the first only while at least half as old as it: a window
+  // holding just-written objects gives up its oldest only.
   for (size_t i = 0, taken = 0; i < window.size() && taken < kWindowEvictions; ++i) {
+    if (taken > 0 && window[i].last_access > window[0].last_access + (now - std::min(now, window[0].last_access)) / 2)
+      break;
     PrefetchVictims(window, i);
     uint64_t n = EvictCandidate(window[i].slot, now, pins, &bytes);
     freed += n;
