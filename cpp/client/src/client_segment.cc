@@ -10,7 +10,8 @@
 // registered with a Transfer Engine and its session named at every Attach.
 // A stub naming another client's segment is read over TE (read_peer_segment)
 // from the session the master names for that attachment (kSegmentSession),
-// into a scratch buffer, re-checked before the caller sees a byte; an ended
+// straight into the caller's buffer when it is one (a scratch buffer for
+// scatter lists and ranges), then re-checked as a pool read is; an ended
 // attachment, one without a session, or no engine here is a miss, a failed
 // transfer TRANSFER_FAIL. A stub past its segment is refused with a log
 // line (a miss). A non-coherent pool has no segments: refused here and at
@@ -188,10 +189,17 @@ Result<bool> Client::CopyFromPeerSegment(const EntrySnapshot& snap, std::string_
   PeerSegment peer = FindPeerSegment(stub.slot, stub.slot_generation, false);
   if (peer.status != ErrorCode::OK) return peer.status == ErrorCode::OBJECT_NOT_FOUND ? peer.status : ErrorCode::TRANSFER_FAIL;
   if (!StubFits(stub, snap.value_size, peer.size, key)) return ErrorCode::OBJECT_NOT_FOUND;
+  // One destination buffer: the transfer lands there, as a pool read's copy
+  // does before its re-check; scatter lists and ranges go through scratch.
+  char* direct = dest.ranges == nullptr && dest.nslices == 1 && dest.slices[0].size >= snap.value_size
+                     ? static_cast<char*>(dest.slices[0].data)
+                     : nullptr;
   thread_local std::string scratch;
-  if (scratch.size() < snap.value_size) scratch.resize(snap.value_size);
-  bool copied = options_.read_peer_segment(peer.session, stub.offset, scratch.data(), snap.value_size);
-  // The re-check before the caller sees a byte: a changed entry is located again.
+  if (direct == nullptr && scratch.size() < snap.value_size) scratch.resize(snap.value_size);
+  bool copied = options_.read_peer_segment(peer.session, stub.offset, direct ? direct : scratch.data(),
+                                           snap.value_size);
+  // The re-check: a changed entry is located again (the caller's bytes are
+  // then rewritten or the read is a miss).
   if (!index_->StillValid(snap)) return false;
   if (!copied) {
     // An owner gone (not yet reclaimed) is a miss; a live one a failed transfer.
@@ -203,7 +211,7 @@ Result<bool> Client::CopyFromPeerSegment(const EntrySnapshot& snap, std::string_
                peer.session.c_str(), live ? "TRANSFER_FAIL" : "its owner is gone, a miss");
     return live ? ErrorCode::TRANSFER_FAIL : ErrorCode::OBJECT_NOT_FOUND;
   }
-  CopyOut(scratch.data(), snap.value_size, dest);
+  if (direct == nullptr) CopyOut(scratch.data(), snap.value_size, dest);
   return true;
 }
 

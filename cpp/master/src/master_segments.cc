@@ -84,21 +84,30 @@ std::string MasterImpl::HandleSegmentSession(Decoder* d) {
   return e.data();
 }
 
-uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes,
-                                    Extent* ext) {
+bool MasterImpl::PeerPlacement(const PutStartRequest& req) const {
+  return (req.placement & kPlacePeer) && (req.placement & kPlaceNamed) && !req.preferred_segment.empty() &&
+         req.preferred_segment != clients_[req.client.slot].hostname;
+}
+
+uint32_t MasterImpl::PeerSegmentOwner(const PutStartRequest& req) const {
+  if (!PeerPlacement(req)) return kNoSlot;
+  // Another client's segment, written by the putter over TE: the first
+  // attached client of that name serving one. Once per request (its keys
+  // share the config), so a batch costs the slot table once.
+  for (uint32_t s = 0; s < clients_.size(); ++s) {
+    const ClientInfo& c = clients_[s];
+    if (c.attached && c.segment && !c.segment_session.empty() && c.hostname == req.preferred_segment) return s;
+  }
+  return kNoSlot;  // none served under that name: the pool
+}
+
+uint32_t MasterImpl::PlaceInSegment(const PutStartRequest& req, uint32_t peer_owner, uint64_t bytes,
+                                    uint64_t pool_extent_bytes, Extent* ext) {
   uint32_t putter = req.client.slot;
   ClientInfo& own = clients_[putter];
-  if ((req.placement & kPlacePeer) && (req.placement & kPlaceNamed) && !req.preferred_segment.empty() &&
-      req.preferred_segment != own.hostname) {
-    // Another client's segment, written by the putter over TE: the first
-    // attached client of that name serving one (bounded by the slot table).
-    for (uint32_t s = 0; s < clients_.size(); ++s) {
-      const ClientInfo& c = clients_[s];
-      if (c.attached && c.segment && !c.segment_session.empty() && c.hostname == req.preferred_segment)
-        return AllocateInSegment(s, bytes, ext);
-    }
-    return kNoSlot;  // none served under that name: the pool
-  }
+  if (PeerPlacement(req))  // its owner resolved once per request (PeerSegmentOwner)
+    return peer_owner < clients_.size() && clients_[peer_owner].segment ? AllocateInSegment(peer_owner, bytes, ext)
+                                                                       : kNoSlot;
   if (!own.segment) return kNoSlot;
   bool wanted = false;
   if ((req.placement & kPlaceNamed) && !req.preferred_segment.empty()) {
@@ -214,8 +223,8 @@ void MasterImpl::DropSegment(uint32_t slot, const char* why) {
       ForgetSegmentPlacement(s);
       continue;
     }
-    // A WRITING one is the owner's own put, revoked (it writes only its own
-    // memory); a published one goes with the older values of its key, oldest
+    // A WRITING one is revoked (the owner's own put, or a peer's over TE,
+    // whose publish then fails); a published one goes with the older values of its key, oldest
     // first, as every unlink does (none can be current once it is gone).
     if (st == EntryState::kWriting &&
         index_->Abort(s, GenOf(index_->entry(s).state_gen.load(std::memory_order_relaxed)))) {
