@@ -1,7 +1,7 @@
 """The Transfer Engine of a client's DRAM segment (docs/architecture.md §10):
 the binding calls `serve` once the segment is mapped (its session goes into
-every Attach), `read` when this client reads a value in another client's
-segment and `write` when it puts into one (preferred_segment). One engine per store, started on first use: a client that never
+every Attach) and `read` when this client reads a value in another client's
+segment. One engine per store, started on first use: a client that never
 serves a segment and never reads another's starts none. `MC_CXL_SEGMENT_TE=0`
 turns it off (the segment is then read by its owner only)."""
 import logging
@@ -70,9 +70,3 @@ class SegmentEngine:
         te = self._engine()
         base = te and self._base(te, session)
         return bool(base) and te.transfer_sync_read(session, dst, base + offset, n) == 0
-
-    def write(self, session, offset, src, n):
-        """Copies n bytes from src to `offset` of the segment served at `session`."""
-        te = self._engine()
-        base = te and self._base(te, session)
-        return bool(base) and te.transfer_sync_write(session, src, base + offset, n) == 0

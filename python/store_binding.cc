@@ -31,22 +31,15 @@ void SetSegmentEngine(const py::object& engine, ClientOptions* o) {
       return "";
     }
   };
-  // One TE copy, `op` "read" or "write", between `local` and the segment at `session`.
-  auto copy = [te](const char* op, const std::string& session, uint64_t offset, const void* local,
-                   uint64_t n) -> bool {
+  // One TE read from the segment at `session` into `dst`.
+  o->read_peer_segment = [te](const std::string& session, uint64_t offset, char* dst, uint64_t n) -> bool {
     py::gil_scoped_acquire gil;
     try {
-      return te->attr(op)(session, offset, uintptr_t(local), n).cast<bool>();
+      return te->attr("read")(session, offset, uintptr_t(dst), n).cast<bool>();
     } catch (const std::exception& e) {
-      MCXL_LOG(kError, "store", "Transfer Engine %s of the segment at %s failed: %s", op, session.c_str(), e.what());
+      MCXL_LOG(kError, "store", "Transfer Engine read of the segment at %s failed: %s", session.c_str(), e.what());
       return false;
     }
-  };
-  o->write_peer_segment = [copy](const std::string& session, uint64_t offset, const char* src, uint64_t n) {
-    return copy("write", session, offset, src, n);
-  };
-  o->read_peer_segment = [copy](const std::string& session, uint64_t offset, char* dst, uint64_t n) {
-    return copy("read", session, offset, dst, n);
   };
 }
 }  // namespace

@@ -259,12 +259,12 @@ class Channel:
                               f"slot: tag {a.tag:#x} (ours {self.tag:#x}), user words {a.user}")
 
 
-def open_store(address, deadline, stop, tenant="default", hostname="127.0.0.1:0"):
+def open_store(address, deadline, stop, tenant="default"):
     from mooncake_cxl import MooncakeDistributedStore
     while True:
         s = MooncakeDistributedStore()
         # The segment size counts only with MC_CXL_DRAM_SEGMENT=1 (one worker's).
-        rc = s.setup(hostname, "P2PHANDSHAKE", 16 << 20, 0, "cxl", "", address, tenant_id=tenant)
+        rc = s.setup("127.0.0.1:0", "P2PHANDSHAKE", 16 << 20, 0, "cxl", "", address, tenant_id=tenant)
         if rc == 0:
             return s
         s.close()
@@ -291,14 +291,9 @@ def worker(a):
                             "release_hold", "get",
                             "get_buffer", "ok", "failed",
                             "hit", "miss", "foreign_read", "view_checked", "view_refused", "announced",
-                            "announce_read", "idle_polled", "peer_put")}
+                            "announce_read", "idle_polled")}
     rcs = {}
-    segment = os.environ.get("MC_CXL_DRAM_SEGMENT") == "1"
-    # The segment owner's name, which the other workers' peer puts name
-    # (MCXL_FAULT_PEER_SEGMENT: set where the owner serves its segment over TE).
-    peer = os.environ.get("MCXL_FAULT_PEER_SEGMENT", "")
-    s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot),
-                   peer if segment and peer else "127.0.0.1:0")
+    s = open_store(a["address"], time.monotonic() + 60, stop, tenant_of(slot))
     print(f"worker {slot} life {life} pid {os.getpid()} (tenant {tenant_of(slot)}) attached, seq from {seq:#x}",
           flush=True)
     held = []  # [handle, key, bytes at get_buffer, ops left, time taken]
@@ -344,14 +339,11 @@ def worker(a):
             viol.add("view_changed", key, f"a live BufferHandle's bytes changed ({len(before)} bytes; "
                      f"now: {why or 'another intact value of the key'})", since=since)
 
+    segment = os.environ.get("MC_CXL_DRAM_SEGMENT") == "1"
     if segment:
         from mooncake_cxl import ReplicateConfig
         same_node = ReplicateConfig()
         same_node.prefer_alloc_in_same_node = True
-    elif peer:  # puts written over TE into the owner's segment, dropped with it
-        from mooncake_cxl import ReplicateConfig
-        into_peer = ReplicateConfig()
-        into_peer.preferred_segment = peer
 
     def write(op, key):
         nonlocal seq
@@ -364,10 +356,6 @@ def worker(a):
         model.attempt(key, seq, op)
         if segment and rnd.random() < 0.5:  # into this worker's DRAM segment
             rc = s.upsert(key, v, same_node) if op == "upsert" else s.put(key, v, same_node)
-        elif peer and not segment and rnd.random() < 0.2:  # into the owner's, over TE
-            rc = s.upsert(key, v, into_peer) if op == "upsert" else s.put(key, v, into_peer)
-            d = s._replica(key) if rc == 0 else None  # no lease: eviction's view stays as it was
-            stats["peer_put"] += d is not None and d.segment_name == peer
         else:
             rc = s.upsert(key, v) if op == "upsert" else s.put(key, v)
         journal.write(f"R {key} {seq} {op} {rc}\n")

@@ -9,10 +9,8 @@ pool's watermark, and its death, reclaim or a master restart drops them
 (misses; MCXL_FAULT_SEGMENT=0 turns it off); every seed SIGSTOPs it once
 past --client_ttl a third into the faults and asserts that the master
 dropped its segment (its resumed puts must not bring older values back).
-Inside a private network namespace it serves them over the Transfer Engine:
-the other workers' reads of its keys go over TE, and a fifth of their writes
-name its segment (preferred_segment) and are written into it over TE, so its
-deaths drop other workers' values too (asserted reached).
+Inside a private network namespace it serves them over the Transfer Engine,
+and the other workers' reads of its keys go over TE.
 test_random_faults_ha runs it with elected masters (a real etcd): the master
 fault there kills the leader and a standby takes over.
 
@@ -129,9 +127,6 @@ SEGMENT_SLOT = 1 if os.environ.get("MCXL_FAULT_SEGMENT", "1") != "0" else -1
 # Transfer Engine, so the other workers' reads of its keys go over TE (and
 # meet its deaths); elsewhere no engine may start: only it reads its segment.
 SEGMENT_TE = "1" if oracle.reference_skip_reason() is None else "0"
-# The segment owner's local_hostname; where it serves over TE the other
-# workers put some values there (preferred_segment), written over TE.
-PEER_SEGMENT = "127.0.0.1:17391"
 HEADER_BYTES = 80  # sizeof(ObjectHeader), layout.h
 DISK_STUB_BYTES = 56  # sizeof(DiskStub), layout.h: the "value" of a kOnDisk object's stub extent
 FLAG_DISK_STUB = 1 << 3  # layout.h kFlagDiskStub (ObjectHeader::flags of a stub)
@@ -158,8 +153,6 @@ class Run:
         # sim_hosts >= 2: the master on simulated host 0 of a non-coherent
         # pool, worker slot s on host 1 + s % (sim_hosts - 1).
         self.sim_hosts = sim_hosts
-        # Peer puts into the segment owner's segment over TE (pool-mapped workers).
-        self.peer_puts = SEGMENT_TE == "1" and 0 <= SEGMENT_SLOT < SLOTS and sim_hosts < 2
         self.tier_fs = tier_fs  # the tier's own small filesystem (fsfull), or None
         self.fs_full_until = None
         self.etcd = etcd  # set: elected masters (a leader and a standby), clients on etcd://
@@ -287,8 +280,6 @@ class Run:
         elif slot == SEGMENT_SLOT and self.sim_hosts < 2:  # a non-coherent pool has no segments
             env.update(MC_CXL_DRAM_SEGMENT="1")  # with global_segment_size 16 MiB (fault_workers.py)
         env.update(MC_CXL_SEGMENT_TE=SEGMENT_TE)
-        if self.peer_puts and not (self.remote and slot == SLOTS - 1):
-            env.update(MCXL_FAULT_PEER_SEGMENT=PEER_SEGMENT)
         env = self.sim_env(self.worker_host(slot), env)
         log = open(os.path.join(self.tmp, f"worker{slot}.{life}.log"), "ab")
         self.logs[slot] = log
@@ -664,9 +655,6 @@ def drive(pool_path, tmp_path, default_seconds, extra_flags=(), tier_dir=None, t
                            for inv, items in sorted(by_inv.items()))
         + f"\n{summary}\ndriver schedule (last 30): {run.schedule[-30:]}")
     assert sum(r["stats"]["ok"] for _, r in results) > 0, f"seed {seed}: no worker op succeeded"
-    if run.peer_puts and seconds >= 10:  # other workers' values were written over TE into the segment
-        assert sum(r["stats"].get("peer_put", 0) for _, r in results) >= 1, \
-            f"seed {seed}: no put landed in the segment owner's segment over TE: {summary}"
     if segment_stop:  # the forced stop of the segment owner ran and its segment was dropped
         assert run.events["segment_owner_sigstop"] >= 1 and seen["segment dropped"] >= 1, \
             f"seed {seed}: the DRAM segment owner's stop and reclaim were not reached: {summary}"

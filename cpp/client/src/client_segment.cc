@@ -215,28 +215,4 @@ Result<bool> Client::CopyFromPeerSegment(const EntrySnapshot& snap, std::string_
   return true;
 }
 
-ErrorCode Client::PutIntoPeerSegment(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                                     const PutStartItem& it) {
-  PeerSegment peer;
-  if (options_.write_peer_segment) peer = FindPeerSegment(it.segment_slot, it.segment_generation, false);
-  bool ok = peer.status == ErrorCode::OK && it.value_offset <= peer.size && size <= peer.size - it.value_offset;
-  for (size_t i = 0, at = it.value_offset; ok && i < nparts; at += parts[i].size, ++i)
-    ok = parts[i].size == 0 ||
-         options_.write_peer_segment(peer.session, at, static_cast<const char*>(parts[i].data), parts[i].size);
-  if (!ok) {
-    MCXL_LOG(kWarn, "client", "put of '%.*s' into the segment of slot %u (%llu bytes at %llu): %s; put abandoned",
-             int(key.size()), key.data(), it.segment_slot, (unsigned long long)size,
-             (unsigned long long)it.value_offset,
-             peer.status != ErrorCode::OK ? "its owner is gone" : "out of its range or the transfer failed");
-    (void)index_->Abort(it.entry_slot, it.generation);
-    return ErrorCode::TRANSFER_FAIL;
-  }
-  if (!index_->PublishComplete(it.entry_slot, it.generation, EntryState::kInSegment)) {
-    MCXL_LOG(kWarn, "client", "put of '%.*s' was revoked by the master before it completed", int(key.size()),
-             key.data());
-    return ErrorCode::TRANSFER_FAIL;
-  }
-  return ErrorCode::OK;
-}
-
 }  // namespace mcxl

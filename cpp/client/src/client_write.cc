@@ -112,8 +112,7 @@ void Client::FillPutStartHead(const PutOptions& options, bool upsert, PutStartRe
   req->config.flags = options.flags;
   req->config.soft_pin_ttl_ms = options.soft_pin_ttl_ms;
   req->placement = uint8_t((segment_size_ != 0 ? kPlaceSegment : 0) | (options.same_node ? kPlaceSameNode : 0) |
-                           (options.preferred_segment.empty() ? 0
-                            : options_.write_peer_segment ? kPlaceNamed | kPlacePeer : kPlaceNamed));
+                           (options.preferred_segment.empty() ? 0 : kPlaceNamed));
   if (req->placement & kPlaceNamed) req->preferred_segment = options.preferred_segment;
 }
 
@@ -203,8 +202,6 @@ ErrorCode Client::FinishPutItem(std::string_view key, const ConstSlice* parts, s
   }
   if (it.status != ErrorCode::OK) return it.status;
   const bool in_segment = it.segment_generation != 0;
-  if (in_segment && (it.segment_slot != owner.slot || it.segment_generation != owner.generation))
-    return deferred == nullptr ? PutIntoPeerSegment(key, parts, nparts, size, it) : ErrorCode::INTERNAL_ERROR;
   char* dst = in_segment ? SegmentTarget(it, size)
               : pool_->InDataRegion(it.value_offset, size) ? pool_->base() + it.value_offset
                                                             : nullptr;

@@ -28,7 +28,7 @@ uint64_t ReplyBytesBound(uint16_t type, std::string_view payload) {
   uint8_t placement = d.U8();
   if (placement & kPlaceNamed) (void)d.Str();
   uint32_t keys = d.Count(4 + 8 + 4);
-  uint64_t item = kPutStartReplyItem + ((placement & (kPlaceSegment | kPlacePeer)) ? kPutStartSegmentFields : 0);
+  uint64_t item = kPutStartReplyItem + ((placement & kPlaceSegment) ? kPutStartSegmentFields : 0);
   return d.failed() ? 0 : kPutStartReplyHead + item * uint64_t(keys);
 }
 

@@ -285,13 +285,7 @@ class MasterImpl final : public Master, private TierHost {
   // own with kPlaceSameNode, then the putter's own when the pool is past the
   // point where eviction starts (watermark - ratio/2: eviction ahead). Only
   // the owner writes a segment (it has no engine here). Never a grouped put.
-  // `peer_owner`: PeerSegmentOwner of the request (kNoSlot: none).
-  uint32_t PlaceInSegment(const PutStartRequest& req, uint32_t peer_owner, uint64_t bytes,
-                          uint64_t pool_extent_bytes, Extent* ext);
-  // The request names another client's segment to write over TE (kPlacePeer).
-  bool PeerPlacement(const PutStartRequest& req) const;
-  // That segment's owner slot, or kNoSlot when none of that name serves one.
-  uint32_t PeerSegmentOwner(const PutStartRequest& req) const;
+  uint32_t PlaceInSegment(const PutStartRequest& req, uint64_t bytes, uint64_t pool_extent_bytes, Extent* ext);
   // `bytes` in the segment of `owner` (evicting its LRU objects if need be):
   // owner, or kNoSlot when they do not fit.
   uint32_t AllocateInSegment(uint32_t owner, uint64_t bytes, Extent* ext);
@@ -316,7 +310,7 @@ class MasterImpl final : public Master, private TierHost {
 
   // ---- puts and pending puts (master_puts.cc) ----
   std::string HandlePutStart(Decoder* d);
-  PutStartItem PutStartOne(const PutStartRequest& req, size_t i, uint32_t peer_owner);
+  PutStartItem PutStartOne(const PutStartRequest& req, size_t i);
   // The current state of the entry `p` names, or kEmpty when the entry no
   // longer is that put (removed, or its slot reused): a stale record.
   EntryState PendingState(const PendingPut& p) const;

@@ -28,7 +28,7 @@
 
 namespace mcxl {
 
-PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i, uint32_t peer_owner) {
+PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i) {
   PutStartItem item;
   const std::string& key = req.keys[i];
   uint64_t size = req.sizes[i];
@@ -64,10 +64,9 @@ PutStartItem MasterImpl::PutStartOne(const PutStartRequest& req, size_t i, uint3
   Extent seg;
   uint32_t seg_owner = kNoSlot;
   // A group stays in the pool: eviction takes a group whole, from one place.
-  bool may_segment = ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment) ||
-                     (req.placement & (kPlacePeer | kPlaceNamed)) == (kPlacePeer | kPlaceNamed);
-  if (may_segment && extent_bytes >= size && req.groups[i].empty())
-    seg_owner = PlaceInSegment(req, peer_owner, size, extent_bytes, &seg);
+  if ((req.placement & kPlaceSegment) && clients_[req.client.slot].segment && extent_bytes >= size &&
+      req.groups[i].empty())
+    seg_owner = PlaceInSegment(req, size, extent_bytes, &seg);
   if (seg_owner != kNoSlot) extent_bytes = ExtentBytes(key.size(), sizeof(SegmentStub));
   if ((extent_bytes < size && seg_owner == kNoSlot) || extent_bytes > alloc_->capacity()) {
     MCXL_LOG(kWarn, "master", "put of '%s' refused: %llu bytes can never fit a pool of %llu",
@@ -172,10 +171,9 @@ std::string MasterImpl::HandlePutStart(Decoder* d) {
       reply.status = ErrorCode::RPC_TIMEOUT;
     } else {
       reply.items.reserve(req.keys.size());
-      const uint32_t peer_owner = PeerSegmentOwner(req);
       for (size_t i = 0; i < req.keys.size(); ++i) {
         ++stats_.put_requests;
-        reply.items.push_back(PutStartOne(req, i, peer_owner));
+        reply.items.push_back(PutStartOne(req, i));
         ErrorCode st = reply.items.back().status;
         if (st != ErrorCode::OK && st != ErrorCode::OBJECT_ALREADY_EXISTS) ++stats_.put_failures;
       }

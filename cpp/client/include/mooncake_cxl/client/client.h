@@ -97,9 +97,6 @@ struct ClientOptions {
   // segment served at `session` into dst (false: the transfer failed).
   std::function<std::string(char* base, uint64_t size)> serve_segment;
   std::function<bool(const std::string& session, uint64_t offset, char* dst, uint64_t n)> read_peer_segment;
-  // Writes n bytes from src at `offset` of the segment served at `session`
-  // (false: failed); set: a preferred_segment may name another client's.
-  std::function<bool(const std::string& session, uint64_t offset, const char* src, uint64_t n)> write_peer_segment;
 };
 
 struct PutOptions {
@@ -408,11 +405,6 @@ class Client {
   Result<bool> CopyFromPeerSegment(const EntrySnapshot& snap, std::string_view key, const SegmentStub& stub,
                                    const ReadDest& dest);
   PeerSegment FindPeerSegment(uint32_t slot, uint64_t generation, bool fresh);
-  // A put the master placed in another client's segment: TE writes of the
-  // parts into the granted range (checked against that segment), then the
-  // publish as for our own; a failure aborts the put (TRANSFER_FAIL).
-  ErrorCode PutIntoPeerSegment(std::string_view key, const ConstSlice* parts, size_t nparts, uint64_t size,
-                               const PutStartItem& it);
   std::mutex peer_mu_;  // guards peers_ (never held across a call)
   std::map<std::pair<uint32_t, uint64_t>, PeerSegment> peers_;
   std::string segment_session_;  // this client's segment's TE session ("" = not served)

@@ -151,10 +151,6 @@ struct PutStartItem {
 constexpr uint8_t kPlaceSameNode = 1;
 constexpr uint8_t kPlaceNamed = 2;
 constexpr uint8_t kPlaceSegment = 4;
-// With kPlaceNamed: the putter writes other clients' segments over the
-// Transfer Engine, so preferred_segment may name one (the reply's items
-// may then carry a segment, as with kPlaceSegment).
-constexpr uint8_t kPlacePeer = 8;
 struct PutStartReply {
   ErrorCode status = ErrorCode::OK;  // of the request as a whole
   std::vector<PutStartItem> items;
